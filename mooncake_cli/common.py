@@ -1,0 +1,53 @@
+"""Options and helpers shared by every command group (declared once)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        "-c",
+        help="Cluster config file (default: $MOONCAKE_CONFIG, ./mooncake.yaml, else the embedded default).",
+        show_default=False,
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of tables.")]
+
+out = Console()
+"""stdout: data only, so output can be redirected."""
+err = Console(stderr=True)
+"""stderr: diagnostics."""
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """Print a clear error on stderr and exit with ``code``."""
+    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+    raise typer.Exit(code)
+
+
+def load(config: Path | None):  # type: ignore[no-untyped-def]
+    """Load the effective config or exit with the config errors."""
+    from mooncake_core.config import ConfigError, load_config
+
+    try:
+        return load_config(config)
+    except ConfigError as exc:
+        err.print(f"[bold red]error:[/] {exc.source}: invalid configuration", highlight=False)
+        for line in exc.problems:
+            err.print(f"  {line}", highlight=False, markup=False)
+        raise typer.Exit(2) from None
+
+
+def write_stdout(text: str) -> None:
+    """Write raw text to stdout (no rich markup or wrapping)."""
+    sys.stdout.write(text)
+    if not text.endswith("\n"):
+        sys.stdout.write("\n")
+    sys.stdout.flush()

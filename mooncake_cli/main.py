@@ -1,0 +1,39 @@
+"""The `mooncake` command. Each group lives in its own module and imports heavy
+libraries (torch, grpc, sqlalchemy) only inside its commands, so `--help` is fast."""
+
+from __future__ import annotations
+
+import typer
+
+from mooncake_core import __version__
+
+from . import config_cmd
+
+app = typer.Typer(
+    name="mooncake",
+    help="Mooncake-py: KVCache-centric disaggregated LLM serving and its operator toolkit.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(config_cmd.app, name="config")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"mooncake-py {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Mooncake-py operator CLI."""
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,1 @@
+"""conductor (see docs/architecture.md)."""

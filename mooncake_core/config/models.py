@@ -1,0 +1,393 @@
+"""Typed configuration: one model per component, composed into :class:`ClusterConfig`.
+
+Every field carries bounds and a docstring (exported as its description, so the
+configuration reference in ``docs/configuration.md`` is generated from these models).
+Unknown keys are rejected everywhere (``extra="forbid"``): a typo in ``mooncake.yaml``
+is an error, never a silently ignored setting.
+
+The defaults *are* the embedded cluster: ``ClusterConfig()`` describes one master, two
+store nodes, a conductor, one prefill and one decode worker and the dashboard, all on
+127.0.0.1. The shipped ``mooncake.yaml`` spells the same values out (a test keeps the two
+equal).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, model_validator
+
+Port = Annotated[int, Field(ge=1, le=65535)]
+PositiveSeconds = Annotated[float, Field(gt=0, le=86_400)]
+
+TransportName = Literal["auto", "tcp", "shm", "rdma"]
+AllocationStrategyName = Literal["random", "free_ratio_first", "local_first", "preferred"]
+PolicyName = Literal[
+    "random", "round_robin", "load_balance", "cache_aware", "kvcache_centric", "adaptive"
+]
+AdmissionName = Literal["none", "baseline", "early_reject", "early_reject_predictive"]
+
+
+class _Strict(BaseModel):
+    """Base for config sections: unknown keys rejected, docstrings become descriptions."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+
+
+class HostConfig(_Strict):
+    """A machine of the cluster."""
+
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+    """Name used by the role sections to place components on this host."""
+    address: Annotated[str, Field(min_length=1, max_length=253)] = "127.0.0.1"
+    """Address components on this host bind to and are reached at."""
+    ssh_user: str | None = None
+    """User for the SSH launcher; ``None`` means this host is started locally."""
+    ssh_port: Port = 22
+    """SSH port of the host."""
+    ssh_key: Path | None = None
+    """Private key for SSH; ``None`` uses the agent and default keys."""
+
+
+class TransferConfig(_Strict):
+    """Transfer Engine: the data plane that moves KV bytes between segments."""
+
+    protocol: TransportName = "auto"
+    """Transport: ``auto`` picks shm on the same host, rdma where a device exists, else tcp."""
+    slice_size: ByteSize = Field(default=ByteSize(1 << 20), ge=4096, le=1 << 30)
+    """Requests larger than this are cut into slices spread over NIC paths."""
+    connections_per_endpoint: Annotated[int, Field(ge=1, le=64)] = 2
+    """Parallel TCP connections kept per (local NIC, remote NIC) endpoint."""
+    endpoint_pool_cap: Annotated[int, Field(ge=1, le=65_536)] = 256
+    """Most endpoints kept open at once; beyond this one is evicted."""
+    endpoint_eviction: Literal["sieve", "fifo"] = "sieve"
+    """Eviction policy of the endpoint pool (SIEVE, NSDI'24, or plain FIFO)."""
+    connect_timeout_s: PositiveSeconds = 5.0
+    """Connect and handshake timeout for one endpoint."""
+    request_timeout_s: PositiveSeconds = 30.0
+    """Every request ends COMPLETED or FAILED within this time."""
+    max_retries: Annotated[int, Field(ge=0, le=16)] = 3
+    """Times a failed slice is retried on another path before the request fails."""
+    nic_pause_s: PositiveSeconds = 1.0
+    """First pause of a NIC that keeps failing; doubles up to ``nic_pause_max_s``."""
+    nic_pause_max_s: PositiveSeconds = 30.0
+    """Longest pause of a failing NIC between probes."""
+    nic_failure_threshold: Annotated[int, Field(ge=1, le=1000)] = 3
+    """Consecutive failures after which a NIC is paused."""
+    topology_file: Path | None = None
+    """Topology matrix JSON to use instead of discovery (like upstream MC_CUSTOM_TOPO_JSON)."""
+
+
+class MasterConfig(_Strict):
+    """Store master: object metadata, allocation, leases, pins, eviction. Never on the data path."""
+
+    host: str = "local"
+    """Host (by name) that runs the master."""
+    port: Port = 50051
+    """gRPC port (upstream's default)."""
+    metrics_port: Port = 9003
+    """HTTP port for /metrics, /health and the JSON snapshot (upstream's default)."""
+    lease_ttl_s: PositiveSeconds = 10.0
+    """Lease granted by GetReplicaList; protects an object from eviction and removal."""
+    client_ttl_s: PositiveSeconds = 10.0
+    """A client silent this long has its segments unmounted and replicas dropped."""
+    heartbeat_interval_s: PositiveSeconds = 1.0
+    """How often clients heartbeat."""
+    put_timeout_s: PositiveSeconds = 30.0
+    """A PutStart not completed in this time is discarded and its space reclaimed."""
+    unmount_grace_s: Annotated[float, Field(ge=0, le=86_400)] = 5.0
+    """After unmount, a segment stays readable (no new allocations) for this long."""
+    eviction_high_watermark: Annotated[float, Field(gt=0, le=1)] = 0.90
+    """Usage ratio above which eviction runs."""
+    eviction_ratio: Annotated[float, Field(gt=0, le=1)] = 0.05
+    """Fraction of objects evicted per eviction round."""
+    soft_pin_ttl_s: PositiveSeconds = 1800.0
+    """Default lifetime of a soft pin."""
+    evict_soft_pinned: bool = True
+    """Whether soft-pinned objects may be evicted when nothing else is left."""
+    allocation_strategy: AllocationStrategyName = "random"
+    """How replicas are placed on segments."""
+    default_replica_num: Annotated[int, Field(ge=1, le=16)] = 1
+    """Replicas per object when the client does not say."""
+    max_key_length: Annotated[int, Field(ge=1, le=65_536)] = 4096
+    """Longest key accepted, in bytes of UTF-8."""
+    max_object_size: ByteSize = Field(default=ByteSize(1 << 30), ge=1, le=1 << 40)
+    """Largest object accepted."""
+    max_slice_size: ByteSize = Field(default=ByteSize(64 << 20), ge=4096, le=1 << 32)
+    """Objects larger than this are cut into slices placed on several segments."""
+    data_dir: Path | None = None
+    """Where the master keeps its journal and snapshots; ``None``: in the state dir."""
+
+
+class StoreNodeConfig(_Strict):
+    """A store node: a process that hosts a DRAM segment (and optionally an SSD tier)."""
+
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+    """Unique node name; also the segment name prefix."""
+    host: str = "local"
+    """Host (by name) that runs this node."""
+    segment_size: ByteSize = Field(default=ByteSize(256 << 20), ge=1 << 20, le=1 << 44)
+    """DRAM this node lends to the store."""
+    data_port: Port = 17001
+    """Transfer Engine data-plane port (tcp transport)."""
+    metrics_port: Port = 9101
+    """HTTP port for this node's /health and telemetry."""
+    ssd_dir: Path | None = None
+    """Directory of the SSD tier; ``None`` disables it."""
+    ssd_size: ByteSize = Field(default=ByteSize(0), ge=0, le=1 << 48)
+    """Size limit of the SSD tier."""
+
+
+class ModelConfig(_Strict):
+    """The tiny Llama-architecture model the workers run (deterministic weights)."""
+
+    name: str = "mooncake-tiny"
+    """Model name served by the front door."""
+    layers: Annotated[int, Field(ge=1, le=256)] = 4
+    """Decoder layers."""
+    hidden: Annotated[int, Field(ge=16, le=16_384)] = 256
+    """Hidden size."""
+    heads: Annotated[int, Field(ge=1, le=256)] = 8
+    """Attention heads."""
+    kv_heads: Annotated[int, Field(ge=1, le=256)] = 2
+    """Key/value heads (grouped-query attention)."""
+    intermediate: Annotated[int, Field(ge=16, le=65_536)] = 688
+    """SwiGLU intermediate size."""
+    vocab_size: Annotated[int, Field(ge=259, le=1 << 20)] = 259
+    """Vocabulary: 256 bytes plus BOS, EOS and PAD."""
+    max_seq_len: Annotated[int, Field(ge=16, le=1 << 20)] = 4096
+    """Longest sequence (prompt plus output)."""
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
+    """Seed of the weight generator."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Weights and KV dtype."""
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> ModelConfig:
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
+        if self.heads % self.kv_heads:
+            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        return self
+
+
+class HashingConfig(_Strict):
+    """Block hashing shared by the conductor, workers and store keys (must match everywhere)."""
+
+    block_size: Annotated[int, Field(ge=1, le=1 << 16)] = 16
+    """Tokens per KV block (the public traces use 512; the tiny model uses 16)."""
+    seed: Annotated[int, Field(ge=0, le=2**64 - 1)] = 0
+    """XXH3-64 seed of the chained block hash."""
+
+
+class ConductorConfig(_Strict):
+    """Conductor: global scheduler, prefix index, admission, front door."""
+
+    host: str = "local"
+    """Host (by name) that runs the conductor."""
+    http_port: Port = 8000
+    """OpenAI-style front door (/v1/completions)."""
+    rpc_port: Port = 50061
+    """gRPC port for worker load reports and events."""
+    policy: PolicyName = "kvcache_centric"
+    """Scheduling policy."""
+    kvcache_balancing_threshold: Annotated[float, Field(ge=0, le=1e6)] = 1.5
+    """Fetch a remote prefix when best_len / local_len exceeds this (Algorithm 1)."""
+    admission: AdmissionName = "early_reject_predictive"
+    """Admission control variant."""
+    ttft_slo_s: PositiveSeconds = 30.0
+    """Time-to-first-token SLO."""
+    tbt_slo_s: PositiveSeconds = 0.2
+    """Time-between-tokens SLO (mean of the worst 10% intervals)."""
+    resync_interval_s: PositiveSeconds = 30.0
+    """How often the prefix index is resynchronised from the store and workers."""
+
+
+class AuditConfig(_Strict):
+    """Scheduling audit database."""
+
+    url: str = "sqlite:///{state_dir}/audit.db"
+    """SQLAlchemy URL; ``{state_dir}`` is replaced by the cluster state directory."""
+    enabled: bool = True
+    """Record every decision."""
+    batch_size: Annotated[int, Field(ge=1, le=1_000_000)] = 512
+    """Rows written per transaction by the background writer."""
+    flush_interval_s: PositiveSeconds = 0.5
+    """Longest time a decision waits before it is written."""
+    retention_days: Annotated[float, Field(gt=0, le=36_500)] = 30.0
+    """Decisions older than this are deleted."""
+    retention_rows: Annotated[int, Field(ge=1000, le=10**10)] = 10_000_000
+    """At most this many decisions are kept (oldest deleted first)."""
+
+
+class WorkerConfig(_Strict):
+    """A prefill or decode worker instance."""
+
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+    """Unique instance name."""
+    host: str = "local"
+    """Host (by name) that runs this worker."""
+    rpc_port: Port
+    """gRPC port for dispatch from the conductor."""
+    data_port: Port
+    """Transfer Engine data-plane port of this worker's KV buffer."""
+    max_batch: Annotated[int, Field(ge=1, le=4096)] = 8
+    """Decode: most requests in one continuous batch."""
+    local_cache_blocks: Annotated[int, Field(ge=0, le=10**8)] = 1024
+    """Instance-local prefix cache (stands in for HBM), in KV blocks."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Torch device: ``auto`` uses CUDA when present."""
+
+
+class DashboardConfig(_Strict):
+    """Web dashboard."""
+
+    host: str = "local"
+    """Host (by name) that runs the dashboard."""
+    port: Port = 8080
+    """HTTP port."""
+    anonymous_read: bool = True
+    """Whether read-only pages open without the cluster token."""
+
+
+class EtcdConfig(_Strict):
+    """etcd for master HA (leader election and metadata replication)."""
+
+    enabled: bool = False
+    """Start a local etcd and run the masters in HA mode."""
+    client_port: Port = 2379
+    """etcd client port."""
+    peer_port: Port = 2380
+    """etcd peer port."""
+    masters: Annotated[int, Field(ge=1, le=7)] = 1
+    """Masters to run when HA is enabled."""
+
+
+def _default_store_nodes() -> list[StoreNodeConfig]:
+    return [
+        StoreNodeConfig(name="store-0", data_port=17001, metrics_port=9101),
+        StoreNodeConfig(name="store-1", data_port=17002, metrics_port=9102),
+    ]
+
+
+def _default_prefill() -> list[WorkerConfig]:
+    return [WorkerConfig(name="prefill-0", rpc_port=50071, data_port=17101)]
+
+
+def _default_decode() -> list[WorkerConfig]:
+    return [WorkerConfig(name="decode-0", rpc_port=50081, data_port=17201)]
+
+
+class ClusterConfig(_Strict):
+    """The whole cluster, as described by ``mooncake.yaml``."""
+
+    name: Annotated[str, Field(min_length=1, max_length=64)] = "local"
+    """Cluster name, shown by the operator tools."""
+    state_dir: Path = Path("~/.mooncake")
+    """Run state, logs, secret and audit DB live here (``~`` is expanded)."""
+    secret_file: Path | None = None
+    """Cluster secret (mode 0600); ``None``: ``<state_dir>/secret``."""
+    hosts: list[HostConfig] = Field(default_factory=lambda: [HostConfig(name="local")])
+    """Machines of the cluster."""
+    transfer: TransferConfig = Field(default_factory=TransferConfig)
+    """Transfer Engine settings shared by every component."""
+    hashing: HashingConfig = Field(default_factory=HashingConfig)
+    """Block hashing settings shared by every component."""
+    master: MasterConfig = Field(default_factory=MasterConfig)
+    """Store master."""
+    store_nodes: list[StoreNodeConfig] = Field(default_factory=_default_store_nodes)
+    """Store nodes contributing memory."""
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    """Model run by the workers."""
+    conductor: ConductorConfig = Field(default_factory=ConductorConfig)
+    """Scheduler and front door."""
+    audit: AuditConfig = Field(default_factory=AuditConfig)
+    """Scheduling audit."""
+    prefill_workers: list[WorkerConfig] = Field(default_factory=_default_prefill)
+    """Prefill instances."""
+    decode_workers: list[WorkerConfig] = Field(default_factory=_default_decode)
+    """Decode instances."""
+    dashboard: DashboardConfig = Field(default_factory=DashboardConfig)
+    """Web dashboard."""
+    etcd: EtcdConfig = Field(default_factory=EtcdConfig)
+    """etcd for HA."""
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts_unique(cls, hosts: list[HostConfig]) -> list[HostConfig]:
+        names = [h.name for h in hosts]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"duplicate host names: {', '.join(dup)}")
+        for h in hosts:
+            try:
+                ipaddress.ip_address(h.address)
+            except ValueError:
+                if not h.address.replace("-", "").replace(".", "").isalnum():
+                    raise ValueError(f"host {h.name!r}: invalid address {h.address!r}") from None
+        return hosts
+
+    @model_validator(mode="after")
+    def _references_and_ports(self) -> ClusterConfig:
+        hosts = {h.name for h in self.hosts}
+        names: set[str] = set()
+        used: dict[tuple[str, int], str] = {}
+
+        def claim(host: str, port: int, what: str) -> None:
+            if host not in hosts:
+                raise ValueError(f"{what}: unknown host {host!r} (hosts: {', '.join(sorted(hosts))})")
+            key = (host, port)
+            if key in used:
+                raise ValueError(f"{what}: port {port} on host {host!r} already used by {used[key]}")
+            used[key] = what
+
+        claim(self.master.host, self.master.port, "master.port")
+        claim(self.master.host, self.master.metrics_port, "master.metrics_port")
+        for i, n in enumerate(self.store_nodes):
+            if n.name in names:
+                raise ValueError(f"store_nodes.{i}.name: duplicate component name {n.name!r}")
+            names.add(n.name)
+            claim(n.host, n.data_port, f"store_nodes.{i}.data_port")
+            claim(n.host, n.metrics_port, f"store_nodes.{i}.metrics_port")
+        claim(self.conductor.host, self.conductor.http_port, "conductor.http_port")
+        claim(self.conductor.host, self.conductor.rpc_port, "conductor.rpc_port")
+        for role in ("prefill_workers", "decode_workers"):
+            for i, w in enumerate(getattr(self, role)):
+                if w.name in names:
+                    raise ValueError(f"{role}.{i}.name: duplicate component name {w.name!r}")
+                names.add(w.name)
+                claim(w.host, w.rpc_port, f"{role}.{i}.rpc_port")
+                claim(w.host, w.data_port, f"{role}.{i}.data_port")
+        claim(self.dashboard.host, self.dashboard.port, "dashboard.port")
+        if self.etcd.enabled:
+            claim(self.master.host, self.etcd.client_port, "etcd.client_port")
+            claim(self.master.host, self.etcd.peer_port, "etcd.peer_port")
+        return self
+
+    def host(self, name: str) -> HostConfig:
+        """Return the host called ``name``.
+
+        Raises:
+            KeyError: no such host.
+        """
+        for h in self.hosts:
+            if h.name == name:
+                return h
+        raise KeyError(name)
+
+    @property
+    def state_path(self) -> Path:
+        """The state directory with ``~`` expanded."""
+        return self.state_dir.expanduser()
+
+    @property
+    def secret_path(self) -> Path:
+        """Where the cluster secret lives."""
+        return (self.secret_file or self.state_dir / "secret").expanduser()
+
+    @property
+    def audit_url(self) -> str:
+        """The audit database URL with ``{state_dir}`` filled in."""
+        return self.audit.url.replace("{state_dir}", str(self.state_path))

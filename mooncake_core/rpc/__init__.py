@@ -1,0 +1,1 @@
+"""rpc (see docs/architecture.md)."""

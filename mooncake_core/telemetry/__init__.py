@@ -1,0 +1,1 @@
+"""telemetry (see docs/architecture.md)."""

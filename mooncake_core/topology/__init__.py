@@ -1,0 +1,1 @@
+"""topology (see docs/architecture.md)."""

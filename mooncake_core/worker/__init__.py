@@ -1,0 +1,1 @@
+"""worker (see docs/architecture.md)."""
