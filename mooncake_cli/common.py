@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from mooncake_core.config import ClusterConfig
 
 ConfigOption = Annotated[
     Path | None,
@@ -18,7 +21,9 @@ ConfigOption = Annotated[
         show_default=False,
     ),
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of tables.")]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print JSON for scripts instead of tables.")
+]
 
 out = Console()
 """stdout: data only, so output can be redirected."""
@@ -32,7 +37,7 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
-def load(config: Path | None):  # type: ignore[no-untyped-def]
+def load(config: Path | None) -> ClusterConfig:
     """Load the effective config or exit with the config errors."""
     from mooncake_core.config import ConfigError, load_config
 

@@ -169,7 +169,9 @@ class ModelConfig(_Strict):
         if self.hidden % self.heads:
             raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
         if self.heads % self.kv_heads:
-            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+            raise ValueError(
+                f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})"
+            )
         return self
 
 
@@ -337,10 +339,14 @@ class ClusterConfig(_Strict):
 
         def claim(host: str, port: int, what: str) -> None:
             if host not in hosts:
-                raise ValueError(f"{what}: unknown host {host!r} (hosts: {', '.join(sorted(hosts))})")
+                raise ValueError(
+                    f"{what}: unknown host {host!r} (hosts: {', '.join(sorted(hosts))})"
+                )
             key = (host, port)
             if key in used:
-                raise ValueError(f"{what}: port {port} on host {host!r} already used by {used[key]}")
+                raise ValueError(
+                    f"{what}: port {port} on host {host!r} already used by {used[key]}"
+                )
             used[key] = what
 
         claim(self.master.host, self.master.port, "master.port")

@@ -1,0 +1,5 @@
+"""`python -m mooncake_cli` runs the `mooncake` command."""
+
+from .main import main
+
+main()

@@ -1,0 +1,36 @@
+"""ruff and mypy are part of the test suite, so the README's test command is the whole gate."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _run(*cmd: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.skipif(
+    shutil.which("ruff") is None, reason="ruff not installed (pip install -e .[dev])"
+)
+def test_ruff_lint_clean() -> None:
+    res = _run("ruff", "check", ".")
+    assert res.returncode == 0, res.stdout[-4000:]
+
+
+@pytest.mark.skipif(
+    shutil.which("ruff") is None, reason="ruff not installed (pip install -e .[dev])"
+)
+def test_ruff_format_clean() -> None:
+    res = _run("ruff", "format", "--check", ".")
+    assert res.returncode == 0, res.stdout[-4000:]
+
+
+@pytest.mark.slow
+def test_mypy_clean() -> None:
+    res = _run(sys.executable, "-m", "mypy")
+    assert res.returncode == 0, res.stdout[-4000:]
