@@ -7,7 +7,7 @@ import typer
 
 from mooncake_core import __version__
 
-from . import config_cmd
+from . import config_cmd, topo_cmd
 
 app = typer.Typer(
     name="mooncake",
@@ -17,6 +17,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(config_cmd.app, name="config")
+app.add_typer(topo_cmd.app, name="topo")
 
 
 def _version(value: bool) -> None:

@@ -74,10 +74,10 @@ class SysfsTree:
 
     def display(self, path: Path) -> str:
         """``path`` as it would read on the target machine (``/sys/...``)."""
-        try:
-            return "/" + str(path.relative_to(self.root)).lstrip("/")
-        except ValueError:
-            return str(path)
+        for base in (self.root, self._resolved_root):
+            if path.is_relative_to(base):
+                return "/" + str(path.relative_to(base)).lstrip("/")
+        return str(path)
 
     def warn(self, message: str) -> None:
         """Record one warning line."""
