@@ -1,0 +1,215 @@
+"""Admission control: who gets a 429, and when to come back.
+
+Four strategies, selected by ``ConductorConfig.admission``:
+
+``none``
+    Admit everything; a full decode instance just batches more (TBT suffers).
+``baseline``
+    Admit before prefill; when the prefilled request reaches decode and no decode
+    instance has room, reject it then (the prefill was wasted).
+``early_reject``
+    Reject *before* prefill when the current decode load is at or above
+    ``load_threshold * capacity``, or the predicted TTFT/TBT misses its SLO. Judging on
+    current load makes prefill and decode load swing in anti-phase.
+``early_reject_predictive``
+    Like ``early_reject`` but judges the decode load *at the time this request's
+    prefill would finish*, ``t_f = now + predicted TTFT``, system-wide, assuming every
+    request decodes for the same time ``D``::
+
+        load(t_f) = #{decoding now: join + D > t_f}
+                  + #{admitted, in prefill: finish <= t_f < finish + D}
+        reject if load(t_f) + 1 > load_threshold * capacity
+
+Every strategy rejects at decode join when no instance has room, except ``none``.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from mooncake_core.conductor.decision import ADMIT, AdmissionResult
+from mooncake_core.conductor.state import DecodeInstanceState
+
+__all__ = [
+    "ADMISSIONS",
+    "AdmissionContext",
+    "AdmissionStrategy",
+    "BaselineAdmission",
+    "EarlyRejectAdmission",
+    "NoAdmission",
+    "PredictiveEarlyRejectAdmission",
+    "make_admission",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionContext:
+    """What admission looks at for one request.
+
+    Attributes:
+        now: decision time.
+        predicted_ttft_s: predicted TTFT of the chosen prefill plan.
+        predicted_tbt_s: predicted TBT on the chosen decode instance.
+        ttft_slo_s: TTFT SLO.
+        tbt_slo_s: TBT SLO.
+        decode: every decode instance's state.
+        prefill_finishes: predicted prefill finish times of admitted requests that have
+            not joined decode yet.
+        decode_time_s: uniform decode duration ``D`` of one request.
+        load_threshold: fraction of decode capacity at which to reject.
+        min_retry_s: smallest retry hint given.
+        max_retry_s: largest retry hint given.
+    """
+
+    now: float
+    predicted_ttft_s: float
+    predicted_tbt_s: float
+    ttft_slo_s: float
+    tbt_slo_s: float
+    decode: Sequence[DecodeInstanceState]
+    prefill_finishes: Sequence[float]
+    decode_time_s: float
+    load_threshold: float = 1.0
+    min_retry_s: float = 0.5
+    max_retry_s: float = 60.0
+
+    def capacity(self) -> int:
+        """Total decode batch slots."""
+        return sum(d.max_batch for d in self.decode)
+
+    def retry(self, seconds: float) -> float:
+        """Clamp a retry hint into ``[min_retry_s, max_retry_s]``."""
+        return min(max(seconds, self.min_retry_s), self.max_retry_s)
+
+    def decode_ends(self) -> list[float]:
+        """Predicted end times of current decodes (join + D), sorted."""
+        d = self.decode_time_s
+        return sorted(t + d for inst in self.decode for t in inst.active_since())
+
+
+def _slo_check(ctx: AdmissionContext) -> AdmissionResult | None:
+    if ctx.predicted_ttft_s > ctx.ttft_slo_s:
+        excess = ctx.predicted_ttft_s - ctx.ttft_slo_s
+        return AdmissionResult(
+            False,
+            "ttft_slo",
+            ctx.retry(excess),
+            f"predicted TTFT {ctx.predicted_ttft_s:.3f}s exceeds the SLO {ctx.ttft_slo_s:.3f}s",
+        )
+    if ctx.predicted_tbt_s > ctx.tbt_slo_s:
+        ends = ctx.decode_ends()
+        wait = (ends[0] - ctx.now) if ends else ctx.decode_time_s
+        return AdmissionResult(
+            False,
+            "tbt_slo",
+            ctx.retry(wait),
+            f"predicted TBT {ctx.predicted_tbt_s * 1000:.1f}ms exceeds the SLO {ctx.tbt_slo_s * 1000:.1f}ms",
+        )
+    return None
+
+
+class AdmissionStrategy:
+    """Base: decide before prefill, and whether a full decode batch may overflow at join."""
+
+    name: ClassVar[str] = ""
+    overflow_at_join: ClassVar[bool] = False
+    """Whether a request may join a full decode instance instead of being rejected."""
+
+    def before_prefill(self, ctx: AdmissionContext) -> AdmissionResult:
+        """Verdict at scheduling time."""
+        del ctx
+        return ADMIT
+
+
+class NoAdmission(AdmissionStrategy):
+    """Admit everything, even into full decode batches."""
+
+    name = "none"
+    overflow_at_join = True
+
+
+class BaselineAdmission(AdmissionStrategy):
+    """Admit before prefill; reject only at decode join when every decode instance is full."""
+
+    name = "baseline"
+
+
+class EarlyRejectAdmission(AdmissionStrategy):
+    """Reject before prefill on *current* decode load or a predicted SLO miss."""
+
+    name = "early_reject"
+
+    def before_prefill(self, ctx: AdmissionContext) -> AdmissionResult:
+        """Reject when decoding now fills ``load_threshold`` of capacity, or SLOs would be missed."""
+        cap = ctx.capacity()
+        load = sum(d.batch for d in ctx.decode)
+        if load >= ctx.load_threshold * cap:
+            ends = ctx.decode_ends()
+            wait = (ends[0] - ctx.now) if ends else ctx.decode_time_s
+            return AdmissionResult(
+                False,
+                "decode_full",
+                ctx.retry(wait),
+                f"{load} requests decoding, limit {ctx.load_threshold * cap:g} of {cap} slots",
+            )
+        return _slo_check(ctx) or ADMIT
+
+
+class PredictiveEarlyRejectAdmission(AdmissionStrategy):
+    """Reject before prefill on the decode load predicted for when the prefill finishes."""
+
+    name = "early_reject_predictive"
+
+    def before_prefill(self, ctx: AdmissionContext) -> AdmissionResult:
+        """Predict ``load(now + TTFT)`` with a uniform decode time and compare with capacity."""
+        slo = _slo_check(ctx)
+        if slo is not None and slo.reason == "ttft_slo":
+            return slo
+        d = ctx.decode_time_s
+        t_f = ctx.now + ctx.predicted_ttft_s
+        ends = ctx.decode_ends()
+        # Decoders still running at t_f, plus admitted prefills that will be decoding then.
+        load = len(ends) - bisect.bisect_right(ends, t_f)
+        for f in ctx.prefill_finishes:
+            if f <= t_f < f + d:
+                load += 1
+            ends.append(f + d)
+        limit = ctx.load_threshold * ctx.capacity()
+        if load + 1 > limit:
+            # Retry once enough of the decoders alive at t_f have ended.
+            alive = sorted(e for e in ends if e > t_f)
+            over = int(load + 1 - limit)
+            k = min(max(over, 1), len(alive)) - 1
+            wait = (alive[k] - t_f) if alive else d
+            return AdmissionResult(
+                False,
+                "decode_load_predicted",
+                ctx.retry(wait),
+                f"predicted {load} requests decoding at t+{ctx.predicted_ttft_s:.3f}s, "
+                f"limit {limit:g} slots",
+            )
+        return slo or ADMIT
+
+
+ADMISSIONS: dict[str, type[AdmissionStrategy]] = {
+    a.name: a
+    for a in (NoAdmission, BaselineAdmission, EarlyRejectAdmission, PredictiveEarlyRejectAdmission)
+}
+"""Admission strategies by configuration name."""
+
+
+def make_admission(name: str) -> AdmissionStrategy:
+    """Build the admission strategy called ``name``.
+
+    Raises:
+        ValueError: unknown name (the message lists the known ones).
+    """
+    cls = ADMISSIONS.get(name)
+    if cls is None:
+        raise ValueError(
+            f"unknown admission strategy {name!r}; known: {', '.join(sorted(ADMISSIONS))}"
+        )
+    return cls()

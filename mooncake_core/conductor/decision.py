@@ -1,0 +1,272 @@
+"""What the Conductor is asked and what it answers: requests, decisions, candidate rows.
+
+Everything here is an immutable value: the audit, the simulator and the front door keep
+them without copying.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from mooncake_core.conductor.events import Tier
+
+if TYPE_CHECKING:
+    from mooncake_core.conductor.audit.records import CandidateRecord, DecisionRecord
+
+__all__ = [
+    "AdmissionResult",
+    "Candidate",
+    "Decision",
+    "JoinResult",
+    "Migration",
+    "ScheduleRequest",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRequest:
+    """One request to place.
+
+    Attributes:
+        request_id: unique id (the front door's or the trace's).
+        block_keys: chained keys of the prompt's complete blocks, in order.
+        input_len: prompt tokens.
+        expected_output_len: output tokens expected (``max_tokens`` or a trace's length).
+
+    Raises:
+        ValueError: empty id, negative lengths.
+    """
+
+    request_id: str
+    block_keys: tuple[int, ...]
+    input_len: int
+    expected_output_len: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.request_id:
+            raise ValueError("request_id must be non-empty")
+        if self.input_len < 0 or self.expected_output_len < 0:
+            raise ValueError(
+                f"request {self.request_id!r}: lengths must be >= 0, got input_len="
+                f"{self.input_len} expected_output_len={self.expected_output_len}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionResult:
+    """Admit or reject, with the reason and when to retry.
+
+    Attributes:
+        admitted: whether the request goes ahead.
+        reason: ``""`` when admitted; else a stable code: ``decode_full``, ``ttft_slo``,
+            ``tbt_slo``, ``decode_load_predicted``.
+        retry_after_s: hint for the client's ``Retry-After`` (seconds), rejections only.
+        detail: one human sentence with the numbers behind the verdict.
+    """
+
+    admitted: bool
+    reason: str = ""
+    retry_after_s: float | None = None
+    detail: str = ""
+
+
+ADMIT = AdmissionResult(True)
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    """Outcome of a request reaching decode after its prefill.
+
+    Attributes:
+        admitted: whether it joined a decode batch.
+        instance: the decode instance it joined (may differ from the decision's when
+            that one filled up meanwhile), ``None`` when rejected.
+        reason: rejection code (``decode_full``), ``""`` when admitted.
+    """
+
+    admitted: bool
+    instance: str | None
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """A hotspot migration: ``target`` fetches ``keys`` from ``source`` and keeps a replica.
+
+    Attributes:
+        source: location holding the prefix (prefill instance or store node).
+        source_tier: tier it is read from.
+        target: the chosen prefill instance.
+        keys: the block keys fetched (the part of the best prefix the target lacked).
+        nbytes: bytes moved.
+        predicted_s: predicted transfer time.
+    """
+
+    source: str
+    source_tier: Tier
+    target: str
+    keys: tuple[int, ...]
+    nbytes: int
+    predicted_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One instance the Conductor considered, with the numbers it compared.
+
+    Attributes:
+        role: ``"prefill"`` or ``"decode"``.
+        instance: instance name.
+        matched_blocks: prefix blocks the instance holds itself (prefill; 0 for decode).
+        used_blocks: prefix blocks the plan reuses (after any fetch).
+        fetch_blocks: blocks the plan fetches from ``fetch_source``.
+        fetch_source: location fetched from, ``None`` when the plan fetches nothing.
+        queue_s: predicted wait before it starts (prefill) or 0.
+        transfer_s: predicted fetch time.
+        prefill_s: predicted prefill compute time.
+        predicted_ttft_s: ``queue_s + transfer_s + prefill_s`` (prefill rows).
+        predicted_tbt_s: predicted TBT if the request joins (decode rows), else ``None``.
+        chosen: whether this row won.
+        why_not: ``""`` for the winner; else why it lost, with the numbers.
+    """
+
+    role: str
+    instance: str
+    matched_blocks: int
+    used_blocks: int
+    fetch_blocks: int
+    fetch_source: str | None
+    queue_s: float
+    transfer_s: float
+    prefill_s: float
+    predicted_ttft_s: float
+    predicted_tbt_s: float | None
+    chosen: bool
+    why_not: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Everything decided for one request, and everything the decision was based on.
+
+    Attributes:
+        time: ``now`` of the decision.
+        request_id: the request.
+        input_len: prompt tokens.
+        expected_output_len: expected output tokens.
+        block_keys: the prompt's block keys.
+        policy: scheduling policy name.
+        threshold: ``kvcache_balancing_threshold`` in force (``None`` for policies without one).
+        prefill: chosen prefill instance (also set on rejection: what would have run).
+        decode: chosen decode instance.
+        local_blocks: prefix blocks the chosen prefill instance held itself.
+        prefix_blocks: prefix blocks reused by the chosen plan (after any fetch).
+        best_blocks: longest prefix held anywhere.
+        predicted_queue_s: predicted wait on the chosen prefill instance.
+        predicted_transfer_s: predicted fetch time of the chosen plan.
+        predicted_prefill_s: predicted compute time of the chosen plan.
+        predicted_ttft_s: predicted time to first token.
+        predicted_tbt_s: predicted time between tokens on the chosen decode instance.
+        admission: admission verdict, reason and retry hint.
+        migration: hotspot migration issued, or ``None``.
+        candidates: prefill rows (instance order) then decode rows.
+    """
+
+    time: float
+    request_id: str
+    input_len: int
+    expected_output_len: int
+    block_keys: tuple[int, ...]
+    policy: str
+    threshold: float | None
+    prefill: str
+    decode: str
+    local_blocks: int
+    prefix_blocks: int
+    best_blocks: int
+    predicted_queue_s: float
+    predicted_transfer_s: float
+    predicted_prefill_s: float
+    predicted_ttft_s: float
+    predicted_tbt_s: float
+    admission: AdmissionResult
+    migration: Migration | None
+    candidates: tuple[Candidate, ...]
+
+    @property
+    def admitted(self) -> bool:
+        """Whether the request was admitted."""
+        return self.admission.admitted
+
+    @property
+    def reason(self) -> str:
+        """Rejection code (``""`` when admitted)."""
+        return self.admission.reason
+
+    @property
+    def retry_after_s(self) -> float | None:
+        """Retry hint of a rejection."""
+        return self.admission.retry_after_s
+
+    def runner_up(self, role: str = "prefill") -> Candidate | None:
+        """The best losing candidate of ``role`` (lowest predicted TTFT or TBT)."""
+        losers = [c for c in self.candidates if c.role == role and not c.chosen]
+        if not losers:
+            return None
+        if role == "decode":
+            return min(losers, key=lambda c: c.predicted_tbt_s or 0.0)
+        return min(losers, key=lambda c: c.predicted_ttft_s)
+
+    def to_record(
+        self, time: float | None = None
+    ) -> tuple[DecisionRecord, tuple[CandidateRecord, ...]]:
+        """Map to the audit's records (one decision row, one row per candidate).
+
+        Args:
+            time: wall-clock (unix) time to store; default ``self.time`` (the live
+                service passes unix time as ``now``; the simulator may pass its clock).
+
+        Returns:
+            ``(decision_record, candidate_records)``, prefill candidates first.
+        """
+        # Imported here: the audit package pulls in SQLAlchemy, the decision path must not.
+        from mooncake_core.conductor.audit.records import CandidateRecord, DecisionRecord
+
+        adm = self.admission
+        keys = self.block_keys
+        record = DecisionRecord(
+            time=self.time if time is None else time,
+            request_id=self.request_id,
+            prompt_tokens=self.input_len,
+            prompt_blocks=len(keys),
+            first_block_key=f"{keys[0]:016x}" if keys else None,
+            block_key_count=len(keys),
+            policy=self.policy,
+            chosen_prefill=self.prefill,
+            chosen_decode=self.decode,
+            predicted_ttft_s=self.predicted_ttft_s,
+            predicted_tbt_s=self.predicted_tbt_s,
+            admitted=adm.admitted,
+            reject_reason=None if adm.admitted else f"{adm.reason}: {adm.detail}",
+            retry_after_s=adm.retry_after_s,
+            migration_source=self.migration.source if self.migration else None,
+            migration_blocks=len(self.migration.keys) if self.migration else 0,
+        )
+        rows = tuple(
+            CandidateRecord(
+                instance=c.instance,
+                role="prefill" if c.role == "prefill" else "decode",
+                matched_prefix_blocks=c.matched_blocks,
+                queue_time_s=c.queue_s,
+                transfer_time_s=c.transfer_s,
+                prefill_time_s=c.prefill_s,
+                predicted_ttft_s=c.predicted_ttft_s if c.role == "prefill" else None,
+                predicted_tbt_s=c.predicted_tbt_s,
+                chosen=c.chosen,
+                why_not=c.why_not or None,
+                transfer_blocks=c.fetch_blocks,
+            )
+            for c in self.candidates
+        )
+        return record, rows

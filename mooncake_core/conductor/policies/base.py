@@ -1,0 +1,271 @@
+"""What every scheduling policy sees and returns.
+
+A policy only chooses the prefill instance and plan (local prefix, or fetch the best
+prefix first). Decode selection and admission are the Conductor's, the same for all
+policies, so policies stay comparable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from mooncake_core.conductor.decision import ScheduleRequest
+from mooncake_core.conductor.index import Holder, PrefixMatch
+from mooncake_core.conductor.network import NetworkModel
+from mooncake_core.conductor.predictors import PrefillTimeModel
+from mooncake_core.conductor.state import PrefillInstanceState
+
+__all__ = ["Policy", "PolicyChoice", "PolicyContext", "PrefillFeedback", "PrefillPlan"]
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillPlan:
+    """How one prefill instance would serve the request, with predicted times.
+
+    Attributes:
+        instance: prefill instance.
+        local_blocks: prefix blocks the instance holds itself.
+        used_blocks: prefix blocks reused (``local_blocks``, or the best prefix when fetching).
+        source: holder the missing blocks come from, ``None`` for a local plan.
+        queue_s: predicted wait on the instance.
+        transfer_s: predicted fetch time.
+        prefill_s: predicted compute time with ``used_blocks`` cached.
+    """
+
+    instance: str
+    local_blocks: int
+    used_blocks: int
+    source: Holder | None
+    queue_s: float
+    transfer_s: float
+    prefill_s: float
+
+    @property
+    def ttft_s(self) -> float:
+        """Predicted TTFT of this plan."""
+        return self.queue_s + self.transfer_s + self.prefill_s
+
+    @property
+    def fetches(self) -> bool:
+        """Whether the plan fetches blocks first."""
+        return self.source is not None
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyChoice:
+    """A policy's answer.
+
+    Attributes:
+        chosen: index into ``plans`` of the winner.
+        plans: one plan per prefill instance, in instance order.
+        why_not: for each loser (same order; ``""`` for the winner) a short reason.
+        alternative: for the winner, the plan it did *not* take (fetch vs local) when the
+            best prefix lives elsewhere; feeds :class:`PrefillFeedback`.
+        ratio: ``best_blocks / local_blocks`` of the winner (``inf`` when it held nothing).
+    """
+
+    chosen: int
+    plans: tuple[PrefillPlan, ...]
+    why_not: tuple[str, ...]
+    alternative: PrefillPlan | None = None
+    ratio: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillFeedback:
+    """What actually happened to one request's prefill, for policies that learn.
+
+    Attributes:
+        request_id: the request.
+        plan: the plan taken (predictions as the policy made them).
+        alternative: the plan not taken, if there was a choice between fetch and local.
+        ratio: best/local prefix ratio at decision time.
+        threshold: the threshold in force at decision time.
+        raw_transfer_s: uncorrected transfer prediction of ``plan``.
+        raw_prefill_s: uncorrected compute prediction of ``plan``.
+        raw_alt_transfer_s: uncorrected transfer prediction of ``alternative``.
+        raw_alt_prefill_s: uncorrected compute prediction of ``alternative``.
+        actual_exec_s: measured time from prefill start to prefill done (fetch included).
+        actual_transfer_s: measured fetch time, when the worker reported it.
+    """
+
+    request_id: str
+    plan: PrefillPlan
+    alternative: PrefillPlan | None
+    ratio: float
+    threshold: float | None
+    raw_transfer_s: float
+    raw_prefill_s: float
+    raw_alt_transfer_s: float
+    raw_alt_prefill_s: float
+    actual_exec_s: float
+    actual_transfer_s: float | None
+
+
+class PolicyContext:
+    """Inputs of one decision, with the plan calculators every policy shares.
+
+    Args:
+        request: the request.
+        match: longest-prefix match of its keys.
+        instances: prefill instance states in a fixed order.
+        now: decision time.
+        prefill_model: ``T_prefill`` predictor.
+        network: transfer-time predictor.
+        block_size: tokens per block.
+        bytes_per_block: KV bytes of one block.
+        prefill_scale: multiplier on predicted compute (and queue) times.
+        transfer_scale: multiplier on predicted transfer times.
+    """
+
+    __slots__ = (
+        "_best_holders",
+        "block_size",
+        "bytes_per_block",
+        "instances",
+        "match",
+        "network",
+        "now",
+        "prefill_model",
+        "prefill_scale",
+        "request",
+        "transfer_scale",
+    )
+
+    def __init__(
+        self,
+        request: ScheduleRequest,
+        match: PrefixMatch,
+        instances: Sequence[PrefillInstanceState],
+        now: float,
+        prefill_model: PrefillTimeModel,
+        network: NetworkModel,
+        block_size: int,
+        bytes_per_block: int,
+        prefill_scale: float = 1.0,
+        transfer_scale: float = 1.0,
+    ) -> None:
+        self.request = request
+        self.match = match
+        self.instances = instances
+        self.now = now
+        self.prefill_model = prefill_model
+        self.network = network
+        self.block_size = block_size
+        self.bytes_per_block = bytes_per_block
+        self.prefill_scale = prefill_scale
+        self.transfer_scale = transfer_scale
+        self._best_holders: list[Holder] | None = None
+
+    def local_blocks(self, instance: str) -> int:
+        """Prefix blocks ``instance`` holds in any of its own tiers."""
+        return self.match.by_location.get(instance, 0)
+
+    def _prefix_tokens(self, blocks: int) -> int:
+        t = blocks * self.block_size
+        return t if t < self.request.input_len else self.request.input_len
+
+    def local_plan(self, state: PrefillInstanceState) -> PrefillPlan:
+        """Serve from the instance's own prefix only."""
+        local = self.match.by_location.get(state.name, 0)
+        return PrefillPlan(
+            state.name,
+            local,
+            local,
+            None,
+            state.queue_time(self.now) * self.prefill_scale,
+            0.0,
+            self.prefill_model.predict(self.request.input_len, self._prefix_tokens(local))
+            * self.prefill_scale,
+        )
+
+    def fetch_plan(self, state: PrefillInstanceState) -> PrefillPlan:
+        """Fetch the best prefix from its cheapest holder first; local plan if nothing to fetch."""
+        best = self.match.best_len
+        local = self.match.by_location.get(state.name, 0)
+        if best <= local:
+            return self.local_plan(state)
+        if self._best_holders is None:
+            self._best_holders = self.match.holders_with(best)
+        nbytes = (best - local) * self.bytes_per_block
+        source: Holder | None = None
+        transfer = float("inf")
+        for holder in self._best_holders:
+            if holder[0] == state.name:
+                continue
+            t = self.network.transfer_time(holder[0], state.name, nbytes, self.now, holder[1])
+            if t < transfer:
+                transfer, source = t, holder
+        if source is None:
+            return self.local_plan(state)
+        return PrefillPlan(
+            state.name,
+            local,
+            best,
+            source,
+            state.queue_time(self.now) * self.prefill_scale,
+            transfer * self.transfer_scale,
+            self.prefill_model.predict(self.request.input_len, self._prefix_tokens(best))
+            * self.prefill_scale,
+        )
+
+    def all_local_plans(self) -> tuple[PrefillPlan, ...]:
+        """Local plan of every instance, in instance order."""
+        return tuple(self.local_plan(s) for s in self.instances)
+
+
+def ttft_why_not(plans: Sequence[PrefillPlan], chosen: int) -> tuple[str, ...]:
+    """Reasons for losers of a min-TTFT choice, with both numbers."""
+    best = plans[chosen].ttft_s
+    out = []
+    for i, p in enumerate(plans):
+        if i == chosen:
+            out.append("")
+        elif p.ttft_s > best:
+            out.append(f"predicted TTFT {p.ttft_s:.3f}s > {best:.3f}s")
+        else:
+            out.append(f"predicted TTFT {p.ttft_s:.3f}s ties {best:.3f}s; earlier instance wins")
+    return tuple(out)
+
+
+def argmin_ttft(plans: Sequence[PrefillPlan]) -> int:
+    """Index of the lowest predicted TTFT; ties go to the first instance."""
+    best_i = 0
+    best_t = plans[0].ttft_s
+    for i in range(1, len(plans)):
+        t = plans[i].ttft_s
+        if t < best_t:
+            best_i, best_t = i, t
+    return best_i
+
+
+class Policy:
+    """Base of scheduling policies: choose a prefill plan for one request."""
+
+    name: ClassVar[str] = ""
+    threshold: float | None = None
+    """The kvcache balancing threshold in force, for policies that have one."""
+
+    def choose(self, ctx: PolicyContext) -> PolicyChoice:
+        """Pick the prefill instance and plan.
+
+        Raises:
+            ValueError: no prefill instance to choose from.
+        """
+        raise NotImplementedError
+
+    def observe(self, feedback: PrefillFeedback) -> None:
+        """Learn from a finished prefill; most policies ignore it."""
+        del feedback
+
+    @property
+    def prefill_scale(self) -> float:
+        """Correction the policy applies to predicted compute times (1: none)."""
+        return 1.0
+
+    @property
+    def transfer_scale(self) -> float:
+        """Correction the policy applies to predicted transfer times (1: none)."""
+        return 1.0

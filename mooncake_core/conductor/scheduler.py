@@ -1,0 +1,525 @@
+"""The Conductor: places requests on prefill/decode pairs and tracks them through their life.
+
+Sans-IO: every call takes ``now``; nothing here sleeps, sends or reads a clock. The live
+service and the simulator both drive it the same way::
+
+    d = conductor.schedule(req, now)          # -> Decision (admitted or rejected)
+    conductor.on_prefill_start(req_id, now)   # the prefill instance picked it up
+    conductor.on_prefill_done(req_id, now)    # KV complete; feeds the adaptive policy
+    conductor.on_decode_join(req_id, now)     # -> JoinResult (baseline may reject here)
+    conductor.on_decode_done(req_id, now)     # last token
+    conductor.on_actual(req_id, ttft, tbt)    # measured latencies, for error statistics
+    conductor.apply(event) / resync(...)      # cache changes for the prefix index
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from mooncake_core.conductor.admission import AdmissionContext, make_admission
+from mooncake_core.conductor.decision import (
+    AdmissionResult,
+    Candidate,
+    Decision,
+    JoinResult,
+    Migration,
+    ScheduleRequest,
+)
+from mooncake_core.conductor.events import BlockStored, CacheEvent, Tier
+from mooncake_core.conductor.index import PrefixIndex
+from mooncake_core.conductor.network import NetworkModel
+from mooncake_core.conductor.options import (
+    ConductorOptions,
+    default_decode_model,
+    default_prefill_model,
+)
+from mooncake_core.conductor.policies import (
+    PolicyContext,
+    PrefillFeedback,
+    PrefillPlan,
+    make_policy,
+)
+from mooncake_core.conductor.predictors import DecodeStepModel, PrefillTimeModel
+from mooncake_core.conductor.snapshot import ConductorSnapshot
+from mooncake_core.conductor.state import DecodeInstanceState, PrefillInstanceState
+from mooncake_core.config.models import ClusterConfig, ConductorConfig, HashingConfig
+
+__all__ = ["Conductor"]
+
+
+@dataclass(slots=True)
+class _Tracked:
+    """What the Conductor remembers about an admitted request until it finishes."""
+
+    decision: Decision
+    plan: PrefillPlan
+    alternative: PrefillPlan | None
+    ratio: float
+    raw: tuple[float, float, float, float]
+    prefill_finish: float
+    started_at: float | None = None
+    decode: str | None = None
+    joined_at: float | None = None
+
+
+class Conductor:
+    """Global scheduler facade over the index, predictors, policy and admission.
+
+    Args:
+        config: policy, threshold, admission and SLOs.
+        prefill: prefill instance names, in a fixed order (ties go to the first).
+        decode: decode instance name -> max batch.
+        hashing: block size of the keys (must match the keys' producer).
+        prefill_model: ``T_prefill`` predictor (default: illustrative coefficients).
+        decode_model: decode step predictor (default: illustrative coefficients).
+        network: transfer-time predictor (default: 100 Gbps per location).
+        index: prefix index to share (default: a new one).
+        options: knobs not in ``config``.
+
+    Raises:
+        ValueError: no prefill or decode instance, duplicate names, unknown policy/admission.
+    """
+
+    def __init__(
+        self,
+        config: ConductorConfig,
+        prefill: list[str] | tuple[str, ...],
+        decode: Mapping[str, int],
+        *,
+        hashing: HashingConfig | None = None,
+        prefill_model: PrefillTimeModel | None = None,
+        decode_model: DecodeStepModel | None = None,
+        network: NetworkModel | None = None,
+        index: PrefixIndex | None = None,
+        options: ConductorOptions | None = None,
+    ) -> None:
+        if not prefill or not decode:
+            raise ValueError("the Conductor needs at least one prefill and one decode instance")
+        if len(set(prefill)) != len(prefill):
+            raise ValueError(f"duplicate prefill instance names in {list(prefill)}")
+        self.config = config
+        self.options = options or ConductorOptions()
+        self.block_size = (hashing or HashingConfig()).block_size
+        self.prefill_model = prefill_model or default_prefill_model()
+        self.decode_model = decode_model or default_decode_model()
+        self.network = network or NetworkModel()
+        self.index = index if index is not None else PrefixIndex()
+        self.policy = make_policy(
+            config.policy,
+            seed=self.options.seed,
+            threshold=config.kvcache_balancing_threshold,
+            adaptive=self.options.adaptive,
+        )
+        self.admission = make_admission(config.admission)
+        self._prefill = [PrefillInstanceState(n) for n in prefill]
+        self._prefill_by_name = {s.name: s for s in self._prefill}
+        self._decode = [DecodeInstanceState(n, b) for n, b in decode.items()]
+        self._decode_by_name = {s.name: s for s in self._decode}
+        self._bytes_per_block = self.block_size * self.options.bytes_per_token
+        self._tracked: dict[str, _Tracked] = {}
+        self._done: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._decode_time = self.options.uniform_decode_time_s
+        self._counts = {"decisions": 0, "admitted": 0, "migrations": 0, "join_rejected": 0}
+        self._rejected: dict[str, int] = {}
+        self._err = {"n_ttft": 0, "ttft_abs": 0.0, "ttft_signed": 0.0, "n_tbt": 0, "tbt_abs": 0.0}
+        self._now = 0.0
+
+    @classmethod
+    def from_cluster(cls, cluster: ClusterConfig, **kwargs: object) -> Conductor:
+        """Build from the cluster description (instances, hashing, conductor settings).
+
+        Args:
+            cluster: the whole cluster config.
+            **kwargs: any keyword argument of the constructor (models, network, options).
+        """
+        return cls(
+            cluster.conductor,
+            [w.name for w in cluster.prefill_workers],
+            {w.name: w.max_batch for w in cluster.decode_workers},
+            hashing=cluster.hashing,
+            **kwargs,  # type: ignore[arg-type]
+        )
+
+    # -- cache events ----------------------------------------------------------------
+
+    def apply(self, event: CacheEvent) -> None:
+        """Feed one cache event to the prefix index."""
+        self.index.apply(event)
+
+    def resync(self, location: str, tier: Tier, keys: list[int] | set[int]) -> tuple[int, int]:
+        """Replace one holder's view in the index; returns ``(added, removed)`` drift."""
+        return self.index.resync(location, tier, keys)
+
+    # -- scheduling --------------------------------------------------------------------
+
+    def _decode_time_estimate(self, request: ScheduleRequest, tbt: float) -> float:
+        if self._decode_time is None:
+            guess = request.expected_output_len * tbt
+            self._decode_time = guess if guess > 0 else 10.0
+        return self._decode_time
+
+    def _choose_decode(self, request: ScheduleRequest) -> tuple[int, list[float], list[str]]:
+        tbts: list[float] = []
+        slo = self.config.tbt_slo_s
+        best = -1
+        fallback = 0
+        for i, d in enumerate(self._decode):
+            t = self.decode_model.tbt_if_joined(d.batch, d.context_tokens, request.input_len)
+            tbts.append(t)
+            if t < tbts[fallback]:
+                fallback = i
+            if t <= slo and d.has_room() and (best < 0 or t < tbts[best]):
+                best = i
+        chosen = best if best >= 0 else fallback
+        why = []
+        for i, d in enumerate(self._decode):
+            if i == chosen:
+                why.append("")
+            elif not d.has_room():
+                why.append(f"full ({d.batch}/{d.max_batch})")
+            elif tbts[i] > slo:
+                why.append(f"predicted TBT {tbts[i] * 1000:.1f}ms > SLO {slo * 1000:.1f}ms")
+            else:
+                why.append(f"predicted TBT {tbts[i] * 1000:.1f}ms >= {tbts[chosen] * 1000:.1f}ms")
+        return chosen, tbts, why
+
+    def schedule(self, request: ScheduleRequest, now: float) -> Decision:
+        """Choose a prefill/decode pair for ``request`` and admit or reject it.
+
+        Args:
+            request: the request (its keys must come from this Conductor's block size).
+            now: current time.
+
+        Returns:
+            The decision; when admitted the request is queued on the chosen prefill
+            instance, a decode slot is reserved and any hotspot migration is recorded.
+
+        Raises:
+            ValueError: more blocks than the prompt has, or a request id already in flight.
+        """
+        keys = request.block_keys
+        if len(keys) * self.block_size > request.input_len:
+            raise ValueError(
+                f"request {request.request_id!r}: {len(keys)} blocks of {self.block_size} tokens "
+                f"exceed input_len {request.input_len}"
+            )
+        if request.request_id in self._tracked:
+            raise ValueError(f"request {request.request_id!r} is already in flight")
+        self._now = now
+        policy = self.policy
+        p_scale, x_scale = policy.prefill_scale, policy.transfer_scale
+        match = self.index.match(keys)
+        ctx = PolicyContext(
+            request,
+            match,
+            self._prefill,
+            now,
+            self.prefill_model,
+            self.network,
+            self.block_size,
+            self._bytes_per_block,
+            p_scale,
+            x_scale,
+        )
+        choice = policy.choose(ctx)
+        plan = choice.plans[choice.chosen]
+        d_idx, tbts, d_why = self._choose_decode(request)
+        decode = self._decode[d_idx]
+        finishes = [t.prefill_finish for t in self._tracked.values() if t.joined_at is None]
+        adm_ctx = AdmissionContext(
+            now,
+            plan.ttft_s,
+            tbts[d_idx],
+            self.config.ttft_slo_s,
+            self.config.tbt_slo_s,
+            self._decode,
+            finishes,
+            self._decode_time_estimate(request, tbts[d_idx]),
+            self.options.decode_load_threshold,
+            self.options.min_retry_after_s,
+            self.options.max_retry_after_s,
+        )
+        verdict = self.admission.before_prefill(adm_ctx)
+        migration = None
+        if verdict.admitted and plan.source is not None:
+            fetched = keys[plan.local_blocks : plan.used_blocks]
+            nbytes = len(fetched) * self._bytes_per_block
+            migration = Migration(
+                plan.source[0],
+                plan.source[1],
+                plan.instance,
+                tuple(fetched),
+                nbytes,
+                plan.transfer_s,
+            )
+        decision = self._decision(
+            request,
+            now,
+            choice.plans,
+            choice.chosen,
+            choice.why_not,
+            d_idx,
+            tbts,
+            d_why,
+            match.best_len,
+            verdict,
+            migration,
+        )
+        self._counts["decisions"] += 1
+        if not verdict.admitted:
+            self._rejected[verdict.reason] = self._rejected.get(verdict.reason, 0) + 1
+            return decision
+        self._counts["admitted"] += 1
+        raw_x = plan.transfer_s / x_scale
+        raw_p = plan.prefill_s / p_scale
+        alt = choice.alternative
+        raw = (
+            raw_x,
+            raw_p,
+            alt.transfer_s / x_scale if alt else 0.0,
+            alt.prefill_s / p_scale if alt else 0.0,
+        )
+        self._prefill[choice.chosen].enqueue(request.request_id, raw_x + raw_p)
+        decode.reserve(request.request_id, request.input_len)
+        if migration is not None:
+            self._counts["migrations"] += 1
+            self.index.add_pending(plan.instance, Tier.HBM, migration.keys)
+            self.network.add_transfer(migration.source, plan.instance, migration.nbytes, now)
+        self._tracked[request.request_id] = _Tracked(
+            decision, plan, alt, choice.ratio, raw, now + plan.ttft_s, decode=decode.name
+        )
+        return decision
+
+    def _decision(
+        self,
+        request: ScheduleRequest,
+        now: float,
+        plans: tuple[PrefillPlan, ...],
+        chosen: int,
+        why_not: tuple[str, ...],
+        d_idx: int,
+        tbts: list[float],
+        d_why: list[str],
+        best_len: int,
+        verdict: AdmissionResult,
+        migration: Migration | None,
+    ) -> Decision:
+        rows = [
+            Candidate(
+                "prefill",
+                p.instance,
+                p.local_blocks,
+                p.used_blocks,
+                p.used_blocks - p.local_blocks if p.source is not None else 0,
+                p.source[0] if p.source is not None else None,
+                p.queue_s,
+                p.transfer_s,
+                p.prefill_s,
+                p.queue_s + p.transfer_s + p.prefill_s,
+                None,
+                i == chosen,
+                why_not[i],
+            )
+            for i, p in enumerate(plans)
+        ]
+        rows.extend(
+            Candidate(
+                "decode", d.name, 0, 0, 0, None, 0.0, 0.0, 0.0, 0.0, tbts[i], i == d_idx, d_why[i]
+            )
+            for i, d in enumerate(self._decode)
+        )
+        plan = plans[chosen]
+        return Decision(
+            time=now,
+            request_id=request.request_id,
+            input_len=request.input_len,
+            expected_output_len=request.expected_output_len,
+            block_keys=request.block_keys,
+            policy=self.policy.name,
+            threshold=self.policy.threshold,
+            prefill=plan.instance,
+            decode=self._decode[d_idx].name,
+            local_blocks=plan.local_blocks,
+            prefix_blocks=plan.used_blocks,
+            best_blocks=best_len,
+            predicted_queue_s=plan.queue_s,
+            predicted_transfer_s=plan.transfer_s,
+            predicted_prefill_s=plan.prefill_s,
+            predicted_ttft_s=plan.ttft_s,
+            predicted_tbt_s=tbts[d_idx],
+            admission=verdict,
+            migration=migration,
+            candidates=tuple(rows),
+        )
+
+    # -- lifecycle hooks ---------------------------------------------------------------
+
+    def _get(self, request_id: str) -> _Tracked:
+        t = self._tracked.get(request_id)
+        if t is None:
+            raise KeyError(f"request {request_id!r} is not in flight")
+        return t
+
+    def on_prefill_start(self, request_id: str, now: float) -> None:
+        """The chosen prefill instance started the request (its fetch, then compute).
+
+        Raises:
+            KeyError: unknown request, or it is not queued.
+        """
+        t = self._get(request_id)
+        self._prefill_by_name[t.plan.instance].start(request_id, now)
+        t.started_at = now
+        t.prefill_finish = now + t.raw[0] + t.raw[1]
+        self._now = now
+
+    def on_prefill_done(
+        self, request_id: str, now: float, actual_transfer_s: float | None = None
+    ) -> None:
+        """The prefill finished: the instance frees up, caches the prompt, and policies learn.
+
+        Args:
+            request_id: the request.
+            now: current time.
+            actual_transfer_s: measured fetch time, when the worker reports it.
+
+        Raises:
+            KeyError: unknown request.
+        """
+        t = self._get(request_id)
+        self._prefill_by_name[t.plan.instance].finish(request_id)
+        t.prefill_finish = now
+        self._now = now
+        d = t.decision
+        if self.options.cache_on_prefill_done and d.block_keys:
+            self.index.apply(BlockStored(t.plan.instance, Tier.HBM, d.block_keys))
+        elif d.migration is not None:
+            self.index.confirm(t.plan.instance, Tier.HBM, d.migration.keys)
+        if t.started_at is not None:
+            self.policy.observe(
+                PrefillFeedback(
+                    request_id,
+                    t.plan,
+                    t.alternative,
+                    t.ratio,
+                    d.threshold,
+                    *t.raw,
+                    now - t.started_at,
+                    actual_transfer_s,
+                )
+            )
+
+    def on_decode_join(self, request_id: str, now: float) -> JoinResult:
+        """The prefilled request reaches decode; it joins its instance, another with room, or is rejected.
+
+        Raises:
+            KeyError: unknown request.
+        """
+        t = self._get(request_id)
+        self._now = now
+        wanted = self._decode_by_name[t.decode] if t.decode else self._decode[0]
+        target: DecodeInstanceState | None = wanted if wanted.has_room() else None
+        if target is None:
+            roomy = [d for d in self._decode if d.has_room()]
+            if roomy:
+                target = min(roomy, key=lambda d: d.batch)
+            elif self.admission.overflow_at_join:
+                target = wanted
+        wanted.unreserve(request_id)
+        if target is None:
+            self._counts["join_rejected"] += 1
+            self._rejected["decode_full"] = self._rejected.get("decode_full", 0) + 1
+            self._forget(request_id)
+            return JoinResult(False, None, "decode_full")
+        target.join(request_id, t.decision.input_len, now)
+        t.decode = target.name
+        t.joined_at = now
+        return JoinResult(True, target.name)
+
+    def on_decode_done(self, request_id: str, now: float) -> None:
+        """The request produced its last token; its slot frees and ``D`` is updated.
+
+        Raises:
+            KeyError: unknown request.
+        """
+        t = self._get(request_id)
+        self._now = now
+        if t.decode is not None:
+            self._decode_by_name[t.decode].leave(request_id)
+        w = self.options.decode_time_ewma
+        if t.joined_at is not None and w > 0:
+            observed = now - t.joined_at
+            self._decode_time = (
+                observed
+                if self._decode_time is None
+                else (1 - w) * self._decode_time + w * observed
+            )
+        self._forget(request_id)
+
+    def cancel(self, request_id: str) -> bool:
+        """Drop a request wherever it is (client gone, worker failed); returns whether it was known."""
+        t = self._tracked.get(request_id)
+        if t is None:
+            return False
+        self._prefill_by_name[t.plan.instance].finish(request_id)
+        if t.decision.migration is not None and t.started_at is None:
+            self.index.cancel(t.plan.instance, Tier.HBM, t.decision.migration.keys)
+        for d in self._decode:
+            d.unreserve(request_id)
+            d.leave(request_id)
+        self._forget(request_id)
+        return True
+
+    def _forget(self, request_id: str) -> None:
+        t = self._tracked.pop(request_id, None)
+        if t is None:
+            return
+        self._done[request_id] = (t.decision.predicted_ttft_s, t.decision.predicted_tbt_s)
+        while len(self._done) > self.options.max_tracked:
+            self._done.popitem(last=False)
+
+    def on_actual(self, request_id: str, ttft_s: float | None, tbt_s: float | None = None) -> None:
+        """Record measured TTFT/TBT against the predictions (unknown ids are ignored)."""
+        pred = self._done.get(request_id)
+        if pred is None:
+            t = self._tracked.get(request_id)
+            if t is None:
+                return
+            pred = (t.decision.predicted_ttft_s, t.decision.predicted_tbt_s)
+        e = self._err
+        if ttft_s is not None:
+            e["n_ttft"] += 1
+            e["ttft_abs"] += abs(ttft_s - pred[0])
+            e["ttft_signed"] += ttft_s - pred[0]
+        if tbt_s is not None:
+            e["n_tbt"] += 1
+            e["tbt_abs"] += abs(tbt_s - pred[1])
+
+    # -- read model --------------------------------------------------------------------
+
+    def snapshot(self, now: float | None = None) -> ConductorSnapshot:
+        """Everything an operator view needs, as one immutable value."""
+        at = self._now if now is None else now
+        e = self._err
+        return ConductorSnapshot(
+            time=at,
+            policy=self.policy.name,
+            admission=self.admission.name,
+            threshold=self.policy.threshold,
+            decisions=self._counts["decisions"],
+            admitted=self._counts["admitted"],
+            rejected=tuple(sorted(self._rejected.items())),
+            migrations=self._counts["migrations"],
+            in_flight=len(self._tracked),
+            decode_time_s=self._decode_time,
+            prefill=tuple(s.snapshot(at) for s in self._prefill),
+            decode=tuple(d.snapshot() for d in self._decode),
+            index=self.index.snapshot(),
+            network=self.network.snapshot(at),
+            ttft_mae_s=e["ttft_abs"] / e["n_ttft"] if e["n_ttft"] else None,
+            ttft_bias_s=e["ttft_signed"] / e["n_ttft"] if e["n_ttft"] else None,
+            tbt_mae_s=e["tbt_abs"] / e["n_tbt"] if e["n_tbt"] else None,
+            prefill_correction=self.policy.prefill_scale,
+            transfer_correction=self.policy.transfer_scale,
+        )

@@ -1,0 +1,181 @@
+"""Per-instance load state the Conductor keeps: prefill queues and decode batches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "DecodeInstanceSnapshot",
+    "DecodeInstanceState",
+    "PrefillInstanceSnapshot",
+    "PrefillInstanceState",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillInstanceSnapshot:
+    """A prefill instance's load at one instant."""
+
+    name: str
+    queued: int
+    running: int
+    queue_time_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeInstanceSnapshot:
+    """A decode instance's load at one instant."""
+
+    name: str
+    batch: int
+    max_batch: int
+    context_tokens: int
+    reserved: int
+
+
+class PrefillInstanceState:
+    """FIFO of requests assigned to one prefill instance, with predicted execution times.
+
+    ``T_queue(now)`` is what a new request would wait: the remaining predicted time of
+    what is running plus the predicted times of everything queued.
+
+    Args:
+        name: instance name.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._queued: dict[str, float] = {}
+        self._queued_sum = 0.0
+        self._running: dict[str, float] = {}
+
+    def __contains__(self, request_id: str) -> bool:
+        return request_id in self._queued or request_id in self._running
+
+    def enqueue(self, request_id: str, predicted_s: float) -> None:
+        """Queue a request whose prefill (fetch included) is predicted to take ``predicted_s``.
+
+        Raises:
+            ValueError: the request is already here, or a negative prediction.
+        """
+        if request_id in self:
+            raise ValueError(f"request {request_id!r} is already on prefill instance {self.name!r}")
+        if not predicted_s >= 0:
+            raise ValueError(f"predicted prefill time must be >= 0, got {predicted_s!r}")
+        self._queued[request_id] = predicted_s
+        self._queued_sum += predicted_s
+
+    def start(self, request_id: str, now: float) -> None:
+        """The request left the queue and started; it is expected to finish at ``now + predicted``.
+
+        Raises:
+            KeyError: the request is not queued here.
+        """
+        predicted = self._queued.pop(request_id, None)
+        if predicted is None:
+            raise KeyError(
+                f"request {request_id!r} is not queued on prefill instance {self.name!r}"
+            )
+        self._queued_sum = self._queued_sum - predicted if self._queued else 0.0
+        self._running[request_id] = now + predicted
+
+    def finish(self, request_id: str) -> None:
+        """The request's prefill ended (or it was dropped while queued)."""
+        if self._running.pop(request_id, None) is None:
+            predicted = self._queued.pop(request_id, None)
+            if predicted is not None:
+                self._queued_sum = self._queued_sum - predicted if self._queued else 0.0
+
+    def queue_time(self, now: float) -> float:
+        """Predicted seconds before a request enqueued now would start."""
+        wait = self._queued_sum
+        for finish in self._running.values():
+            if finish > now:
+                wait += finish - now
+        return wait
+
+    def snapshot(self, now: float) -> PrefillInstanceSnapshot:
+        """Load at ``now``."""
+        return PrefillInstanceSnapshot(
+            self.name, len(self._queued), len(self._running), self.queue_time(now)
+        )
+
+
+class DecodeInstanceState:
+    """Continuous batch of one decode instance, plus slots reserved by admitted requests.
+
+    Args:
+        name: instance name.
+        max_batch: most requests decoding at once.
+
+    Raises:
+        ValueError: ``max_batch`` below 1.
+    """
+
+    def __init__(self, name: str, max_batch: int) -> None:
+        if max_batch < 1:
+            raise ValueError(f"decode instance {name!r}: max_batch must be >= 1, got {max_batch}")
+        self.name = name
+        self.max_batch = max_batch
+        self._active: dict[str, tuple[int, float]] = {}
+        self._context = 0
+        self._reserved: dict[str, int] = {}
+
+    @property
+    def batch(self) -> int:
+        """Requests decoding now."""
+        return len(self._active)
+
+    @property
+    def context_tokens(self) -> int:
+        """Total context of the requests decoding now."""
+        return self._context
+
+    @property
+    def reserved(self) -> int:
+        """Requests admitted to this instance that have not joined yet."""
+        return len(self._reserved)
+
+    def has_room(self) -> bool:
+        """Whether one more request can join the batch now."""
+        return len(self._active) < self.max_batch
+
+    def active_since(self) -> list[float]:
+        """Join times of the requests decoding now."""
+        return [t for _, t in self._active.values()]
+
+    def reserve(self, request_id: str, context: int) -> None:
+        """Remember an admitted request that will join after its prefill."""
+        self._reserved[request_id] = context
+
+    def unreserve(self, request_id: str) -> None:
+        """Forget a reservation (the request joined elsewhere or was dropped)."""
+        self._reserved.pop(request_id, None)
+
+    def join(self, request_id: str, context: int, now: float) -> None:
+        """The request joins the batch with ``context`` tokens.
+
+        Raises:
+            ValueError: it is already decoding here, or a negative context.
+        """
+        if request_id in self._active:
+            raise ValueError(f"request {request_id!r} already decodes on {self.name!r}")
+        if context < 0:
+            raise ValueError(f"context must be >= 0 tokens, got {context}")
+        self._reserved.pop(request_id, None)
+        self._active[request_id] = (context, now)
+        self._context += context
+
+    def leave(self, request_id: str) -> bool:
+        """The request finished decoding; returns whether it was here."""
+        entry = self._active.pop(request_id, None)
+        if entry is None:
+            return False
+        self._context -= entry[0]
+        return True
+
+    def snapshot(self) -> DecodeInstanceSnapshot:
+        """Load now."""
+        return DecodeInstanceSnapshot(
+            self.name, len(self._active), self.max_batch, self._context, len(self._reserved)
+        )
