@@ -69,7 +69,6 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("candidates") as batch:
         batch.create_index(batch.f("ix_candidates_decision_id"), ["decision_id"], unique=False)
-        batch.create_index("ix_candidates_instance_role", ["instance", "role"], unique=False)
 
 
 def downgrade() -> None:

@@ -134,9 +134,7 @@ def require_current_schema(engine: Engine) -> None:
     """
     st = schema_status(engine)
     if st.current is None:
-        raise SchemaError(
-            f"audit database {st.url} has no schema; run `mooncake db upgrade` first"
-        )
+        raise SchemaError(f"audit database {st.url} has no schema; run `mooncake db upgrade` first")
     if st.current != st.expected:
         known = _known_revisions()
         if known is not None and st.current not in known:

@@ -1,0 +1,153 @@
+"""Say in one paragraph why a decision went the way it did, with its numbers."""
+
+from __future__ import annotations
+
+from .records import AuditEntry, CandidateRecord
+
+
+def fmt_s(seconds: float | None) -> str:
+    """A duration for people: ``1.20 s``, ``45 ms``; ``?`` when unknown."""
+    if seconds is None:
+        return "?"
+    if abs(seconds) < 0.1:
+        return f"{seconds * 1000:.0f} ms"
+    return f"{seconds:.2f} s"
+
+
+def _chosen(cands: list[CandidateRecord], name: str | None) -> CandidateRecord | None:
+    for c in cands:
+        if c.chosen:
+            return c
+    for c in cands:
+        if name is not None and c.instance == name:
+            return c
+    return None
+
+
+def _runner_up(
+    cands: list[CandidateRecord], chosen: CandidateRecord | None, key: str
+) -> CandidateRecord | None:
+    others = [c for c in cands if c is not chosen]
+    if not others:
+        return None
+    inf = float("inf")
+    return min(others, key=lambda c: v if (v := getattr(c, key)) is not None else inf)
+
+
+def _holding(c: CandidateRecord, blocks: int) -> str:
+    return f"held {c.matched_prefix_blocks} of {blocks} prefix blocks"
+
+
+def _costs_chosen(c: CandidateRecord) -> str:
+    fetch = ""
+    if c.transfer_blocks or c.transfer_time_s > 0:
+        fetch = f", fetches {c.transfer_blocks} more ({fmt_s(c.transfer_time_s)})"
+    return f"{fetch}, queues {fmt_s(c.queue_time_s)} and prefills in {fmt_s(c.prefill_time_s)}"
+
+
+def _costs_runner_up(c: CandidateRecord) -> str:
+    fetch = ""
+    if c.transfer_blocks or c.transfer_time_s > 0:
+        fetch = f"fetch {c.transfer_blocks} blocks ({fmt_s(c.transfer_time_s)}), "
+    return (
+        f"would have needed to {fetch}queue {fmt_s(c.queue_time_s)} "
+        f"and prefill for {fmt_s(c.prefill_time_s)}"
+    )
+
+
+def explain(entry: AuditEntry) -> str:
+    """One plain-language paragraph: why this pair, why not the runner-up, what happened.
+
+    Args:
+        entry: A decision with its candidates (from :class:`.queries.AuditReader`).
+
+    Returns:
+        The paragraph, numbers included (blocks, queue/transfer/prefill times,
+        predicted and, when known, measured TTFT/TBT).
+    """
+    d = entry.decision
+    prefill = [c for c in entry.candidates if c.role == "prefill"]
+    decode = [c for c in entry.candidates if c.role == "decode"]
+    p = _chosen(prefill, d.chosen_prefill)
+    dc = _chosen(decode, d.chosen_decode)
+    out = [
+        f"Request {d.request_id} ({d.prompt_tokens} tokens, {d.prompt_blocks} blocks) "
+        f"was scheduled by policy {d.policy}."
+    ]
+    if not d.admitted:
+        reason = d.reject_reason or "no reason recorded"
+        line = f"It was rejected by admission control: {reason}"
+        if d.chosen_prefill or d.chosen_decode:
+            line += (
+                f"; the best pair was {d.chosen_prefill or '?'} + {d.chosen_decode or '?'} with "
+                f"predicted TTFT {fmt_s(d.predicted_ttft_s)} and TBT {fmt_s(d.predicted_tbt_s)}"
+            )
+        if d.retry_after_s is not None:
+            line += f". The client was told to retry after {fmt_s(d.retry_after_s)}"
+        out.append(line + ".")
+        return " ".join(out)
+
+    if p is not None:
+        out.append(
+            f"{p.instance} was chosen for prefill because it {_holding(p, d.prompt_blocks)}"
+            f"{_costs_chosen(p)}: predicted TTFT "
+            f"{fmt_s(p.predicted_ttft_s if p.predicted_ttft_s is not None else d.predicted_ttft_s)}."
+        )
+        ru = _runner_up(prefill, p, "predicted_ttft_s")
+        if ru is None:
+            out.append("It was the only prefill candidate.")
+        else:
+            gap = ""
+            if ru.predicted_ttft_s is not None and p.predicted_ttft_s is not None:
+                gap = f", {fmt_s(ru.predicted_ttft_s - p.predicted_ttft_s)} slower"
+            line = (
+                f"The runner-up {ru.instance} (predicted TTFT {fmt_s(ru.predicted_ttft_s)}{gap}) "
+                f"{_holding(ru, d.prompt_blocks)} and {_costs_runner_up(ru)}"
+            )
+            if ru.why_not:
+                line += f" (not chosen: {ru.why_not})"
+            out.append(line + ".")
+    elif d.chosen_prefill:
+        out.append(
+            f"{d.chosen_prefill} was chosen for prefill (predicted TTFT "
+            f"{fmt_s(d.predicted_ttft_s)}); no candidate details were recorded."
+        )
+
+    if dc is not None:
+        line = (
+            f"{dc.instance} was chosen for decode with predicted TBT "
+            f"{fmt_s(dc.predicted_tbt_s if dc.predicted_tbt_s is not None else d.predicted_tbt_s)}"
+        )
+        ru = _runner_up(decode, dc, "predicted_tbt_s")
+        if ru is not None:
+            line += f"; the runner-up {ru.instance} predicted {fmt_s(ru.predicted_tbt_s)}"
+            if ru.why_not:
+                line += f" (not chosen: {ru.why_not})"
+        out.append(line + ".")
+    elif d.chosen_decode:
+        out.append(
+            f"{d.chosen_decode} was chosen for decode (predicted TBT {fmt_s(d.predicted_tbt_s)})."
+        )
+
+    if d.migration_source and d.migration_blocks:
+        out.append(
+            f"Hotspot migration: {d.chosen_prefill or 'the prefill instance'} fetches "
+            f"{d.migration_blocks} blocks from {d.migration_source} and keeps a replica."
+        )
+    out.extend(_actuals(d.predicted_ttft_s, d.actual_ttft_s, "TTFT"))
+    out.extend(_actuals(d.predicted_tbt_s, d.actual_tbt_s, "TBT"))
+    return " ".join(out)
+
+
+def _actuals(pred: float | None, actual: float | None, what: str) -> list[str]:
+    if actual is None:
+        return []
+    if pred is None:
+        return [f"Measured {what} {fmt_s(actual)}."]
+    err = actual - pred
+    rel = f", {abs(err) / actual * 100:.0f}%" if actual > 0 else ""
+    sign = "+" if err >= 0 else "-"
+    return [
+        f"Measured {what} {fmt_s(actual)} against {fmt_s(pred)} predicted "
+        f"(error {sign}{fmt_s(abs(err))}{rel})."
+    ]

@@ -1,0 +1,391 @@
+"""Background writer: takes audit records off the decision path and stores them in batches.
+
+Threading (why it looks like this): the conductor decides on its own thread or event
+loop and must never wait for the database. ``submit`` only appends to a deque (O(1),
+no lock: ``deque.append``/``popleft`` are atomic under the GIL). One writer thread
+drains the deque in batches of ``batch_size`` and writes each batch in one transaction
+with two ``executemany`` calls (decisions, then candidates). Row ids of decisions are
+assigned here, not by the database, so candidates can reference them without a
+round-trip per row; this assumes one writer per database (the conductor), and the
+writer re-reads ``max(id)`` and retries once if another process got there first.
+
+If the database cannot keep up, the deque is bounded by ``queue_max`` and further
+records are dropped and counted (``snapshot().dropped``): decisions are never blocked.
+
+    submit() --append--> deque --[writer thread: batch_size or flush_interval_s]--> DB
+                                  \\-- every retention_interval_s: apply_retention()
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, Engine, func, select, update
+
+from .db import make_engine, require_current_schema
+from .models import CANDIDATE_COLUMNS, DECISION_COLUMNS, candidates, decisions
+from .records import CandidateRecord, DecisionRecord
+from .retention import RetentionResult, apply_retention
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from mooncake_core.config import AuditConfig
+
+log = logging.getLogger(__name__)
+
+_decision_values = attrgetter(*DECISION_COLUMNS)
+_candidate_values = attrgetter(*CANDIDATE_COLUMNS)
+
+
+@dataclass(frozen=True, slots=True)
+class WriterOptions:
+    """Tuning of :class:`AuditWriter` (the first four come from ``AuditConfig``).
+
+    Attributes:
+        batch_size: Most queued items (decisions or actual-latency updates) per transaction.
+        flush_interval_s: Longest a submitted record waits before it is written.
+        retention_days: Decisions older than this are deleted.
+        retention_rows: At most this many decisions are kept.
+        queue_max: Items allowed to wait; beyond it new ones are dropped and counted.
+        retention_interval_s: How often the retention pass runs.
+    """
+
+    batch_size: int = 512
+    flush_interval_s: float = 0.5
+    retention_days: float = 30.0
+    retention_rows: int = 10_000_000
+    queue_max: int = 200_000
+    retention_interval_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "retention_rows", "queue_max"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"WriterOptions.{name} must be >= 1, got {getattr(self, name)!r}")
+        for name in ("flush_interval_s", "retention_days", "retention_interval_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"WriterOptions.{name} must be > 0, got {getattr(self, name)!r}")
+
+    @classmethod
+    def from_config(cls, cfg: AuditConfig, **overrides: Any) -> WriterOptions:
+        """Options from the cluster's ``AuditConfig``, with keyword overrides."""
+        base: dict[str, Any] = {
+            "batch_size": cfg.batch_size,
+            "flush_interval_s": cfg.flush_interval_s,
+            "retention_days": cfg.retention_days,
+            "retention_rows": cfg.retention_rows,
+        }
+        base.update(overrides)
+        return cls(**base)
+
+
+@dataclass(frozen=True, slots=True)
+class WriterSnapshot:
+    """Counters of an :class:`AuditWriter` at one moment.
+
+    Attributes:
+        submitted: Decisions accepted by ``submit``.
+        written: Decisions stored.
+        dropped: Decisions refused because the queue was full.
+        failed: Decisions lost because their batch failed to write.
+        updates_applied: ``update_actual`` calls written.
+        updates_dropped: ``update_actual`` calls refused because the queue was full.
+        queue_depth: Items waiting now.
+        batches: Transactions committed.
+        retention_deleted: Decisions deleted by retention so far.
+        last_error: Text of the last write error, if any.
+        running: Whether the background thread is running.
+    """
+
+    submitted: int
+    written: int
+    dropped: int
+    failed: int
+    updates_applied: int
+    updates_dropped: int
+    queue_depth: int
+    batches: int
+    retention_deleted: int
+    last_error: str | None
+    running: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Update:
+    request_id: str
+    ttft_s: float | None
+    tbt_s: float | None
+
+
+class AuditWriter:
+    """Stores audit records in batches on a background thread.
+
+    Args:
+        engine: Engine of an upgraded audit database.
+        options: Batching, retention and queue limits.
+        own_engine: Dispose of ``engine`` on :meth:`close`.
+
+    Raises:
+        SchemaError: the database is not at the schema this code writes
+            (run ``mooncake db upgrade``).
+    """
+
+    def __init__(
+        self, engine: Engine, options: WriterOptions | None = None, *, own_engine: bool = False
+    ) -> None:
+        require_current_schema(engine)
+        self._engine = engine
+        self._own_engine = own_engine
+        self._opts = options or WriterOptions()
+        self._q: deque[tuple[DecisionRecord, Sequence[CandidateRecord]] | _Update] = deque()
+        self._io_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._next_id: int | None = None
+        self._last_retention = 0.0
+        self._closed = False
+        self._submitted = 0
+        self._written = 0
+        self._dropped = 0
+        self._failed = 0
+        self._updates = 0
+        self._updates_dropped = 0
+        self._batches = 0
+        self._retention_deleted = 0
+        self._last_error: str | None = None
+
+    @classmethod
+    def open(cls, url: str, options: WriterOptions | None = None) -> AuditWriter:
+        """Connect to ``url`` and return a writer that owns its engine (not started).
+
+        Raises:
+            SchemaError: missing or un-upgraded database.
+        """
+        engine = make_engine(url)
+        try:
+            return cls(engine, options, own_engine=True)
+        except BaseException:
+            engine.dispose()
+            raise
+
+    # -- decision path ---------------------------------------------------------------
+
+    def submit(
+        self, decision: DecisionRecord, candidate_records: Sequence[CandidateRecord]
+    ) -> bool:
+        """Queue one decision and its candidates; never blocks, never touches the DB.
+
+        Args:
+            decision: The decision.
+            candidate_records: The instances it considered (kept as given; pass a tuple
+                or a list you will not modify).
+
+        Returns:
+            ``False`` when the queue is full and the record was dropped (counted).
+        """
+        q = self._q
+        if len(q) >= self._opts.queue_max:
+            self._dropped += 1
+            return False
+        q.append((decision, candidate_records))
+        self._submitted += 1
+        if len(q) == self._opts.batch_size:
+            self._wake.set()
+        return True
+
+    def update_actual(self, request_id: str, ttft_s: float | None, tbt_s: float | None) -> bool:
+        """Queue the measured TTFT/TBT of a request (applied to its latest decision).
+
+        ``None`` leaves a value unchanged, so TTFT can be recorded at the first token and
+        TBT when the request finishes.
+
+        Returns:
+            ``False`` when the queue is full and the update was dropped (counted).
+        """
+        if len(self._q) >= self._opts.queue_max:
+            self._updates_dropped += 1
+            return False
+        self._q.append(_Update(request_id, ttft_s, tbt_s))
+        return True
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the background thread (idempotent)."""
+        if self._closed:
+            raise RuntimeError("AuditWriter is closed")
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="audit-writer", daemon=True)
+            self._thread.start()
+
+    def flush(self) -> None:
+        """Write everything submitted before this call, in the calling thread if needed."""
+        pending = len(self._q)
+        with self._io_lock:
+            done = 0
+            while done < pending and self._q:
+                done += self._write_batch_locked()
+
+    def close(self) -> None:
+        """Stop the thread, write what is left, and release the engine if owned."""
+        if self._closed:
+            return
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.flush()
+        self._closed = True
+        if self._own_engine:
+            self._engine.dispose()
+
+    def __enter__(self) -> AuditWriter:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def snapshot(self) -> WriterSnapshot:
+        """Current counters (cheap; safe from any thread)."""
+        return WriterSnapshot(
+            submitted=self._submitted,
+            written=self._written,
+            dropped=self._dropped,
+            failed=self._failed,
+            updates_applied=self._updates,
+            updates_dropped=self._updates_dropped,
+            queue_depth=len(self._q),
+            batches=self._batches,
+            retention_deleted=self._retention_deleted,
+            last_error=self._last_error,
+            running=self._thread is not None and self._thread.is_alive(),
+        )
+
+    def run_retention(self, now: float | None = None) -> RetentionResult:
+        """Apply retention now (the thread also runs it every ``retention_interval_s``).
+
+        Args:
+            now: Current unix time; ``time.time()`` when omitted.
+        """
+        when = time.time() if now is None else now
+        with self._io_lock, self._engine.begin() as conn:
+            res = apply_retention(
+                conn,
+                now=when,
+                max_age_s=self._opts.retention_days * 86_400.0,
+                max_rows=self._opts.retention_rows,
+            )
+        self._retention_deleted += res.total
+        return res
+
+    # -- writer thread ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        opts = self._opts
+        while not self._stop.is_set():
+            if len(self._q) < opts.batch_size:
+                self._wake.wait(opts.flush_interval_s)
+                self._wake.clear()
+            while self._q and not self._stop.is_set():
+                with self._io_lock:
+                    self._write_batch_locked()
+            mono = time.monotonic()
+            if mono - self._last_retention >= opts.retention_interval_s:
+                self._last_retention = mono
+                try:
+                    self.run_retention()
+                except Exception as exc:  # keep the thread alive; report via snapshot
+                    self._last_error = f"retention: {exc}"
+                    log.warning("audit retention failed: %s", exc)
+
+    def _write_batch_locked(self) -> int:
+        """Pop up to one batch and write it in one transaction; returns items taken."""
+        q = self._q
+        n = min(len(q), self._opts.batch_size)
+        items = [q.popleft() for _ in range(n)]
+        if not items:
+            return 0
+        rows: list[tuple[DecisionRecord, Sequence[CandidateRecord]]] = []
+        updates: list[_Update] = []
+        for it in items:
+            if isinstance(it, _Update):
+                updates.append(it)
+            else:
+                rows.append(it)
+        for attempt in (1, 2):
+            try:
+                with self._engine.begin() as conn:
+                    self._insert(conn, rows)
+                    self._apply_updates(conn, updates)
+                break
+            except Exception as exc:
+                # A retry helps only when another writer took our ids; anything else
+                # (disk full, locked for too long) loses this batch, counted, not raised.
+                self._next_id = None
+                if attempt == 2:
+                    self._failed += len(rows)
+                    self._last_error = str(exc)
+                    log.warning("audit batch of %d decisions lost: %s", len(rows), exc)
+                    return n
+        self._written += len(rows)
+        self._updates += len(updates)
+        self._batches += 1
+        return n
+
+    def _insert(
+        self, conn: Connection, rows: list[tuple[DecisionRecord, Sequence[CandidateRecord]]]
+    ) -> None:
+        if not rows:
+            return
+        if self._next_id is None:
+            top = conn.execute(select(func.max(decisions.c.id))).scalar_one_or_none()
+            self._next_id = (top or 0) + 1
+        next_id = self._next_id
+        d_rows: list[tuple[Any, ...]] = []
+        c_rows: list[tuple[Any, ...]] = []
+        for rec, cands in rows:
+            d_rows.append((next_id, *_decision_values(rec)))
+            for c in cands:
+                c_rows.append((next_id, *_candidate_values(c)))
+            next_id += 1
+        _executemany(conn, "decisions", ("id", *DECISION_COLUMNS), d_rows)
+        if c_rows:
+            _executemany(conn, "candidates", ("decision_id", *CANDIDATE_COLUMNS), c_rows)
+        # Only advance once the transaction body succeeded (a failure re-reads max(id)).
+        self._next_id = next_id
+
+    def _apply_updates(self, conn: Connection, updates: list[_Update]) -> None:
+        for u in updates:
+            latest = (
+                select(func.max(decisions.c.id))
+                .where(decisions.c.request_id == u.request_id)
+                .scalar_subquery()
+            )
+            values: dict[str, float] = {}
+            if u.ttft_s is not None:
+                values["actual_ttft_s"] = u.ttft_s
+            if u.tbt_s is not None:
+                values["actual_tbt_s"] = u.tbt_s
+            if values:
+                conn.execute(update(decisions).where(decisions.c.id == latest).values(**values))
+
+
+def _executemany(
+    conn: Connection, table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]
+) -> None:
+    """Insert tuples with the driver's executemany (no per-row ORM or dict overhead)."""
+    if conn.dialect.name == "sqlite":
+        marks = ",".join("?" * len(columns))
+        conn.exec_driver_sql(f"INSERT INTO {table} ({','.join(columns)}) VALUES ({marks})", rows)
+    else:
+        tbl = decisions if table == "decisions" else candidates
+        conn.execute(tbl.insert(), [dict(zip(columns, r, strict=True)) for r in rows])
