@@ -15,6 +15,14 @@ import typer
 
 from .common import err, fail, out, write_stdout
 
+
+def _markup_safe(text: str) -> str:
+    """Escape rich markup: messages quote JSON like ``[["a"]]`` that must print verbatim."""
+    from rich.markup import escape as _escape
+
+    return _escape(text)
+
+
 if TYPE_CHECKING:
     from rich.table import Table
 
@@ -54,9 +62,9 @@ def discover(
     try:
         inv = run_discovery(sysfs_root, include_loopback=include_loopback)
     except TopologyError as exc:
-        fail(str(exc), 2)
+        fail(_markup_safe(str(exc)), 2)
     for line in inv.warnings:
-        err.print(f"[yellow]warning:[/] {line}", highlight=False)
+        err.print(f"[yellow]warning:[/] {_markup_safe(line)}", highlight=False, soft_wrap=True)
     matrix = build_matrix(inv)
     if not matrix:
         err.print("[yellow]warning:[/] no NIC found; the matrix is empty", highlight=False)
@@ -86,22 +94,26 @@ def show(
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except OSError as exc:
-        fail(f"{file}: cannot read ({exc.strerror or exc})", 2)
+        fail(_markup_safe(f"{file}: cannot read ({exc.strerror or exc})"), 2)
     except (ValueError, UnicodeError) as exc:
-        fail(f"{file}: not valid JSON ({exc})", 2)
+        fail(_markup_safe(f"{file}: not valid JSON ({exc})"), 2)
     try:
         matrix = validate_matrix(data, str(file))
         inv = None
         if isinstance(data, dict) and "inventory" in data:
             inv = Inventory.from_dict(data["inventory"], f"{file}: inventory")
     except TopologyError as exc:
-        fail(str(exc), 2)
+        fail(_markup_safe(str(exc)), 2)
     out.print(_matrix_table(matrix, file))
     if inv is not None:
         for table in _inventory_tables(inv):
             out.print(table)
         for line in inv.warnings:
-            err.print(f"[yellow]warning (at discovery):[/] {line}", highlight=False)
+            err.print(
+                f"[yellow]warning (at discovery):[/] {_markup_safe(line)}",
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 def _table(title: str, columns: tuple[str, ...], whole: tuple[str, ...] = ()) -> Table:
