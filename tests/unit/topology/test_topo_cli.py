@@ -14,6 +14,13 @@ from typer.testing import CliRunner
 from mooncake_cli.main import app
 
 runner = CliRunner()
+
+
+def _flat(text: str) -> str:
+    """Join the lines rich wrapped at the console width."""
+    return " ".join(text.split())
+
+
 NICS = [f"mlx5_{k}" for k in range(8)]
 
 
@@ -49,7 +56,7 @@ def test_discover_full_format(vm_root: Path) -> None:
 def test_discover_bad_format_is_a_usage_error(vm_root: Path) -> None:
     result = runner.invoke(app, ["topo", "discover", "--sysfs-root", str(vm_root), "--format", "x"])
     assert result.exit_code == 2
-    assert "'x' is not one of" in result.stderr
+    assert "'x' is not one of" in _flat(result.stderr)
 
 
 def test_discover_warnings_go_to_stderr(malformed_root: Path) -> None:
@@ -64,7 +71,7 @@ def test_discover_missing_root_is_a_clear_error(tmp_path: Path) -> None:
     result = runner.invoke(app, ["topo", "discover", "--sysfs-root", str(tmp_path / "none")])
     assert result.exit_code == 2
     assert result.stdout == ""
-    assert "error:" in result.stderr and "does not exist" in result.stderr
+    assert "error:" in result.stderr and "does not exist" in _flat(result.stderr)
 
 
 def test_discover_empty_matrix_warns(tmp_path: Path) -> None:
@@ -73,7 +80,7 @@ def test_discover_empty_matrix_warns(tmp_path: Path) -> None:
     result = runner.invoke(app, ["topo", "discover", "--sysfs-root", str(tmp_path)])
     assert result.exit_code == 0
     assert json.loads(result.stdout) == {}
-    assert "no NIC found" in result.stderr
+    assert "no NIC found" in _flat(result.stderr)
 
 
 def test_show_renders_matrix_and_inventory(gpu8_root: Path, tmp_path: Path) -> None:
@@ -115,7 +122,7 @@ def test_show_bad_file_is_a_clear_error(tmp_path: Path, content: str | None, mes
         path.write_text(content)
     result = runner.invoke(app, ["topo", "show", str(path)])
     assert result.exit_code == 2
-    stderr = " ".join(result.stderr.split())  # rich wraps long lines
+    stderr = _flat(result.stderr)
     assert message in stderr and str(path) in stderr
     assert "Traceback" not in result.output
 
