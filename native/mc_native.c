@@ -1,15 +1,160 @@
 /*
- * mooncake_core._native: the GIL-free data path.
+ * mooncake_core._native: the GIL-free data path of the Transfer Engine.
  *
  * Python decides what to move; these functions move the bytes with the GIL
- * released so that other Python threads (the asyncio control plane, other
- * transfers) keep running while a copy or a socket loop is in progress.
+ * released so that other Python threads (the control plane, other transfers)
+ * keep running while a copy or a socket loop is in progress.
+ *
+ * Contents:
+ *   copy(dst, dst_off, src, src_off, n)      bounds-checked memmove on buffers
+ *   copy_many(jobs, threads)                 raw-address copies split over pthreads (shm)
+ *   buffer_address(obj)                      (address, length, readonly) of a buffer
+ *   parse_header(data)                       the wire header parser the server uses
+ *   SegTable                                 registered segments + the data-plane server loop
+ *   transfer(fd, slices, results, window)    the initiator's pipelined request loop
+ *
+ * Wire header (40 bytes, little-endian), mirrored by mooncake_core/transfer/protocol.py:
+ *   0 magic u32 "MCTE" | 4 version u8 | 5 op u8 | 6 flags u16 | 8 segment u32 |
+ *   12 status u32 | 16 request id u64 | 24 offset u64 | 32 length u64
  */
 #define PY_SSIZE_T_CLEAN
+#define _GNU_SOURCE
 #include <Python.h>
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 
-/* memcpy(dst[dst_off:dst_off+n], src[src_off:src_off+n]) with bounds checks. */
+#define MC_MAGIC 0x4554434Du /* bytes "MCTE" read as little-endian u32 */
+#define MC_VERSION 1
+#define MC_HDR 40
+#define MC_MAX_DATA (1ULL << 31) /* larger lengths are malformed, never allocated */
+
+enum { OP_READ = 1, OP_WRITE = 2, OP_READ_RESP = 3, OP_WRITE_ACK = 4 };
+enum { ST_OK = 0, ST_UNKNOWN_SEGMENT = 1, ST_OUT_OF_BOUNDS = 2 };
+/* parse_header results */
+enum { PH_OK = 0, PH_MAGIC = -1, PH_VERSION = -2, PH_OP = -3, PH_LENGTH = -4 };
+/* counters layout: u64 slots in a caller-provided buffer (see protocol.py SERVER_COUNTERS) */
+enum {
+    C_BYTES_RX = 0, C_BYTES_TX, C_SLICES_RX, C_SLICES_TX, C_MALFORMED, C_BOUNDS, C_UNKNOWN_SEG,
+    C_COUNT
+};
+
+typedef struct {
+    uint32_t magic;
+    uint8_t version, op;
+    uint16_t flags;
+    uint32_t seg, status;
+    uint64_t req_id, offset, length;
+} hdr_t;
+
+static void put_u16(unsigned char *p, uint16_t v) { memcpy(p, &v, 2); }
+static void put_u32(unsigned char *p, uint32_t v) { memcpy(p, &v, 4); }
+static void put_u64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
+static uint16_t get_u16(const unsigned char *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+static uint32_t get_u32(const unsigned char *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static uint64_t get_u64(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+
+static void encode_hdr(unsigned char *b, const hdr_t *h) {
+    put_u32(b, MC_MAGIC);
+    b[4] = MC_VERSION;
+    b[5] = h->op;
+    put_u16(b + 6, h->flags);
+    put_u32(b + 8, h->seg);
+    put_u32(b + 12, h->status);
+    put_u64(b + 16, h->req_id);
+    put_u64(b + 24, h->offset);
+    put_u64(b + 32, h->length);
+}
+
+/* Data-plane header parser: only ops that travel on a data connection are valid. */
+static int decode_hdr(const unsigned char *b, hdr_t *h) {
+    h->magic = get_u32(b);
+    h->version = b[4];
+    h->op = b[5];
+    h->flags = get_u16(b + 6);
+    h->seg = get_u32(b + 8);
+    h->status = get_u32(b + 12);
+    h->req_id = get_u64(b + 16);
+    h->offset = get_u64(b + 24);
+    h->length = get_u64(b + 32);
+    if (h->magic != MC_MAGIC) return PH_MAGIC;
+    if (h->version != MC_VERSION) return PH_VERSION;
+    if (h->op < OP_READ || h->op > OP_WRITE_ACK) return PH_OP;
+    if (h->length > MC_MAX_DATA) return PH_LENGTH;
+    return PH_OK;
+}
+
+static const char *ph_reason(int code) {
+    switch (code) {
+        case PH_MAGIC: return "bad magic";
+        case PH_VERSION: return "unsupported version";
+        case PH_OP: return "unknown op";
+        case PH_LENGTH: return "absurd length";
+        default: return "ok";
+    }
+}
+
+static inline void ctr_add(uint64_t *c, int slot, uint64_t v) {
+    if (c) __atomic_fetch_add(&c[slot], v, __ATOMIC_RELAXED);
+}
+
+/* ---------------------------------------------------------------- socket helpers */
+
+/* Receive exactly n bytes. Returns 0 on success, 1 on EOF before any byte when
+ * eof_ok, else -errno (EAGAIN = the socket's receive timeout; ECONNRESET for EOF). */
+static int recv_exact(int fd, char *p, size_t n, int eof_ok) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = recv(fd, p + got, n - got, 0);
+        if (r > 0) { got += (size_t)r; continue; }
+        if (r == 0) return (got == 0 && eof_ok) ? 1 : -ECONNRESET;
+        if (errno == EINTR) continue;
+        return -errno;
+    }
+    return 0;
+}
+
+/* Send header + optional payload with one sendmsg per attempt, handling partial sends. */
+static int send_hdr_data(int fd, const unsigned char *hdr, const char *data, size_t n) {
+    struct iovec iov[2];
+    int cnt = 0;
+    iov[cnt].iov_base = (void *)hdr; iov[cnt].iov_len = MC_HDR; cnt++;
+    if (n) { iov[cnt].iov_base = (void *)data; iov[cnt].iov_len = n; cnt++; }
+    struct iovec *v = iov;
+    while (cnt > 0) {
+        struct msghdr m;
+        memset(&m, 0, sizeof m);
+        m.msg_iov = v;
+        m.msg_iovlen = (size_t)cnt;
+        ssize_t r = sendmsg(fd, &m, MSG_NOSIGNAL);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        size_t left = (size_t)r;
+        while (cnt > 0 && left >= v->iov_len) { left -= v->iov_len; v++; cnt--; }
+        if (cnt > 0) { v->iov_base = (char *)v->iov_base + left; v->iov_len -= left; }
+    }
+    return 0;
+}
+
+static int drain(int fd, uint64_t n) {
+    char scratch[65536];
+    while (n > 0) {
+        size_t k = n > sizeof scratch ? sizeof scratch : (size_t)n;
+        int r = recv_exact(fd, scratch, k, 0);
+        if (r) return r;
+        n -= k;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- copy */
+
 static PyObject *py_copy(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer dst, src;
@@ -31,15 +176,388 @@ static PyObject *py_copy(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* One copy job: 3 x u64 (dst address, src address, length). */
+typedef struct { uint64_t dst, src, n; } cjob_t;
+typedef struct { const cjob_t *jobs; size_t count; uint64_t skip, take; } cpart_t;
+
+/* Copy `take` bytes of the job list starting `skip` bytes into it. */
+static void run_part(const cpart_t *p) {
+    uint64_t skip = p->skip, take = p->take;
+    for (size_t i = 0; i < p->count && take > 0; i++) {
+        uint64_t n = p->jobs[i].n;
+        if (skip >= n) { skip -= n; continue; }
+        uint64_t k = n - skip < take ? n - skip : take;
+        memcpy((char *)(uintptr_t)p->jobs[i].dst + skip, (const char *)(uintptr_t)p->jobs[i].src + skip,
+               (size_t)k);
+        take -= k;
+        skip = 0;
+    }
+}
+
+static void *part_thread(void *arg) { run_part((const cpart_t *)arg); return NULL; }
+
+/* copy_many(jobs: bytes of packed cjob_t, threads: int, split_min: int). Raw addresses:
+ * the caller (shm transport) has bounds-checked every job against mapped regions. The
+ * total is cut into `threads` equal byte ranges when it is at least split_min bytes. */
+static PyObject *py_copy_many(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer jb;
+    int threads;
+    Py_ssize_t split_min;
+    if (!PyArg_ParseTuple(args, "y*in", &jb, &threads, &split_min)) return NULL;
+    if (jb.len % (Py_ssize_t)sizeof(cjob_t) != 0 || threads < 1 || threads > 16) {
+        PyBuffer_Release(&jb);
+        PyErr_Format(PyExc_ValueError, "copy_many: bad job buffer (%zd bytes) or threads=%d", jb.len,
+                     threads);
+        return NULL;
+    }
+    const cjob_t *jobs = (const cjob_t *)jb.buf;
+    size_t count = (size_t)jb.len / sizeof(cjob_t);
+    uint64_t total = 0;
+    for (size_t i = 0; i < count; i++) total += jobs[i].n;
+    if ((Py_ssize_t)total < split_min) threads = 1;
+    Py_BEGIN_ALLOW_THREADS
+    cpart_t parts[16];
+    pthread_t tids[16];
+    int started[16] = {0};
+    uint64_t share = (total + (uint64_t)threads - 1) / (uint64_t)threads;
+    share = (share + 4095) & ~(uint64_t)4095; /* page-aligned cuts */
+    for (int t = 0; t < threads; t++) {
+        uint64_t skip = share * (uint64_t)t;
+        parts[t].jobs = jobs;
+        parts[t].count = count;
+        parts[t].skip = skip;
+        parts[t].take = skip >= total ? 0 : (total - skip < share ? total - skip : share);
+    }
+    for (int t = 1; t < threads; t++)
+        if (parts[t].take) started[t] = pthread_create(&tids[t], NULL, part_thread, &parts[t]) == 0;
+    run_part(&parts[0]);
+    for (int t = 1; t < threads; t++) {
+        if (started[t]) pthread_join(tids[t], NULL);
+        else if (parts[t].take) run_part(&parts[t]); /* thread creation failed: do it here */
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&jb);
+    return PyLong_FromUnsignedLongLong(total);
+}
+
+static PyObject *py_buffer_address(PyObject *self, PyObject *obj) {
+    (void)self;
+    Py_buffer b;
+    if (PyObject_GetBuffer(obj, &b, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        if (PyObject_GetBuffer(obj, &b, PyBUF_ND) < 0) return NULL;
+    }
+    if (!PyBuffer_IsContiguous(&b, 'C')) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "buffer is not C-contiguous");
+        return NULL;
+    }
+    PyObject *r = Py_BuildValue("(KnO)", (unsigned long long)(uintptr_t)b.buf, b.len,
+                                b.readonly ? Py_True : Py_False);
+    PyBuffer_Release(&b);
+    return r;
+}
+
+static PyObject *py_parse_header(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer b;
+    if (!PyArg_ParseTuple(args, "y*", &b)) return NULL;
+    if (b.len != MC_HDR) {
+        PyBuffer_Release(&b);
+        PyErr_Format(PyExc_ValueError, "header must be %d bytes, got %zd", MC_HDR, b.len);
+        return NULL;
+    }
+    hdr_t h;
+    int rc = decode_hdr((const unsigned char *)b.buf, &h);
+    PyBuffer_Release(&b);
+    if (rc != PH_OK) {
+        PyErr_SetString(PyExc_ValueError, ph_reason(rc));
+        return NULL;
+    }
+    return Py_BuildValue("(iiIIKKK)", (int)h.op, (int)h.flags, h.seg, h.status,
+                         (unsigned long long)h.req_id, (unsigned long long)h.offset,
+                         (unsigned long long)h.length);
+}
+
+/* ---------------------------------------------------------------- SegTable + server */
+
+typedef struct { uint32_t id; char *base; uint64_t len; } seg_t;
+
+typedef struct {
+    PyObject_HEAD
+    pthread_rwlock_t lock; /* readers: serving requests; writer: add/remove */
+    seg_t *segs;
+    size_t n, cap;
+} SegTable;
+
+static int segtable_init(SegTable *self, PyObject *args, PyObject *kw) {
+    (void)args; (void)kw;
+    pthread_rwlockattr_t a;
+    pthread_rwlockattr_init(&a);
+    /* Writers (unregister) must not starve behind a stream of served requests. */
+    pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&self->lock, &a);
+    pthread_rwlockattr_destroy(&a);
+    self->segs = NULL;
+    self->n = self->cap = 0;
+    return 0;
+}
+
+static void segtable_dealloc(SegTable *self) {
+    pthread_rwlock_destroy(&self->lock);
+    PyMem_RawFree(self->segs);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *segtable_add(SegTable *self, PyObject *args) {
+    unsigned int id;
+    unsigned long long addr, len;
+    if (!PyArg_ParseTuple(args, "IKK", &id, &addr, &len)) return NULL;
+    if (addr == 0 && len > 0) {
+        PyErr_SetString(PyExc_ValueError, "segment address is NULL");
+        return NULL;
+    }
+    int err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_rwlock_wrlock(&self->lock);
+    for (size_t i = 0; i < self->n; i++)
+        if (self->segs[i].id == id) err = 1;
+    if (!err && self->n == self->cap) {
+        size_t nc = self->cap ? self->cap * 2 : 8;
+        seg_t *ns = PyMem_RawRealloc(self->segs, nc * sizeof(seg_t));
+        if (!ns) err = 2;
+        else { self->segs = ns; self->cap = nc; }
+    }
+    if (!err) {
+        self->segs[self->n].id = id;
+        self->segs[self->n].base = (char *)(uintptr_t)addr;
+        self->segs[self->n].len = len;
+        self->n++;
+    }
+    pthread_rwlock_unlock(&self->lock);
+    Py_END_ALLOW_THREADS
+    if (err == 1) { PyErr_Format(PyExc_ValueError, "segment id %u already registered", id); return NULL; }
+    if (err == 2) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+/* Remove a segment; waits for requests being served on it to finish. */
+static PyObject *segtable_remove(SegTable *self, PyObject *args) {
+    unsigned int id;
+    if (!PyArg_ParseTuple(args, "I", &id)) return NULL;
+    int found = 0;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_rwlock_wrlock(&self->lock);
+    for (size_t i = 0; i < self->n; i++) {
+        if (self->segs[i].id == id) {
+            self->segs[i] = self->segs[self->n - 1];
+            self->n--;
+            found = 1;
+            break;
+        }
+    }
+    pthread_rwlock_unlock(&self->lock);
+    Py_END_ALLOW_THREADS
+    return PyBool_FromLong(found);
+}
+
+/* Serve one authenticated data connection until EOF or error, GIL released.
+ * serve(fd, counters: writable buffer of >= C_COUNT u64) -> (code, message)
+ * code 0: peer closed cleanly; 1: malformed frame (connection must be closed);
+ * 2: socket error or timeout. */
+static PyObject *segtable_serve(SegTable *self, PyObject *args) {
+    int fd;
+    Py_buffer cb;
+    if (!PyArg_ParseTuple(args, "iw*", &fd, &cb)) return NULL;
+    if (cb.len < (Py_ssize_t)(C_COUNT * sizeof(uint64_t)) || ((uintptr_t)cb.buf & 7)) {
+        PyBuffer_Release(&cb);
+        PyErr_SetString(PyExc_ValueError, "counters buffer too small or misaligned");
+        return NULL;
+    }
+    uint64_t *ctr = (uint64_t *)cb.buf;
+    int code = 0, err = 0, ph = 0;
+    Py_BEGIN_ALLOW_THREADS
+    unsigned char in[MC_HDR], out[MC_HDR];
+    for (;;) {
+        /* An idle pooled connection may wait forever for its next request (the socket's
+         * receive timeout only bounds a request already started); closing the server
+         * shuts the socket down, which ends this wait. */
+        struct pollfd pfd = {fd, POLLIN, 0};
+        int pr;
+        do pr = poll(&pfd, 1, -1); while (pr < 0 && errno == EINTR);
+        int r = recv_exact(fd, (char *)in, MC_HDR, 1);
+        if (r == 1) { code = 0; break; }
+        if (r < 0) { code = 2; err = -r; break; }
+        hdr_t h;
+        ph = decode_hdr(in, &h);
+        if (ph == PH_OK && h.op != OP_READ && h.op != OP_WRITE) ph = PH_OP;
+        if (ph != PH_OK) { ctr_add(ctr, C_MALFORMED, 1); code = 1; break; }
+        hdr_t resp = h;
+        resp.flags = 0;
+        resp.status = ST_OK;
+        pthread_rwlock_rdlock(&self->lock);
+        seg_t *s = NULL;
+        for (size_t i = 0; i < self->n; i++)
+            if (self->segs[i].id == h.seg) { s = &self->segs[i]; break; }
+        if (!s) { resp.status = ST_UNKNOWN_SEGMENT; ctr_add(ctr, C_UNKNOWN_SEG, 1); }
+        else if (h.offset > s->len || h.length > s->len - h.offset) {
+            resp.status = ST_OUT_OF_BOUNDS;
+            ctr_add(ctr, C_BOUNDS, 1);
+        }
+        if (h.op == OP_READ) {
+            resp.op = OP_READ_RESP;
+            resp.length = resp.status == ST_OK ? h.length : 0;
+            encode_hdr(out, &resp);
+            r = send_hdr_data(fd, out, resp.status == ST_OK ? s->base + h.offset : NULL,
+                              (size_t)resp.length);
+            if (r == 0 && resp.status == ST_OK) {
+                ctr_add(ctr, C_BYTES_TX, h.length);
+                ctr_add(ctr, C_SLICES_TX, 1);
+            }
+        } else {
+            resp.op = OP_WRITE_ACK;
+            resp.length = 0;
+            if (resp.status == ST_OK) r = recv_exact(fd, s->base + h.offset, (size_t)h.length, 0);
+            else r = drain(fd, h.length); /* keep the stream in sync; length is bounded */
+            if (r == 0) {
+                if (resp.status == ST_OK) {
+                    ctr_add(ctr, C_BYTES_RX, h.length);
+                    ctr_add(ctr, C_SLICES_RX, 1);
+                }
+                encode_hdr(out, &resp);
+                r = send_hdr_data(fd, out, NULL, 0);
+            }
+        }
+        pthread_rwlock_unlock(&self->lock);
+        if (r < 0) { code = 2; err = -r; break; }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&cb);
+    if (code == 0) return Py_BuildValue("(is)", 0, "peer closed");
+    if (code == 1) return Py_BuildValue("(is)", 1, ph_reason(ph));
+    return Py_BuildValue("(is)", 2, err == EAGAIN ? "timed out" : strerror(err));
+}
+
+static PyMethodDef segtable_methods[] = {
+    {"add", (PyCFunction)segtable_add, METH_VARARGS, "add(id, address, length): expose memory."},
+    {"remove", (PyCFunction)segtable_remove, METH_VARARGS,
+     "remove(id) -> bool: stop serving a segment (waits for in-flight requests)."},
+    {"serve", (PyCFunction)segtable_serve, METH_VARARGS,
+     "serve(fd, counters) -> (code, message): data-plane loop for one connection."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject SegTableType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "mooncake_core._native.SegTable",
+    .tp_basicsize = sizeof(SegTable),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Registered segments served by the data-plane loop.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)segtable_init,
+    .tp_dealloc = (destructor)segtable_dealloc,
+    .tp_methods = segtable_methods,
+};
+
+/* ---------------------------------------------------------------- initiator loop */
+
+/* One slice on the wire, packed by protocol.py SLICE_STRUCT (40 bytes). */
+typedef struct { uint32_t op, seg; uint64_t req_id, remote_off, local_addr, len; } slice_t;
+
+/* transfer(fd, slices, results, window) -> (done, errno, message)
+ * Pipelines the slices over one connection: up to `window` requests in flight, then
+ * one response read per request sent. results (int32 per slice) receives the remote
+ * status (0 = done). On a socket or protocol error, returns how many slices completed
+ * (in order) and the error; the caller retries the rest elsewhere. */
+static PyObject *py_transfer(PyObject *self, PyObject *args) {
+    (void)self;
+    int fd, window;
+    Py_buffer sb, rb;
+    if (!PyArg_ParseTuple(args, "iy*w*i", &fd, &sb, &rb, &window)) return NULL;
+    size_t n = (size_t)sb.len / sizeof(slice_t);
+    if (sb.len % (Py_ssize_t)sizeof(slice_t) || rb.len < (Py_ssize_t)(n * sizeof(int32_t)) ||
+        window < 1) {
+        PyBuffer_Release(&sb);
+        PyBuffer_Release(&rb);
+        PyErr_SetString(PyExc_ValueError, "transfer: bad slice/result buffers or window");
+        return NULL;
+    }
+    const slice_t *sl = (const slice_t *)sb.buf;
+    int32_t *res = (int32_t *)rb.buf;
+    size_t sent = 0, done = 0;
+    int err = 0;
+    const char *msg = "";
+    Py_BEGIN_ALLOW_THREADS
+    unsigned char hb[MC_HDR];
+    while (done < n) {
+        if (sent < n && sent - done < (size_t)window) {
+            const slice_t *s = &sl[sent];
+            hdr_t h = {MC_MAGIC, MC_VERSION, (uint8_t)s->op, 0, s->seg, 0,
+                       s->req_id, s->remote_off, s->len};
+            encode_hdr(hb, &h);
+            int r = send_hdr_data(fd, hb, (const char *)(uintptr_t)s->local_addr,
+                                  s->op == OP_WRITE ? (size_t)s->len : 0);
+            if (r < 0) { err = -r; msg = "send failed"; break; }
+            sent++;
+            continue;
+        }
+        const slice_t *s = &sl[done];
+        int r = recv_exact(fd, (char *)hb, MC_HDR, 0);
+        if (r < 0) { err = -r; msg = "receive failed"; break; }
+        hdr_t h;
+        if (decode_hdr(hb, &h) != PH_OK || h.req_id != s->req_id ||
+            h.op != (s->op == OP_READ ? OP_READ_RESP : OP_WRITE_ACK) ||
+            h.length != (h.op == OP_READ_RESP && h.status == ST_OK ? s->len : 0)) {
+            err = EPROTO;
+            msg = "malformed response";
+            break;
+        }
+        if (h.length) {
+            r = recv_exact(fd, (char *)(uintptr_t)s->local_addr, (size_t)h.length, 0);
+            if (r < 0) { err = -r; msg = "receive failed"; break; }
+        }
+        res[done++] = (int32_t)h.status;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&sb);
+    PyBuffer_Release(&rb);
+    if (err == EAGAIN) return Py_BuildValue("(nis)", (Py_ssize_t)done, err, "timed out");
+    if (err) return Py_BuildValue("(nis)", (Py_ssize_t)done, err,
+                                  err == EPROTO ? msg : strerror(err));
+    return Py_BuildValue("(nis)", (Py_ssize_t)done, 0, "");
+}
+
 static PyMethodDef methods[] = {
     {"copy", py_copy, METH_VARARGS,
      "copy(dst, dst_off, src, src_off, n): bounds-checked memmove without the GIL."},
+    {"copy_many", py_copy_many, METH_VARARGS,
+     "copy_many(jobs, threads, split_min) -> bytes copied: raw-address copies over pthreads."},
+    {"buffer_address", py_buffer_address, METH_O,
+     "buffer_address(obj) -> (address, length, readonly) of a contiguous buffer."},
+    {"parse_header", py_parse_header, METH_VARARGS,
+     "parse_header(data) -> (op, flags, segment, status, request_id, offset, length)."},
+    {"transfer", py_transfer, METH_VARARGS,
+     "transfer(fd, slices, results, window) -> (done, errno, message): pipelined requests."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "mooncake_core._native",
-    "GIL-free data path of the Transfer Engine.", -1, methods,
+    "GIL-free data path of the Transfer Engine.", -1, methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__native(void) {
+    if (PyType_Ready(&SegTableType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&SegTableType);
+    if (PyModule_AddObject(m, "SegTable", (PyObject *)&SegTableType) < 0) {
+        Py_DECREF(&SegTableType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyModule_AddIntConstant(m, "HEADER_SIZE", MC_HDR);
+    PyModule_AddIntConstant(m, "COUNTERS", C_COUNT);
+    return m;
+}

@@ -1,0 +1,620 @@
+"""TransferEngine: register memory, open remote segments, submit batches, read counters.
+
+::
+
+    initiator process                                         target process
+    register_memory --> Region                                register_memory(name="store-0")
+    open_segment("h:p/store-0") --HELLO/AUTH, LOOKUP-------->  DataServer (one per NIC)
+    submit(batch, requests)                                        | START_DATA
+      |-- shm (same host, shm-backed): ShmTransport, C memcpy      v
+      '-- tcp: slicing.plan -> EndpointPool[(local NIC, remote)] --> _native.SegTable.serve
+             Endpoint: N connections x 1 thread, _native.transfer    (reads/writes in place)
+      results -> TcpInitiator.chunk_done: complete / retry elsewhere / pause NIC
+
+Threads: per NIC server one accept thread plus one per connection; on the initiator one
+per data connection and one shm copy thread. Bytes move in C with the GIL released;
+Python plans and books.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from mooncake_core.config.models import TransferConfig
+
+from ._c import native as _native
+from .batch import Batch, Outcome, RequestState
+from .directory import PeerDirectory, RemoteSegment, SegmentDirectory
+from .rdma import require_rdma
+from .region import Region, allocate_shm, resolve_buffer
+from .request import OpCode, TransferError, TransferRequest, TransferState, TransferStatus
+from .server import DataServer
+from .shm import Job, ShmTransport
+from .stats import Counters, NicStats, TransferSnapshot, TransportStats
+from .tcp import TcpInitiator
+
+TRANSPORTS = ("tcp", "shm", "rdma")
+
+
+def default_host_id() -> str:
+    """Hostname plus kernel boot id: equal on one machine, different across machines."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = "unknown-boot"
+    return f"{socket.gethostname()}/{boot}"
+
+
+class TransferEngine:
+    """The data plane of one process.
+
+    Args:
+        config: Transfer section of the cluster config.
+        nics: IPv4 addresses of the local NICs; a data server listens on each.
+        port: Port of the first NIC's server (0 = any); the others try the same port.
+        secret: Cluster secret; when set every connection is authenticated both ways.
+        topology: Optional ``Topology``-like object (``preferred``, ``secondary``,
+            ``address_of``) ranking NICs per memory location.
+        host_id: Identity of this host for shm (default: hostname + boot id). Give
+            distinct ids to processes that must not share memory (namespace tests).
+        directory: Segment metadata service (default: peer-to-peer).
+
+    Raises:
+        TransferError: ``protocol: rdma`` configured (see ``rdma.require_rdma``) or no NIC.
+    """
+
+    def __init__(
+        self,
+        config: TransferConfig,
+        *,
+        nics: Sequence[str] = ("127.0.0.1",),
+        port: int = 0,
+        secret: bytes | None = None,
+        topology: Any = None,
+        host_id: str | None = None,
+        directory: SegmentDirectory | None = None,
+    ) -> None:
+        if not nics:
+            raise TransferError("TransferEngine needs at least one NIC address")
+        if config.protocol == "rdma":
+            require_rdma()
+        self.config = config
+        self.nics = tuple(nics)
+        self._port = port
+        self._secret = secret
+        self._topology = topology
+        self.host_id = host_id or default_host_id()
+        self._directory: SegmentDirectory = directory or PeerDirectory(
+            secret, config.connect_timeout_s
+        )
+        self._table = _native.SegTable()
+        self._servers: dict[str, DataServer] = {}
+        self._regions: list[Region] = []
+        self._exposed: dict[str, Region] = {}
+        self._seg_ids = itertools.count(1)
+        self._batch_ids = itertools.count(1)
+        self._batches: dict[int, Batch] = {}
+        self._lock = threading.Lock()
+        self._outcome = Outcome()
+        self._stats = Counters()
+        self._tcp = TcpInitiator(config, secret, self._outcome, self._stats, self._local_nics)
+        self._shm = ShmTransport(self._shm_done)
+        self._started = False
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> TransferEngine:
+        """Start one data server per NIC.
+
+        Raises:
+            TransferError: A NIC address cannot be bound.
+        """
+        if self._started:
+            return self
+        io_timeout = self._tcp.io_timeout_s
+        port = self._port
+        try:
+            for nic in self.nics:
+                try:
+                    srv = self._server(nic, port, io_timeout)
+                except OSError:
+                    if nic == self.nics[0]:
+                        raise
+                    srv = self._server(nic, 0, io_timeout)  # same port taken on this NIC
+                self._servers[nic] = srv
+                port = port or srv.port
+        except OSError as exc:
+            self.close()
+            raise TransferError(f"cannot start data server on {nic}:{port}: {exc}") from exc
+        self._started = True
+        return self
+
+    def _server(self, nic: str, port: int, io_timeout: float) -> DataServer:
+        return DataServer(
+            nic,
+            port,
+            self._table,
+            self._secret,
+            self._lookup,
+            self.config.connect_timeout_s,
+            io_timeout,
+        )
+
+    def close(self) -> None:
+        """Stop servers, end transfers in flight, unmap and delete shm segments."""
+        if self._closed:
+            return
+        self._closed = True
+        self._tcp.close()
+        self._shm.close()
+        for srv in self._servers.values():
+            srv.close()
+        for region in list(self._regions):
+            self._release_region(region)
+
+    def __enter__(self) -> TransferEngine:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def segment_name(self) -> str:
+        """``host:port`` of the first NIC's server: this engine's name for peers."""
+        srv = self._servers.get(self.nics[0])
+        if srv is None:
+            raise TransferError("engine not started")
+        return srv.endpoint
+
+    # ------------------------------------------------------------------ memory
+
+    def register_memory(
+        self,
+        obj: Any,
+        length: int | None = None,
+        *,
+        location: str = "cpu:0",
+        name: str | None = None,
+    ) -> Region:
+        """Register local memory for transfers, and optionally expose it as a segment.
+
+        Args:
+            obj: bytearray, mmap, numpy array, CPU torch tensor, writable memoryview, or a
+                raw int address (then ``length`` is required).
+            length: Bytes to register (default: the whole buffer).
+            location: ``cpu:N`` (used to rank NICs by topology).
+            name: Expose as segment ``<segment_name>/<name>`` for peers; None keeps it private.
+
+        Returns:
+            The region handle.
+
+        Raises:
+            TransferError: Unusable buffer, bad location, or a name already in use.
+        """
+        addr, total, keep = resolve_buffer(obj, length)
+        return self._add_region(Region(addr, total, _check_location(location), name, keep))
+
+    def allocate_memory(
+        self, length: int, *, location: str = "cpu:0", name: str | None = None
+    ) -> Region:
+        """Allocate shared-memory-backed memory (so same-host peers can use shm) and register it.
+
+        Raises:
+            TransferError: Bad length or name, or /dev/shm unavailable.
+        """
+        buf, path = allocate_shm(length)
+        try:
+            region = Region(
+                _native_address(buf), length, _check_location(location), name, buf, shm_path=path
+            )
+            return self._add_region(region)
+        except BaseException:
+            os.unlink(path)
+            buf.close()
+            raise
+
+    def _add_region(self, region: Region) -> Region:
+        with self._lock:
+            if self._closed:
+                raise TransferError("engine is closed")
+            if region.name is not None:
+                if not region.name or "/" in region.name or region.name in self._exposed:
+                    raise TransferError(
+                        f"segment name {region.name!r} is empty, has '/', or is taken"
+                    )
+                region.segment_id = next(self._seg_ids)
+                self._table.add(region.segment_id, region.address, region.length)
+                self._exposed[region.name] = region
+            self._regions.append(region)
+        return region
+
+    def unregister_memory(self, region: Region) -> None:
+        """Unregister (and stop exposing) a region; engine-allocated shm is freed.
+
+        Raises:
+            TransferError: Unknown region, or transfers on it still in flight.
+        """
+        with self._lock:
+            if region not in self._regions:
+                raise TransferError(f"{region!r} is not registered with this engine")
+            if region.inflight:
+                raise TransferError(f"{region!r} has {region.inflight} slices in flight")
+        self._release_region(region)
+
+    def _release_region(self, region: Region) -> None:
+        with self._lock:
+            if region in self._regions:
+                self._regions.remove(region)
+            if region.name is not None and self._exposed.get(region.name) is region:
+                del self._exposed[region.name]
+        region.registered = False
+        if region.segment_id is not None:
+            self._table.remove(region.segment_id)  # waits for requests being served
+        if region.shm_path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(region.shm_path)
+
+    # ------------------------------------------------------------------ segments
+
+    def open_segment(self, name: str) -> RemoteSegment:
+        """Resolve a remote segment and choose its transport.
+
+        Args:
+            name: ``host:port/segment`` (``host:port`` alone: its only segment).
+
+        Raises:
+            TransferError: Unreachable, unknown, auth failure, or the configured protocol
+                cannot reach it (``shm`` to another host or a non-shm segment).
+        """
+        info = self._directory.resolve(name)
+        same_host = info.shm_path is not None and info.host_id == self.host_id
+        proto = self.config.protocol
+        if proto == "shm" and not same_host:
+            raise TransferError(
+                f"shm requested but {info.name} is not shm-backed or not on this host"
+            )
+        transport = "shm" if same_host and proto in ("auto", "shm") else "tcp"
+        if transport == "shm" and info.shm_path is not None:
+            self._shm.map(info.shm_path, info.size)
+        elif not info.nics and not info.secondary_nics:
+            raise TransferError(f"{info.name} has no reachable NIC")
+        return RemoteSegment(info, transport)
+
+    def _lookup(self, name: str, nic: str) -> dict[str, Any]:
+        with self._lock:
+            if name:
+                region = self._exposed.get(name)
+            else:
+                region = next(iter(self._exposed.values())) if len(self._exposed) == 1 else None
+            known = sorted(self._exposed)
+        if region is None or region.segment_id is None:
+            raise KeyError(f"no segment {name!r} here; exposed: {known}")
+        pref, sec = self._local_nics(region.location)
+        srv = self._servers
+        return {
+            "segment": region.name,
+            "segment_id": region.segment_id,
+            "size": region.length,
+            "location": region.location,
+            "nics": [srv[n].endpoint for n in pref if n in srv],
+            "secondary_nics": [srv[n].endpoint for n in sec if n in srv],
+            "host_id": self.host_id,
+            "shm_path": region.shm_path,
+            "transports": ["tcp", "shm"] if region.shm_path else ["tcp"],
+        }
+
+    def _local_nics(self, location: str) -> tuple[list[str], list[str]]:
+        """(preferred, secondary) NIC addresses for memory at ``location``."""
+        topo = self._topology
+        if topo is None:
+            return list(self.nics), []
+        ours = set(self.nics)
+
+        def addrs(names: Sequence[str]) -> list[str]:
+            out = [topo.address_of(n) for n in names]
+            return [a for a in out if a in ours]
+
+        pref = addrs(topo.preferred(location))
+        sec = [a for a in addrs(topo.secondary(location)) if a not in pref]
+        rest = [n for n in self.nics if n not in pref and n not in sec]
+        return (pref or sec or rest), (sec + rest if pref else rest if sec else [])
+
+    # ------------------------------------------------------------------ batches
+
+    def allocate_batch(self, capacity: int) -> Batch:
+        """A batch for up to ``capacity`` requests.
+
+        Raises:
+            TransferError: capacity < 1.
+        """
+        if capacity < 1:
+            raise TransferError(f"batch capacity must be >= 1, got {capacity}")
+        batch = Batch(next(self._batch_ids), capacity)
+        with self._lock:
+            self._batches[batch.batch_id] = batch
+        return batch
+
+    def free_batch(self, batch: Batch) -> None:
+        """Release a batch.
+
+        Raises:
+            TransferError: Requests still WAITING, or an unknown/freed batch.
+        """
+        self._expire(batch)
+        with self._outcome.cv:
+            waiting = sum(1 for r in batch.requests if r.state is TransferState.WAITING)
+        if waiting:
+            raise TransferError(f"{batch!r} has {waiting} requests still pending")
+        with self._lock:
+            if self._batches.pop(batch.batch_id, None) is None:
+                raise TransferError(f"{batch!r} is not allocated")
+        batch.freed = True
+
+    def submit(self, batch: Batch, requests: Sequence[TransferRequest]) -> None:
+        """Submit requests; they run asynchronously (poll ``status`` or ``wait``).
+
+        Every request is validated first; on any error nothing is submitted.
+
+        Raises:
+            TransferError: Freed or full batch, unregistered region, unopened segment, or
+                a range outside the local region or the remote segment (naming it).
+        """
+        if self._closed:
+            raise TransferError("engine is closed")
+        if batch.freed or batch.batch_id not in self._batches:
+            raise TransferError(f"{batch!r} is not allocated")
+        if len(batch.requests) + len(requests) > batch.capacity:
+            raise TransferError(
+                f"{batch!r} cannot take {len(requests)} more requests (capacity {batch.capacity})"
+            )
+        for i, req in enumerate(requests):
+            _validate(i, req, self._regions)
+        deadline = time.monotonic() + self.config.request_timeout_s
+        states = [RequestState(r, r.segment.transport, deadline) for r in requests]
+        tcp: list[RequestState] = []
+        jobs: list[Job] = []
+        with self._outcome.cv:
+            batch.requests.extend(states)
+            for st in states:
+                if st.request.length == 0:
+                    st.state = TransferState.COMPLETED
+                elif st.transport == "shm":
+                    jobs.append(self._shm_job(st))
+                else:
+                    tcp.append(st)
+        if jobs:
+            self._shm.submit(jobs)
+        if tcp:
+            self._tcp.submit(tcp)
+
+    def _shm_job(self, st: RequestState) -> Job:
+        req = st.request
+        info = req.segment.info
+        if info.shm_path is None:  # open_segment only picks shm when there is a path
+            raise TransferError(f"{info.name} has no shared-memory file")
+        remote = self._shm.map(info.shm_path, info.size) + req.target_offset
+        local = req.local.address + req.local_offset
+        st.pending = 1
+        req.local.acquire(1)
+        if req.op == OpCode.READ:
+            return (st, local, remote, req.length)
+        return (st, remote, local, req.length)
+
+    def _shm_done(self, states: list[Any]) -> None:
+        with self._outcome.cv:
+            for st in states:
+                if self._outcome.complete(st, st.request.length):
+                    self._stats.add("shm|requests_completed")
+                self._stats.add("shm|bytes", st.request.length)
+                self._stats.add("shm|slices")
+            self._outcome.cv.notify_all()
+        for st in states:
+            st.request.local.release(1)
+
+    def _expire(self, batch: Batch) -> float | None:
+        """Fail overdue requests; return the earliest deadline still pending."""
+        now = time.monotonic()
+        nearest: float | None = None
+        with self._outcome.cv:
+            for st in batch.requests:
+                if st.state is not TransferState.WAITING:
+                    continue
+                if now >= st.deadline:
+                    if self._outcome.fail(
+                        st, f"timed out after {self.config.request_timeout_s}s ({st.transport})"
+                    ):
+                        self._stats.add(f"{st.transport}|requests_failed")
+                elif nearest is None or st.deadline < nearest:
+                    nearest = st.deadline
+        return nearest
+
+    def status(self, batch: Batch, index: int) -> TransferStatus:
+        """Status of request ``index`` of ``batch``.
+
+        Raises:
+            TransferError: Index out of range.
+        """
+        if not 0 <= index < len(batch.requests):
+            raise TransferError(f"{batch!r} has no request {index}")
+        self._expire(batch)
+        with self._outcome.cv:
+            return batch.requests[index].status()
+
+    def batch_status(self, batch: Batch) -> list[TransferStatus]:
+        """Statuses of every request of ``batch``, in submission order."""
+        self._expire(batch)
+        with self._outcome.cv:
+            return [r.status() for r in batch.requests]
+
+    def wait(self, batch: Batch, timeout: float | None = None) -> list[TransferStatus]:
+        """Block until no request of ``batch`` is WAITING, or ``timeout`` passes.
+
+        Returns:
+            The statuses (some may still be WAITING if ``timeout`` expired first).
+        """
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            nearest = self._expire(batch)
+            with self._outcome.cv:
+                if all(r.state is not TransferState.WAITING for r in batch.requests):
+                    return [r.status() for r in batch.requests]
+                now = time.monotonic()
+                limits = [t for t in (end, nearest) if t is not None]
+                if end is not None and now >= end:
+                    return [r.status() for r in batch.requests]
+                self._outcome.cv.wait(max(0.0, min(limits) - now) if limits else None)
+
+    # ------------------------------------------------------------------ sync helpers
+
+    def read(
+        self,
+        region: Region,
+        local_offset: int,
+        segment: RemoteSegment,
+        target_offset: int,
+        length: int,
+    ) -> None:
+        """Synchronous READ of ``length`` bytes (segment -> region).
+
+        Raises:
+            TransferError: The request failed (with its reason) or was invalid.
+        """
+        self._sync(OpCode.READ, region, local_offset, segment, target_offset, length)
+
+    def write(
+        self,
+        region: Region,
+        local_offset: int,
+        segment: RemoteSegment,
+        target_offset: int,
+        length: int,
+    ) -> None:
+        """Synchronous WRITE of ``length`` bytes (region -> segment).
+
+        Raises:
+            TransferError: The request failed (with its reason) or was invalid.
+        """
+        self._sync(OpCode.WRITE, region, local_offset, segment, target_offset, length)
+
+    def _sync(
+        self,
+        op: OpCode,
+        region: Region,
+        local_offset: int,
+        segment: RemoteSegment,
+        target_offset: int,
+        length: int,
+    ) -> None:
+        batch = self.allocate_batch(1)
+        try:
+            self.submit(
+                batch, [TransferRequest(op, region, local_offset, segment, target_offset, length)]
+            )
+            (st,) = self.wait(batch)
+        finally:
+            with contextlib.suppress(TransferError):
+                self.free_batch(batch)
+        if st.state is not TransferState.COMPLETED:
+            raise TransferError(
+                f"{op.name} {segment.name}@{target_offset}+{length} failed: {st.reason}"
+            )
+
+    # ------------------------------------------------------------------ counters
+
+    def snapshot(self) -> TransferSnapshot:
+        """Immutable counters: per NIC (both roles) and per transport."""
+        values = self._stats.copy()
+        now = time.monotonic()
+        nics = []
+        for nic in self.nics:
+            srv = self._servers.get(nic)
+            native = srv.native_counters() if srv else {}
+            py = srv.counters.copy() if srv else {}
+            with self._tcp._hlock:
+                health = self._tcp.local_health.state(nic, now)
+
+            def v(key: str, nic: str = nic) -> int:
+                return values.get(f"{nic}|{key}", 0)
+
+            nics.append(
+                NicStats(
+                    nic=nic,
+                    bytes_sent=v("bytes_sent") + native.get("bytes_sent", 0),
+                    bytes_received=v("bytes_received") + native.get("bytes_received", 0),
+                    slices_sent=v("slices_sent") + native.get("slices_sent", 0),
+                    slices_received=v("slices_received") + native.get("slices_received", 0),
+                    errors=v("errors"),
+                    retries=v("retries"),
+                    paused=health.paused,
+                    paused_until=health.paused_until,
+                    malformed_frames=native.get("malformed_frames", 0)
+                    + py.get("malformed_frames", 0),
+                    auth_failures=py.get("auth_failures", 0),
+                    bounds_errors=native.get("bounds_errors", 0)
+                    + native.get("unknown_segments", 0),
+                    connections=py.get("connections", 0),
+                )
+            )
+        transports = tuple(
+            TransportStats(
+                name=t,
+                requests_completed=values.get(f"{t}|requests_completed", 0),
+                requests_failed=values.get(f"{t}|requests_failed", 0),
+                bytes=values.get(f"{t}|bytes", 0),
+                slices=values.get(f"{t}|slices", 0),
+            )
+            for t in TRANSPORTS
+        )
+        with self._outcome.cv:
+            pending = sum(
+                1
+                for b in self._batches.values()
+                for r in b.requests
+                if r.state is TransferState.WAITING
+            )
+        name = self.segment_name if self._servers else ""
+        return TransferSnapshot(name, now, tuple(nics), transports, len(self._tcp.pool), pending)
+
+
+def _native_address(buf: Any) -> int:
+    return int(_native.buffer_address(buf)[0])
+
+
+def _check_location(location: str) -> str:
+    kind, _, idx = location.partition(":")
+    if kind == "cpu" and idx.isdigit():
+        return location
+    if kind == "cuda":
+        raise TransferError(f"location {location!r}: GPU memory is not supported (no CUDA build)")
+    raise TransferError(f"bad location {location!r}; expected cpu:N")
+
+
+def _validate(i: int, req: Any, regions: list[Region]) -> None:
+    if not isinstance(req, TransferRequest):
+        raise TransferError(f"request {i}: expected TransferRequest, got {type(req).__name__}")
+    if req.op not in (OpCode.READ, OpCode.WRITE):
+        raise TransferError(f"request {i}: bad op {req.op!r}")
+    if not isinstance(req.segment, RemoteSegment):
+        raise TransferError(f"request {i}: segment must come from open_segment")
+    if req.local not in regions:
+        raise TransferError(f"request {i}: {req.local!r} is not registered with this engine")
+    n, lo, to = req.length, req.local_offset, req.target_offset
+    if n < 0 or lo < 0 or to < 0:
+        raise TransferError(f"request {i}: negative length/offset ({n}, {lo}, {to})")
+    if lo + n > req.local.length:
+        raise TransferError(
+            f"request {i}: local range {lo}+{n} outside region of {req.local.length} bytes"
+        )
+    if to + n > req.segment.size:
+        raise TransferError(
+            f"request {i}: target range {to}+{n} outside segment {req.segment.name} of {req.segment.size} bytes"
+        )

@@ -1,0 +1,109 @@
+"""Counters of the Transfer Engine and their immutable snapshot (the read-model)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class NicStats:
+    """One local NIC. Bytes and slices count both roles: as initiator and as server.
+
+    Attributes:
+        nic: NIC address as configured.
+        bytes_sent: Payload bytes that left through this NIC (our WRITEs + READs we served).
+        bytes_received: Payload bytes that arrived (our READs + WRITEs we served).
+        slices_sent: Slices whose payload left through this NIC.
+        slices_received: Slices whose payload arrived through this NIC.
+        errors: Failed slices initiated over this NIC (connect, I/O, timeout).
+        retries: Slices re-sent after a failure on a path through this NIC.
+        paused: Whether the NIC is paused now after repeated failures.
+        paused_until: Monotonic time the pause ends, or None.
+        malformed_frames: Frames the server on this NIC rejected (connection closed).
+        auth_failures: Connections refused for a wrong or missing secret.
+        bounds_errors: Requests refused for out-of-bounds or unknown segments.
+        connections: Data connections accepted by the server on this NIC.
+    """
+
+    nic: str
+    bytes_sent: int
+    bytes_received: int
+    slices_sent: int
+    slices_received: int
+    errors: int
+    retries: int
+    paused: bool
+    paused_until: float | None
+    malformed_frames: int
+    auth_failures: int
+    bounds_errors: int
+    connections: int
+
+
+@dataclass(frozen=True, slots=True)
+class TransportStats:
+    """One transport (tcp, shm, rdma), initiator side."""
+
+    name: str
+    requests_completed: int
+    requests_failed: int
+    bytes: int
+    slices: int
+
+
+@dataclass(frozen=True, slots=True)
+class TransferSnapshot:
+    """Everything ``TransferEngine.snapshot()`` reports, consistent at ``taken_at``."""
+
+    segment_name: str
+    taken_at: float
+    nics: tuple[NicStats, ...]
+    transports: tuple[TransportStats, ...]
+    endpoints: int
+    pending_requests: int
+
+    def nic(self, address: str) -> NicStats:
+        """The stats of one NIC.
+
+        Raises:
+            KeyError: No NIC with that address.
+        """
+        for n in self.nics:
+            if n.nic == address:
+                return n
+        raise KeyError(f"no NIC {address!r}; have {[n.nic for n in self.nics]}")
+
+    def transport(self, name: str) -> TransportStats:
+        """The stats of one transport.
+
+        Raises:
+            KeyError: Unknown transport name.
+        """
+        for t in self.transports:
+            if t.name == name:
+                return t
+        raise KeyError(f"no transport {name!r}")
+
+
+class Counters:
+    """Mutable, thread-safe integer counters keyed by name (internal)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[str, int] = {}
+
+    def add(self, name: str, value: int = 1) -> None:
+        """Add ``value`` to counter ``name``."""
+        with self._lock:
+            self._values[name] = self._values.get(name, 0) + value
+
+    def get(self, name: str) -> int:
+        """Current value (0 if never added)."""
+        with self._lock:
+            return self._values.get(name, 0)
+
+    def copy(self) -> dict[str, int]:
+        """All values at once."""
+        with self._lock:
+            return dict(self._values)

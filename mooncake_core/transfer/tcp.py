@@ -1,0 +1,227 @@
+"""tcp transport, initiator side: route slices over NIC paths, retry, pause failing NICs."""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import threading
+import time
+from array import array
+from collections import defaultdict
+from collections.abc import Callable
+
+from mooncake_core.config.models import TransferConfig
+
+from . import handshake
+from .batch import Outcome, RequestState
+from .directory import split_name
+from .endpoint import Endpoint, EndpointPool, Slice
+from .health import NicHealth
+from .protocol import STATUS_REASONS, Op, Status
+from .request import OpCode, TransferState
+from .slicing import pair_paths, plan
+from .stats import Counters
+
+LocalNics = Callable[[str], tuple[list[str], list[str]]]
+"""location -> (preferred local NIC addresses, secondary ones)."""
+
+Path = tuple[str, str]
+
+
+class TcpInitiator:
+    """Cuts requests into slices, deals them over (local NIC, remote server) endpoints.
+
+    Args:
+        config: Engine configuration.
+        secret: Cluster secret or None.
+        outcome: Shared completion bookkeeping.
+        stats: Engine counters (``<nic>|bytes_sent``... and ``tcp|...``).
+        local_nics: Local NICs to use for a memory location.
+    """
+
+    def __init__(
+        self,
+        config: TransferConfig,
+        secret: bytes | None,
+        outcome: Outcome,
+        stats: Counters,
+        local_nics: LocalNics,
+    ) -> None:
+        self._cfg = config
+        self._secret = secret
+        self._outcome = outcome
+        self._stats = stats
+        self._local_nics = local_nics
+        self._hlock = threading.Lock()
+        self.local_health = NicHealth(
+            config.nic_failure_threshold, config.nic_pause_s, config.nic_pause_max_s
+        )
+        self.remote_health = NicHealth(
+            config.nic_failure_threshold, config.nic_pause_s, config.nic_pause_max_s
+        )
+        self.pool = EndpointPool(
+            config.endpoint_pool_cap, config.endpoint_eviction, self._make_endpoint, self._reroute
+        )
+        self._cursor = itertools.count()
+        # A stalled peer is noticed within one attempt's share of the request timeout,
+        # leaving the remaining attempts time to succeed on another path.
+        self.io_timeout_s = max(0.2, config.request_timeout_s / (config.max_retries + 1))
+
+    # ------------------------------------------------------------------ routing
+
+    def paths(self, st: RequestState) -> list[Path]:
+        """Paths for a request now: preferred NICs first, secondary if none is usable."""
+        now = time.monotonic()
+        pref, sec = self._local_nics(st.request.local.location)
+        info = st.request.segment.info
+        with self._hlock:
+            local = [n for n in pref if self.local_health.available(n, now)] or [
+                n for n in sec if self.local_health.available(n, now)
+            ]
+            remote = [r for r in info.nics if self.remote_health.available(r, now)] or [
+                r for r in info.secondary_nics if self.remote_health.available(r, now)
+            ]
+        # Everything paused: keep going over the preferred ones (they act as probes).
+        return pair_paths(local or pref or sec, remote or list(info.nics or info.secondary_nics))
+
+    def submit(self, states: list[RequestState]) -> None:
+        """Slice and dispatch requests (states already counted and bounds-checked)."""
+        per_path: dict[Path, list[Slice]] = defaultdict(list)
+        slice_size = int(self._cfg.slice_size)
+        for st in states:
+            req = st.request
+            paths = self.paths(st)
+            pieces = plan(req.length, slice_size, len(paths), next(self._cursor) % len(paths))
+            st.pending = len(pieces)
+            req.local.acquire(len(pieces))
+            base = req.local.address + req.local_offset
+            seg_id = req.segment.info.segment_id
+            op = Op.READ if req.op == OpCode.READ else Op.WRITE
+            for p in pieces:
+                s = Slice(
+                    st, int(op), seg_id, req.target_offset + p.offset, base + p.offset, p.length
+                )
+                s.path = paths[p.path]
+                per_path[s.path].append(s)
+        self._dispatch(per_path)
+
+    def _dispatch(self, per_path: dict[Path, list[Slice]]) -> None:
+        for path, slices in per_path.items():
+            while not self.pool.get(path).enqueue(slices):
+                pass  # evicted between get and enqueue: the next get creates a fresh one
+
+    def _reroute(self, slices: list[Slice]) -> None:
+        """Slices left in a closed endpoint's queue: send them again (not a retry)."""
+        per_path: dict[Path, list[Slice]] = defaultdict(list)
+        for s in slices:
+            paths = self.paths(s.req)
+            s.path = paths[next(self._cursor) % len(paths)]
+            per_path[s.path].append(s)
+        self._dispatch(per_path)
+
+    def _retry(self, slices: list[Slice], failed: Path, reason: str) -> None:
+        per_path: dict[Path, list[Slice]] = defaultdict(list)
+        give_up: list[Slice] = []
+        for s in slices:
+            s.attempts += 1
+            if s.attempts > self._cfg.max_retries or s.req.state is not TransferState.WAITING:
+                give_up.append(s)
+                continue
+            self._stats.add(f"{failed[0]}|retries")
+            paths = self.paths(s.req)
+            others = [p for p in paths if p != failed] or paths
+            s.path = others[next(self._cursor) % len(others)]
+            per_path[s.path].append(s)
+        if give_up:
+            with self._outcome.cv:
+                for s in give_up:
+                    s.req.pending -= 1
+                    if self._outcome.fail(s.req, f"{reason} (gave up after {s.attempts} attempts)"):
+                        self._stats.add("tcp|requests_failed")
+                self._outcome.cv.notify_all()
+            for s in give_up:
+                s.req.request.local.release(1)
+        self._dispatch(per_path)
+
+    # ------------------------------------------------------------------ endpoint callbacks
+
+    def _make_endpoint(self, key: Path) -> Endpoint:
+        return Endpoint(key[0], key[1], self._cfg.connections_per_endpoint, self)
+
+    def open_data_connection(self, local_ip: str, remote: str) -> socket.socket:
+        """Connect, authenticate and switch a new connection to data mode."""
+        host, port, _ = split_name(remote)
+        sock = handshake.connect(
+            host, port, local_ip=local_ip, secret=self._secret, timeout=self._cfg.connect_timeout_s
+        )
+        try:
+            handshake.send_frame(sock, Op.START_DATA)
+            handshake.set_io_timeout(sock, self.io_timeout_s)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
+    def connect_failed(self, ep: Endpoint, chunk: list[Slice], reason: str) -> None:
+        """A connection could not be opened: blame the remote server, retry elsewhere."""
+        now = time.monotonic()
+        with self._hlock:
+            self.remote_health.record_failure(ep.remote, now)
+        self._stats.add(f"{ep.local_ip}|errors", len(chunk))
+        left = self.pool.drop(ep)
+        self._retry(chunk, ep.key, reason)
+        self._reroute(left)
+
+    def chunk_done(
+        self, ep: Endpoint, chunk: list[Slice], results: array, done: int, err: int, msg: str
+    ) -> None:
+        """Book a native.transfer result: completions, remote refusals, then failures."""
+        nic = ep.local_ip
+        sent = recv = n_sent = n_recv = 0
+        finished: list[Slice] = []
+        with self._outcome.cv:
+            for i in range(done):
+                s = chunk[i]
+                status = results[i]
+                if status == Status.OK:
+                    if s.op == Op.WRITE:
+                        sent += s.length
+                        n_sent += 1
+                    else:
+                        recv += s.length
+                        n_recv += 1
+                    if self._outcome.complete(s.req, s.length):
+                        self._stats.add("tcp|requests_completed")
+                else:
+                    s.req.pending -= 1
+                    why = STATUS_REASONS.get(status, f"remote status {status}")
+                    if self._outcome.fail(s.req, f"{why} (segment {s.req.request.segment.name})"):
+                        self._stats.add("tcp|requests_failed")
+                finished.append(s)
+            self._outcome.cv.notify_all()
+        for s in finished:
+            s.req.request.local.release(1)
+        st = self._stats
+        st.add(f"{nic}|bytes_sent", sent)
+        st.add(f"{nic}|bytes_received", recv)
+        st.add(f"{nic}|slices_sent", n_sent)
+        st.add(f"{nic}|slices_received", n_recv)
+        st.add("tcp|bytes", sent + recv)
+        st.add("tcp|slices", n_sent + n_recv)
+        now = time.monotonic()
+        if not err:
+            with self._hlock:
+                self.local_health.record_success(nic, now)
+                self.remote_health.record_success(ep.remote, now)
+            return
+        with self._hlock:
+            self.local_health.record_failure(nic, now)
+            self.remote_health.record_failure(ep.remote, now)
+        self._stats.add(f"{nic}|errors", len(chunk) - done)
+        left = self.pool.drop(ep)
+        self._retry(chunk[done:], ep.key, f"{ep.local_ip} -> {ep.remote}: {msg}")
+        self._reroute(left)
+
+    def close(self) -> None:
+        """Close every endpoint (transfers in flight fail)."""
+        self.pool.close()
