@@ -8,9 +8,20 @@ calibrated cost model (``load_profile``). Experiments reproducing the paper live
 """
 
 from mooncake_core.sim.config import SimConfig, set_field
-from mooncake_core.sim.costmodel import CostModel, available_profiles, fit_causal_prefill, load_profile
+from mooncake_core.sim.costmodel import (
+    CostModel,
+    available_profiles,
+    fit_causal_prefill,
+    load_profile,
+)
 from mooncake_core.sim.engine import Simulator, simulate
-from mooncake_core.sim.results import LoadSample, RequestResult, SimResult, Summary, worst_decile_mean
+from mooncake_core.sim.results import (
+    LoadSample,
+    RequestResult,
+    SimResult,
+    Summary,
+    worst_decile_mean,
+)
 from mooncake_core.sim.trace import (
     Sample,
     TraceError,
