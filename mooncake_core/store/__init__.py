@@ -1,1 +1,93 @@
-"""store (see docs/architecture.md)."""
+"""Mooncake Store: the master's sans-IO metadata core, its gRPC service and client.
+
+See ``docs/store.md`` for the semantics (leases, pins, eviction, segment states, events).
+The service and client modules (``master_service``, ``master_client``) import grpc and are
+not re-exported here, so importing the core stays light.
+"""
+
+from .allocator import OffsetAllocator
+from .errors import (
+    CapacityError,
+    ConflictError,
+    ErrorCode,
+    InvalidArgumentError,
+    NotFoundError,
+    StoreError,
+    UnavailableError,
+    error_from_code,
+)
+from .events import (
+    ClientExpired,
+    Event,
+    ObjectPinned,
+    ObjectRemoved,
+    ObjectStored,
+    ObjectUnpinned,
+    RemoveReason,
+    ReplicaDropped,
+    SegmentMounted,
+    SegmentStateChanged,
+    SegmentUnmounted,
+    UnmountReason,
+)
+from .eviction import EVICTION_POLICIES, EvictionPlan, EvictionPolicy, LruEviction
+from .master_state import MasterState
+from .objects import ObjectInfo, ObjectState, PinLevel, Replica, Slice
+from .pins import Pin
+from .results import (
+    GetResult,
+    KeyEntry,
+    ListKeysResult,
+    MasterSnapshot,
+    RemoveManyResult,
+    ReplicateConfig,
+)
+from .segment import SegmentSnapshot, SegmentState
+from .strategies import STRATEGIES, AllocationStrategy, AllocContext, make_strategy
+
+__all__ = [
+    "EVICTION_POLICIES",
+    "STRATEGIES",
+    "AllocContext",
+    "AllocationStrategy",
+    "CapacityError",
+    "ClientExpired",
+    "ConflictError",
+    "ErrorCode",
+    "Event",
+    "EvictionPlan",
+    "EvictionPolicy",
+    "GetResult",
+    "InvalidArgumentError",
+    "KeyEntry",
+    "ListKeysResult",
+    "LruEviction",
+    "MasterSnapshot",
+    "MasterState",
+    "NotFoundError",
+    "ObjectInfo",
+    "ObjectPinned",
+    "ObjectRemoved",
+    "ObjectState",
+    "ObjectStored",
+    "ObjectUnpinned",
+    "OffsetAllocator",
+    "Pin",
+    "PinLevel",
+    "RemoveManyResult",
+    "RemoveReason",
+    "Replica",
+    "ReplicaDropped",
+    "ReplicateConfig",
+    "SegmentMounted",
+    "SegmentSnapshot",
+    "SegmentState",
+    "SegmentStateChanged",
+    "SegmentUnmounted",
+    "Slice",
+    "StoreError",
+    "UnavailableError",
+    "UnmountReason",
+    "error_from_code",
+    "make_strategy",
+]

@@ -1,0 +1,141 @@
+"""Typed events: every metadata change the outside world may care about.
+
+The core appends events to an outbox; the service drains it with
+``MasterState.take_events()`` after each call and fans the events out to ``WatchEvents``
+subscribers (the conductor's prefix index, the dashboard). Consumers keep their own view
+from the stream instead of walking the master's tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from .objects import Replica
+
+
+class RemoveReason(StrEnum):
+    """Why an object disappeared."""
+
+    REMOVED = "removed"
+    """Explicit Remove / RemoveByPrefix / RemoveByRegex / RemoveAll."""
+    EVICTED = "evicted"
+    """Chosen by eviction."""
+    EXPIRED = "expired"
+    """A PutStart never completed within the put timeout."""
+    SEGMENT_LOST = "segment_lost"
+    """Every replica was on segments that were unmounted or whose client expired."""
+    REPLACED = "replaced"
+    """Overwritten by Upsert."""
+    REVOKED = "revoked"
+    """The writer called PutRevoke."""
+
+
+class UnmountReason(StrEnum):
+    """Why a segment left the store."""
+
+    UNMOUNTED = "unmounted"
+    """The owner unmounted it and the grace period ended."""
+    CLIENT_EXPIRED = "client_expired"
+    """The owner stopped heartbeating."""
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectStored:
+    """An object became readable (PutEnd)."""
+
+    at: float
+    key: str
+    size: int
+    replicas: tuple[Replica, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRemoved:
+    """An object disappeared. ``was_complete`` is False for a write that never finished."""
+
+    at: float
+    key: str
+    reason: RemoveReason
+    was_complete: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaDropped:
+    """An object lost a replica (its segment went away) but still has others."""
+
+    at: float
+    key: str
+    segment: str
+    replicas_left: int
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectPinned:
+    """A pin was set on a key or on a prefix (``is_prefix``)."""
+
+    at: float
+    target: str
+    is_prefix: bool
+    hard: bool
+    expires_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectUnpinned:
+    """A pin was cleared (``expired`` when its TTL ran out, else explicit or object gone)."""
+
+    at: float
+    target: str
+    is_prefix: bool
+    expired: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentMounted:
+    """A segment joined the store."""
+
+    at: float
+    name: str
+    client_id: str
+    capacity: int
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentStateChanged:
+    """A segment moved to UNMOUNTING, DRAINING or DRAINED (state name in ``state``)."""
+
+    at: float
+    name: str
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentUnmounted:
+    """A segment left the store; its replicas are gone."""
+
+    at: float
+    name: str
+    reason: UnmountReason
+
+
+@dataclass(frozen=True, slots=True)
+class ClientExpired:
+    """A client stopped heartbeating for ``client_ttl_s``."""
+
+    at: float
+    client_id: str
+
+
+Event = (
+    ObjectStored
+    | ObjectRemoved
+    | ReplicaDropped
+    | ObjectPinned
+    | ObjectUnpinned
+    | SegmentMounted
+    | SegmentStateChanged
+    | SegmentUnmounted
+    | ClientExpired
+)
+"""Every event type the master emits."""

@@ -1,0 +1,887 @@
+"""The master's metadata core: segments, objects, leases, pins, eviction. Sans-IO.
+
+Every method takes ``now`` (the master's monotonic clock, in seconds) and does no I/O,
+starts no threads and reads no clock; the gRPC service and the tests drive the same
+object. Every change appends typed events (see :mod:`.events`) that the caller drains
+with :meth:`MasterState.take_events`.
+
+A call that raises leaves the tables as they were, with one documented exception: a
+PutStart/Upsert that fails for lack of space may have evicted objects on the way (those
+evictions are real and reported as events; the failed write itself left no trace).
+
+Object table order is recency (least recently used first): PutEnd and GetReplicaList
+move a key to the end; Exist and Stat do not, so probing cannot keep objects alive.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import TypeVar
+
+from mooncake_core.config.models import MasterConfig
+
+from . import events as ev
+from .errors import (
+    CapacityError,
+    ConflictError,
+    ErrorCode,
+    InvalidArgumentError,
+    NotFoundError,
+    StoreError,
+)
+from .eviction import EvictionPolicy, LruEviction
+from .keyindex import SortedKeys
+from .objects import ObjectInfo, ObjectMeta, ObjectState, PinLevel, Replica
+from .pins import Pin, PinTable
+from .placement import place_replicas, slice_lengths
+from .results import (
+    GetResult,
+    KeyEntry,
+    ListKeysResult,
+    MasterSnapshot,
+    RemoveManyResult,
+    ReplicateConfig,
+)
+from .segment import Segment, SegmentSnapshot, SegmentState
+from .strategies import (
+    AllocationStrategy,
+    AllocContext,
+    LocalFirstStrategy,
+    PreferredStrategy,
+    make_strategy,
+)
+
+T = TypeVar("T")
+I = TypeVar("I")  # noqa: E741
+
+MAX_REPLICA_NUM = 16
+MAX_SEGMENT_NAME = 256
+MAX_LIST_LIMIT = 100_000
+
+
+class MasterState:
+    """Metadata of the whole store.
+
+    Args:
+        config: master settings (TTLs, watermark, limits, strategy).
+        rng: randomness for the ``random`` strategy; inject a seeded one in tests.
+        alignment: allocation alignment inside segments (a power of two).
+        eviction: eviction policy (default LRU).
+    """
+
+    def __init__(
+        self,
+        config: MasterConfig | None = None,
+        *,
+        rng: random.Random | None = None,
+        alignment: int = 64,
+        eviction: EvictionPolicy | None = None,
+    ) -> None:
+        self.config = config or MasterConfig()
+        self._rng = rng if rng is not None else random.Random(0)
+        self._strategy = make_strategy(self.config.allocation_strategy, self._rng)
+        self._eviction: EvictionPolicy = eviction or LruEviction()
+        self._alignment = alignment
+        self._objects: dict[str, ObjectMeta] = {}  # least recently used first
+        self._processing: dict[str, float] = {}  # key -> PutStart time, oldest first
+        self._keys = SortedKeys()
+        self._segments: dict[str, Segment] = {}
+        self._order: list[Segment] = []  # segments sorted by name (deterministic choices)
+        self._clients: dict[str, float] = {}  # client id -> last heartbeat
+        self._pins = PinTable()
+        self._events: list[ev.Event] = []
+        self._evicted_objects = 0
+        self._evicted_bytes = 0
+        self._eviction_rounds = 0
+        self._removed = 0
+        self._expired_puts = 0
+        self._lost = 0
+
+    # ----------------------------------------------------------------- events
+    def take_events(self) -> list[ev.Event]:
+        """Return and clear the events emitted since the last call, oldest first."""
+        out, self._events = self._events, []
+        return out
+
+    # ---------------------------------------------------------- clients, segments
+    def heartbeat(self, client_id: str, now: float) -> bool:
+        """Record that ``client_id`` is alive.
+
+        Returns:
+            False when the master did not know the client (it expired, or the master
+            restarted): the client must mount its segments again.
+        """
+        _check_name("client_id", client_id)
+        known = client_id in self._clients
+        self._clients[client_id] = now
+        return known
+
+    def mount_segment(
+        self,
+        name: str,
+        client_id: str,
+        capacity: int,
+        now: float,
+        *,
+        transport_address: str = "",
+        location: str = "cpu:0",
+    ) -> SegmentSnapshot:
+        """Add a segment hosted by ``client_id`` (also counts as its heartbeat).
+
+        Mounting the same segment again from the same client with the same capacity is
+        a no-op (a client re-mounting after a master restart or a lost reply).
+
+        Raises:
+            InvalidArgumentError: empty/long names, capacity not positive.
+            ConflictError: the name is taken by another client or is still unmounting.
+        """
+        _check_name("segment name", name)
+        _check_name("client_id", client_id)
+        if not isinstance(capacity, int) or capacity <= 0:
+            raise InvalidArgumentError(
+                ErrorCode.INVALID_PARAMS, f"segment capacity must be positive, got {capacity!r}"
+            )
+        seg = self._segments.get(name)
+        if seg is not None:
+            if (
+                seg.client_id == client_id
+                and seg.capacity == capacity
+                and seg.state == SegmentState.MOUNTED
+            ):
+                self._clients[client_id] = now
+                return seg.snapshot()
+            raise ConflictError(
+                ErrorCode.SEGMENT_ALREADY_EXISTS,
+                f"segment {name!r} is already mounted by client {seg.client_id!r} "
+                f"({seg.state.name}, {seg.capacity} bytes)",
+            )
+        seg = Segment(name, client_id, capacity, transport_address, location, self._alignment)
+        self._segments[name] = seg
+        self._order = sorted(self._segments.values(), key=lambda s: s.name)
+        self._clients[client_id] = now
+        self._events.append(ev.SegmentMounted(now, name, client_id, capacity))
+        return seg.snapshot()
+
+    def unmount_segment(self, name: str, now: float, *, client_id: str | None = None) -> None:
+        """Start unmounting: readable for ``unmount_grace_s``, no new allocations, then gone.
+
+        Raises:
+            NotFoundError: no such segment.
+            ConflictError: ``client_id`` given and it does not own the segment.
+        """
+        seg = self._segment(name)
+        if client_id is not None and seg.client_id != client_id:
+            raise ConflictError(
+                ErrorCode.INVALID_STATE,
+                f"segment {name!r} belongs to client {seg.client_id!r}, not {client_id!r}",
+            )
+        if seg.state == SegmentState.UNMOUNTING:
+            return
+        if self.config.unmount_grace_s <= 0:
+            self._remove_segment(seg, ev.UnmountReason.UNMOUNTED, now)
+            return
+        seg.state = SegmentState.UNMOUNTING
+        seg.unmount_deadline = now + self.config.unmount_grace_s
+        self._events.append(ev.SegmentStateChanged(now, name, seg.state.name))
+
+    def drain_segment(self, name: str, now: float) -> None:
+        """Stop placing on a segment (DRAINING, still readable); DRAINED once it is empty.
+
+        Moving the data elsewhere is the caller's job (read, re-put, remove here).
+
+        Raises:
+            NotFoundError: no such segment.
+            ConflictError: the segment is unmounting.
+        """
+        seg = self._segment(name)
+        if seg.state in (SegmentState.DRAINING, SegmentState.DRAINED):
+            return
+        if seg.state != SegmentState.MOUNTED:
+            raise ConflictError(
+                ErrorCode.INVALID_STATE, f"segment {name!r} is {seg.state.name}, cannot drain"
+            )
+        seg.state = SegmentState.DRAINING
+        self._events.append(ev.SegmentStateChanged(now, name, seg.state.name))
+        self._update_drain(seg, now)
+
+    def expire_clients(self, now: float) -> list[str]:
+        """Forget clients silent for ``client_ttl_s``; their segments go at once.
+
+        Returns:
+            The expired client ids, sorted.
+        """
+        ttl = self.config.client_ttl_s
+        dead = sorted(c for c, seen in self._clients.items() if seen + ttl <= now)
+        for client in dead:
+            del self._clients[client]
+            for seg in [s for s in self._order if s.client_id == client]:
+                self._remove_segment(seg, ev.UnmountReason.CLIENT_EXPIRED, now)
+            self._events.append(ev.ClientExpired(now, client))
+        return dead
+
+    def finish_unmounts(self, now: float) -> list[str]:
+        """Remove segments whose unmount grace period has ended; returns their names."""
+        done = [
+            s
+            for s in self._order
+            if s.state == SegmentState.UNMOUNTING and s.unmount_deadline <= now
+        ]
+        for seg in done:
+            self._remove_segment(seg, ev.UnmountReason.UNMOUNTED, now)
+        return [s.name for s in done]
+
+    # ----------------------------------------------------------------- writes
+    def put_start(
+        self,
+        key: str,
+        size: int,
+        client_id: str,
+        now: float,
+        config: ReplicateConfig | None = None,
+    ) -> tuple[Replica, ...]:
+        """Allocate the replicas of a new object (state PROCESSING, invisible to readers).
+
+        Evicts least-recently-used objects if the space is not there.
+
+        Returns:
+            The replicas the writer must fill, then call :meth:`put_end`.
+
+        Raises:
+            InvalidArgumentError: bad key, size, replica_num or pin options.
+            ConflictError: the key exists (complete or being written).
+            CapacityError: fewer usable segments than replicas, or no space after eviction.
+        """
+        cfg = config or ReplicateConfig()
+        replica_num = self._validate_put(key, size, client_id, cfg)
+        existing = self._objects.get(key)
+        if existing is not None:
+            raise ConflictError(
+                ErrorCode.OBJECT_ALREADY_EXISTS,
+                f"object {key!r} already exists ({existing.state.name})",
+            )
+        replicas = self._allocate(key, size, replica_num, client_id, cfg, now, protected=())
+        self._install(key, size, replicas, client_id, cfg, now)
+        return replicas
+
+    def upsert_start(
+        self,
+        key: str,
+        size: int,
+        client_id: str,
+        now: float,
+        config: ReplicateConfig | None = None,
+    ) -> tuple[Replica, ...]:
+        """Like :meth:`put_start`, but an existing complete object is replaced.
+
+        The new space is allocated first (the old value is kept if that fails), then the
+        old value is dropped (event reason ``replaced``); key pins carry over.
+
+        Raises:
+            ConflictError: the old value is leased (OBJECT_LEASED) or being written.
+            Others: as :meth:`put_start`.
+        """
+        cfg = config or ReplicateConfig()
+        replica_num = self._validate_put(key, size, client_id, cfg)
+        old = self._objects.get(key)
+        if old is None:
+            return self.put_start(key, size, client_id, now, cfg)
+        if not old.complete:
+            raise ConflictError(
+                ErrorCode.INVALID_STATE, f"object {key!r} is being written; cannot upsert"
+            )
+        if old.leased(now):
+            raise ConflictError(
+                ErrorCode.OBJECT_LEASED,
+                f"object {key!r} is leased for {old.lease_expiry - now:.3f} s more",
+            )
+        replicas = self._allocate(key, size, replica_num, client_id, cfg, now, protected=(key,))
+        self._drop(key, old, ev.RemoveReason.REPLACED, now, keep_pin=True)
+        self._install(key, size, replicas, client_id, cfg, now)
+        return replicas
+
+    def put_end(self, key: str, now: float) -> None:
+        """Mark a written object COMPLETE: readable from now on.
+
+        Raises:
+            NotFoundError: no such object (never started, revoked, or expired).
+            ConflictError: the object is already complete.
+        """
+        obj = self._object(key)
+        if obj.complete:
+            raise ConflictError(ErrorCode.INVALID_STATE, f"object {key!r} is already complete")
+        obj.state = ObjectState.COMPLETE
+        obj.last_access = now
+        del self._processing[key]
+        self._touch(key, obj)
+        self._events.append(ev.ObjectStored(now, key, obj.size, obj.replicas))
+
+    def put_revoke(self, key: str, now: float) -> None:
+        """Abandon a write: the object and its space are released.
+
+        Raises:
+            NotFoundError: no such object.
+            ConflictError: the object is already complete (use remove).
+        """
+        obj = self._object(key)
+        if obj.complete:
+            raise ConflictError(
+                ErrorCode.INVALID_STATE, f"object {key!r} is complete; use remove, not revoke"
+            )
+        self._drop(key, obj, ev.RemoveReason.REVOKED, now)
+
+    def discard_stale_puts(self, now: float) -> list[str]:
+        """Drop writes started more than ``put_timeout_s`` ago and never ended.
+
+        Returns:
+            Their keys, oldest first.
+        """
+        limit = now - self.config.put_timeout_s
+        stale = []
+        for key, started in self._processing.items():
+            if started > limit:
+                break  # insertion order is start order
+            stale.append(key)
+        for key in stale:
+            self._drop(key, self._objects[key], ev.RemoveReason.EXPIRED, now)
+            self._expired_puts += 1
+        return stale
+
+    # ------------------------------------------------------------------ reads
+    def get_replica_list(self, key: str, now: float) -> GetResult:
+        """Where to read ``key``; grants or renews a read lease and counts as an access.
+
+        Raises:
+            NotFoundError: no such object.
+            ConflictError: OBJECT_NOT_READY, the object is still being written.
+        """
+        obj = self._object(key)
+        if not obj.complete:
+            raise ConflictError(
+                ErrorCode.OBJECT_NOT_READY, f"object {key!r} is still being written"
+            )
+        obj.lease_expiry = max(obj.lease_expiry, now + self.config.lease_ttl_s)
+        obj.last_access = now
+        self._touch(key, obj)
+        return GetResult(key, obj.size, obj.replicas, obj.lease_expiry - now)
+
+    def exist(self, key: str, now: float) -> bool:
+        """Whether ``key`` is readable. Neither renews a lease nor counts as an access."""
+        obj = self._objects.get(key)
+        return obj is not None and obj.complete
+
+    def stat(self, key: str, now: float) -> ObjectInfo:
+        """Describe one object without touching its lease or recency.
+
+        Raises:
+            NotFoundError: no such object.
+        """
+        obj = self._object(key)
+        level, until = self._pins.level(key, now)
+        return ObjectInfo(
+            key=key,
+            size=obj.size,
+            state=obj.state,
+            replicas=obj.replicas,
+            lease_remaining_s=max(0.0, obj.lease_expiry - now),
+            idle_s=now - obj.last_access,
+            pin=level,
+            pin_remaining_s=None if until is None else until - now,
+        )
+
+    def list_keys(
+        self, prefix: str = "", start_after: str = "", limit: int = 1000
+    ) -> ListKeysResult:
+        """One page of keys under ``prefix`` in key order, after ``start_after``.
+
+        Raises:
+            InvalidArgumentError: limit outside 1..100000.
+        """
+        if not 1 <= limit <= MAX_LIST_LIMIT:
+            raise InvalidArgumentError(
+                ErrorCode.INVALID_PARAMS, f"limit must be in 1..{MAX_LIST_LIMIT}, got {limit}"
+            )
+        if start_after and start_after >= prefix:
+            it = self._keys.iter_from(start_after, exclusive=True)
+        else:
+            it = self._keys.iter_from(prefix)
+        entries: list[KeyEntry] = []
+        more = False
+        for key in it:
+            if not key.startswith(prefix):
+                break
+            if len(entries) == limit:
+                more = True
+                break
+            obj = self._objects[key]
+            entries.append(KeyEntry(key, obj.size, obj.state))
+        return ListKeysResult(tuple(entries), entries[-1].key if more else None)
+
+    # --------------------------------------------------------------- removals
+    def remove(self, key: str, now: float, *, force: bool = False) -> None:
+        """Remove one object.
+
+        Raises:
+            NotFoundError: no such object.
+            ConflictError: leased (OBJECT_LEASED) or being written (OBJECT_NOT_READY),
+                unless ``force``.
+        """
+        obj = self._object(key)
+        if not force:
+            self._check_removable(key, obj, now)
+        self._drop(key, obj, ev.RemoveReason.REMOVED, now)
+        self._removed += 1
+
+    def remove_by_prefix(self, prefix: str, now: float, *, force: bool = False) -> RemoveManyResult:
+        """Remove every removable object whose key starts with ``prefix``.
+
+        Raises:
+            InvalidArgumentError: empty prefix (use :meth:`remove_all`).
+        """
+        if not prefix:
+            raise InvalidArgumentError(
+                ErrorCode.INVALID_PARAMS, "empty prefix would match every key; use remove_all"
+            )
+        return self._remove_many(list(self._keys.iter_prefix(prefix)), now, force)
+
+    def remove_by_regex(self, pattern: str, now: float, *, force: bool = False) -> RemoveManyResult:
+        """Remove every removable object whose key matches ``pattern`` (``re.search``).
+
+        Raises:
+            InvalidArgumentError: the pattern does not compile (the message says why).
+        """
+        try:
+            rx = re.compile(pattern)
+        except re.error as exc:
+            raise InvalidArgumentError(
+                ErrorCode.INVALID_PARAMS, f"invalid regex {pattern!r}: {exc}"
+            ) from None
+        return self._remove_many([k for k in self._keys.iter_from() if rx.search(k)], now, force)
+
+    def remove_all(self, now: float, *, force: bool = False) -> RemoveManyResult:
+        """Remove every removable object."""
+        return self._remove_many(list(self._keys.iter_from()), now, force)
+
+    # ------------------------------------------------------------------- pins
+    def pin(
+        self,
+        target: str,
+        now: float,
+        *,
+        prefix: bool = False,
+        hard: bool = False,
+        ttl_s: float | None = None,
+    ) -> Pin:
+        """Pin a key (which must exist) or a prefix (also covering later writes).
+
+        Args:
+            target: the key or prefix.
+            now: master clock.
+            prefix: pin every key starting with ``target``.
+            hard: never evict; otherwise a soft pin for ``ttl_s``.
+            ttl_s: soft pin lifetime; ``None``: ``soft_pin_ttl_s``.
+
+        Raises:
+            InvalidArgumentError: empty target, TTL not positive, or TTL on a hard pin.
+            NotFoundError: key pin on a key that does not exist.
+        """
+        if prefix:
+            if not target:
+                raise InvalidArgumentError(
+                    ErrorCode.INVALID_PARAMS, "empty prefix would pin every object"
+                )
+        else:
+            _check_key(target, self.config.max_key_length)
+            self._object(target)
+        expires = self._pin_expiry(hard, ttl_s, now)
+        pin = self._pins.set(target, is_prefix=prefix, hard=hard, expires_at=expires)
+        self._events.append(ev.ObjectPinned(now, target, prefix, hard, expires))
+        return pin
+
+    def unpin(self, target: str, now: float, *, prefix: bool = False) -> Pin:
+        """Clear the pin set on exactly this key or prefix.
+
+        Returns:
+            The pin that was cleared.
+
+        Raises:
+            NotFoundError: PIN_NOT_FOUND, nothing pinned there.
+        """
+        existing = self._pins.get(target, is_prefix=prefix)
+        if existing is None or not existing.live(now):
+            what = "prefix" if prefix else "key"
+            raise NotFoundError(ErrorCode.PIN_NOT_FOUND, f"no pin on {what} {target!r}")
+        self._pins.clear(target, is_prefix=prefix)
+        self._events.append(ev.ObjectUnpinned(now, target, prefix, expired=False))
+        return existing
+
+    def list_pins(self, now: float) -> list[Pin]:
+        """Live pins: key pins, then prefix pins, each sorted by target."""
+        return self._pins.pins(now)
+
+    def pin_level(self, key: str, now: float) -> PinLevel:
+        """Effective pin level of ``key`` (key pin or any covering prefix pin)."""
+        return self._pins.level(key, now)[0]
+
+    def expire_pins(self, now: float) -> list[Pin]:
+        """Drop soft pins whose TTL ended; returns them."""
+        gone = self._pins.expire(now)
+        for p in gone:
+            self._events.append(ev.ObjectUnpinned(now, p.target, p.is_prefix, expired=True))
+        return gone
+
+    # --------------------------------------------------------------- eviction
+    def evict_if_needed(self, now: float) -> int:
+        """Run one eviction round if usage is above the high watermark.
+
+        Returns:
+            Objects evicted.
+        """
+        if not self._over_watermark():
+            return 0
+        return self._evict_round(now, (), self._over_watermark)
+
+    # ------------------------------------------------------------------ batch
+    def batch_put_start(
+        self,
+        items: Sequence[tuple[str, int]],
+        client_id: str,
+        now: float,
+        config: ReplicateConfig | None = None,
+    ) -> list[tuple[Replica, ...] | StoreError]:
+        """:meth:`put_start` for each ``(key, size)``; each item succeeds or fails alone."""
+        return _each(items, lambda it: self.put_start(it[0], it[1], client_id, now, config))
+
+    def batch_upsert_start(
+        self,
+        items: Sequence[tuple[str, int]],
+        client_id: str,
+        now: float,
+        config: ReplicateConfig | None = None,
+    ) -> list[tuple[Replica, ...] | StoreError]:
+        """:meth:`upsert_start` for each ``(key, size)``."""
+        return _each(items, lambda it: self.upsert_start(it[0], it[1], client_id, now, config))
+
+    def batch_put_end(self, keys: Sequence[str], now: float) -> list[StoreError | None]:
+        """:meth:`put_end` for each key."""
+        return _each(keys, lambda k: self.put_end(k, now))
+
+    def batch_put_revoke(self, keys: Sequence[str], now: float) -> list[StoreError | None]:
+        """:meth:`put_revoke` for each key."""
+        return _each(keys, lambda k: self.put_revoke(k, now))
+
+    def batch_get_replica_list(
+        self, keys: Sequence[str], now: float
+    ) -> list[GetResult | StoreError]:
+        """:meth:`get_replica_list` for each key."""
+        return _each(keys, lambda k: self.get_replica_list(k, now))
+
+    def batch_exist(self, keys: Sequence[str], now: float) -> list[bool]:
+        """:meth:`exist` for each key."""
+        return [self.exist(k, now) for k in keys]
+
+    def batch_remove(
+        self, keys: Sequence[str], now: float, *, force: bool = False
+    ) -> list[StoreError | None]:
+        """:meth:`remove` for each key."""
+        return _each(keys, lambda k: self.remove(k, now, force=force))
+
+    # ------------------------------------------------------------ maintenance
+    def tick(self, now: float) -> None:
+        """Periodic upkeep, in this order: client expiry, unmount grace, stale puts,
+        pin TTLs, drain completion, watermark eviction."""
+        self.expire_clients(now)
+        self.finish_unmounts(now)
+        self.discard_stale_puts(now)
+        self.expire_pins(now)
+        for seg in self._order:
+            self._update_drain(seg, now)
+        self.evict_if_needed(now)
+
+    def snapshot(self) -> MasterSnapshot:
+        """Immutable read-model; O(segments), never O(objects)."""
+        segs = tuple(s.snapshot() for s in self._order)
+        return MasterSnapshot(
+            key_count=len(self._objects),
+            complete_count=len(self._objects) - len(self._processing),
+            processing_count=len(self._processing),
+            allocated_bytes=sum(s.used for s in segs),
+            total_capacity_bytes=sum(s.capacity for s in segs),
+            client_count=len(self._clients),
+            segments=segs,
+            key_pins=self._pins.key_pins,
+            prefix_pins=self._pins.prefix_pins,
+            evicted_objects_total=self._evicted_objects,
+            evicted_bytes_total=self._evicted_bytes,
+            eviction_rounds_total=self._eviction_rounds,
+            removed_objects_total=self._removed,
+            expired_puts_total=self._expired_puts,
+            lost_objects_total=self._lost,
+        )
+
+    # --------------------------------------------------------------- private
+    def _segment(self, name: str) -> Segment:
+        seg = self._segments.get(name)
+        if seg is None:
+            raise NotFoundError(ErrorCode.SEGMENT_NOT_FOUND, f"no segment named {name!r}")
+        return seg
+
+    def _object(self, key: str) -> ObjectMeta:
+        obj = self._objects.get(key)
+        if obj is None:
+            raise NotFoundError(ErrorCode.OBJECT_NOT_FOUND, f"no object with key {key!r}")
+        return obj
+
+    def _touch(self, key: str, obj: ObjectMeta) -> None:
+        # Re-inserting moves the key to the end of the dict: most recently used.
+        del self._objects[key]
+        self._objects[key] = obj
+
+    def _pin_expiry(self, hard: bool, ttl_s: float | None, now: float) -> float | None:
+        if hard:
+            if ttl_s is not None:
+                raise InvalidArgumentError(
+                    ErrorCode.INVALID_PARAMS, "a hard pin has no TTL; drop ttl or use a soft pin"
+                )
+            return None
+        ttl = self.config.soft_pin_ttl_s if ttl_s is None else ttl_s
+        if not ttl > 0 or math.isinf(ttl):
+            raise InvalidArgumentError(
+                ErrorCode.INVALID_PARAMS, f"pin TTL must be a positive number, got {ttl_s!r}"
+            )
+        return now + ttl
+
+    def _validate_put(self, key: str, size: int, client_id: str, cfg: ReplicateConfig) -> int:
+        _check_key(key, self.config.max_key_length)
+        _check_name("client_id", client_id)
+        if not isinstance(size, int) or size <= 0:
+            raise InvalidArgumentError(
+                ErrorCode.INVALID_PARAMS, f"object size must be positive, got {size!r}"
+            )
+        if size > self.config.max_object_size:
+            raise InvalidArgumentError(
+                ErrorCode.OBJECT_TOO_LARGE,
+                f"object of {size} bytes exceeds max_object_size {self.config.max_object_size}",
+            )
+        n = self.config.default_replica_num if cfg.replica_num is None else cfg.replica_num
+        if not 1 <= n <= MAX_REPLICA_NUM:
+            raise InvalidArgumentError(
+                ErrorCode.INVALID_PARAMS, f"replica_num must be in 1..{MAX_REPLICA_NUM}, got {n}"
+            )
+        if cfg.soft_pin and cfg.hard_pin:
+            raise InvalidArgumentError(
+                ErrorCode.INVALID_PARAMS, "soft_pin and hard_pin are exclusive; choose one"
+            )
+        if cfg.soft_pin:
+            self._pin_expiry(False, cfg.soft_pin_ttl_s, 0.0)
+        usable = sum(1 for s in self._order if s.allocatable)
+        if n > usable:
+            raise CapacityError(
+                ErrorCode.NO_AVAILABLE_SEGMENT,
+                f"replica_num {n} needs {n} distinct segments; {usable} usable",
+            )
+        return n
+
+    def _strategy_for(self, cfg: ReplicateConfig) -> AllocationStrategy:
+        if cfg.preferred_segments:
+            return PreferredStrategy(self._strategy)
+        if cfg.local_first:
+            return LocalFirstStrategy(self._strategy)
+        return self._strategy
+
+    def _allocate(
+        self,
+        key: str,
+        size: int,
+        replica_num: int,
+        client_id: str,
+        cfg: ReplicateConfig,
+        now: float,
+        protected: Collection[str],
+    ) -> tuple[Replica, ...]:
+        segs = [s for s in self._order if s.allocatable]
+        lengths = slice_lengths(size, self.config.max_slice_size)
+        biggest = max(s.capacity for s in segs)
+        if max(lengths) > biggest or size * replica_num > sum(s.capacity for s in segs):
+            # Hopeless even on an empty store: fail without evicting anything.
+            raise CapacityError(
+                ErrorCode.STORE_FULL,
+                f"object {key!r} ({size} bytes x {replica_num} replicas, slices up to "
+                f"{max(lengths)} bytes) cannot fit the usable segments (largest {biggest} "
+                f"bytes, total {sum(s.capacity for s in segs)} bytes)",
+            )
+        strategy = self._strategy_for(cfg)
+        ctx = AllocContext(client_id, cfg.preferred_segments)
+        while True:
+            replicas = place_replicas(segs, lengths, replica_num, strategy, ctx)
+            if replicas is not None:
+                return replicas
+            if self._evict_round(now, protected, lambda: True) == 0:
+                raise CapacityError(
+                    ErrorCode.STORE_FULL,
+                    f"no space for object {key!r} ({size} bytes x {replica_num} replicas) "
+                    "and nothing left to evict",
+                )
+
+    def _install(
+        self,
+        key: str,
+        size: int,
+        replicas: tuple[Replica, ...],
+        client_id: str,
+        cfg: ReplicateConfig,
+        now: float,
+    ) -> None:
+        self._objects[key] = ObjectMeta(size, replicas, client_id, now)
+        self._processing[key] = now
+        self._keys.add(key)
+        for replica in replicas:
+            for sl in replica:
+                self._segments[sl.segment].keys.add(key)
+        if cfg.hard_pin or cfg.soft_pin:
+            expires = self._pin_expiry(cfg.hard_pin, cfg.soft_pin_ttl_s, now)
+            self._pins.set(key, is_prefix=False, hard=cfg.hard_pin, expires_at=expires)
+            self._events.append(ev.ObjectPinned(now, key, False, cfg.hard_pin, expires))
+
+    def _release(self, key: str, replicas: Iterable[Replica], keep: Collection[str] = ()) -> None:
+        touched: set[str] = set()
+        for replica in replicas:
+            for sl in replica:
+                seg = self._segments.get(sl.segment)
+                if seg is not None:
+                    seg.allocator.release(sl.offset, sl.length)
+                    touched.add(sl.segment)
+        for name in touched - set(keep):
+            self._segments[name].keys.discard(key)
+
+    def _drop(
+        self,
+        key: str,
+        obj: ObjectMeta,
+        reason: ev.RemoveReason,
+        now: float,
+        *,
+        keep_pin: bool = False,
+    ) -> None:
+        self._release(key, obj.replicas)
+        del self._objects[key]
+        self._processing.pop(key, None)
+        self._keys.discard(key)
+        if not keep_pin and self._pins.clear(key, is_prefix=False) is not None:
+            self._events.append(ev.ObjectUnpinned(now, key, False, expired=False))
+        self._events.append(ev.ObjectRemoved(now, key, reason, obj.complete))
+
+    def _check_removable(self, key: str, obj: ObjectMeta, now: float) -> None:
+        if obj.leased(now):
+            raise ConflictError(
+                ErrorCode.OBJECT_LEASED,
+                f"object {key!r} is leased for {obj.lease_expiry - now:.3f} s more; wait or force",
+            )
+        if not obj.complete:
+            raise ConflictError(
+                ErrorCode.OBJECT_NOT_READY,
+                f"object {key!r} is being written; revoke it or force",
+            )
+
+    def _remove_many(self, keys: list[str], now: float, force: bool) -> RemoveManyResult:
+        removed = skipped = 0
+        for key in keys:
+            obj = self._objects[key]
+            if not force and (obj.leased(now) or not obj.complete):
+                skipped += 1
+                continue
+            self._drop(key, obj, ev.RemoveReason.REMOVED, now)
+            removed += 1
+        self._removed += removed
+        return RemoveManyResult(removed, skipped)
+
+    def _over_watermark(self) -> bool:
+        total = sum(s.capacity for s in self._order)
+        used = sum(s.used for s in self._order)
+        return total > 0 and used > self.config.eviction_high_watermark * total
+
+    def _evict_round(
+        self, now: float, protected: Collection[str], still_needed: Callable[[], bool]
+    ) -> int:
+        complete = len(self._objects) - len(self._processing)
+        target = max(1, math.ceil(self.config.eviction_ratio * complete))
+        plan = self._eviction.plan(
+            self._objects.items(),
+            now,
+            target,
+            self.pin_level,
+            self.config.evict_soft_pinned,
+            protected,
+        )
+        for key in plan.unpinned:
+            self._evict(key, now)
+        evicted = len(plan.unpinned)
+        # Soft-pinned victims only when unpinned ones did not suffice.
+        if plan.soft_pinned and still_needed():
+            for key in plan.soft_pinned:
+                self._evict(key, now)
+            evicted += len(plan.soft_pinned)
+        if evicted:
+            self._eviction_rounds += 1
+        return evicted
+
+    def _evict(self, key: str, now: float) -> None:
+        obj = self._objects[key]
+        self._evicted_objects += 1
+        self._evicted_bytes += obj.size * len(obj.replicas)
+        self._drop(key, obj, ev.RemoveReason.EVICTED, now)
+
+    def _remove_segment(self, seg: Segment, reason: ev.UnmountReason, now: float) -> None:
+        name = seg.name
+        for key in sorted(seg.keys):
+            obj = self._objects[key]
+            keep = tuple(r for r in obj.replicas if all(sl.segment != name for sl in r))
+            lost = [r for r in obj.replicas if any(sl.segment == name for sl in r)]
+            if keep:
+                still = {sl.segment for r in keep for sl in r}
+                self._release(key, lost, keep=still)
+                obj.replicas = keep
+                self._events.append(ev.ReplicaDropped(now, key, name, len(keep)))
+            else:
+                self._drop(key, obj, ev.RemoveReason.SEGMENT_LOST, now)
+                self._lost += 1
+        del self._segments[name]
+        self._order = [s for s in self._order if s.name != name]
+        self._events.append(ev.SegmentUnmounted(now, name, reason))
+
+    def _update_drain(self, seg: Segment, now: float) -> None:
+        if seg.state == SegmentState.DRAINING and not seg.keys:
+            seg.state = SegmentState.DRAINED
+            self._events.append(ev.SegmentStateChanged(now, seg.name, seg.state.name))
+
+
+def _check_key(key: str, max_len: int) -> None:
+    if not isinstance(key, str) or not key:
+        raise InvalidArgumentError(
+            ErrorCode.INVALID_KEY, f"key must be a non-empty string, got {key!r}"
+        )
+    n = len(key.encode("utf-8", "surrogatepass"))
+    if n > max_len:
+        raise InvalidArgumentError(
+            ErrorCode.INVALID_KEY, f"key of {n} bytes exceeds max_key_length {max_len}"
+        )
+
+
+def _check_name(what: str, value: str) -> None:
+    if not isinstance(value, str) or not value or len(value) > MAX_SEGMENT_NAME:
+        raise InvalidArgumentError(
+            ErrorCode.INVALID_PARAMS,
+            f"{what} must be 1..{MAX_SEGMENT_NAME} characters, got {value!r}",
+        )
+
+
+def _each(items: Sequence[I], fn: Callable[[I], T]) -> list[T | StoreError]:
+    out: list[T | StoreError] = []
+    for item in items:
+        try:
+            out.append(fn(item))
+        except StoreError as exc:
+            out.append(exc)
+    return out

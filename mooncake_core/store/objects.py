@@ -1,0 +1,89 @@
+"""Object metadata: compact records, because the master holds millions of them.
+
+An object has one or more replicas; a replica is a tuple of slices; a slice is a
+``(segment, offset, length)`` named tuple. All of them are tuples (no per-object dicts),
+and :class:`ObjectMeta` uses ``__slots__``: about 0.5 KiB per object with its key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import NamedTuple
+
+
+class ObjectState(IntEnum):
+    """Write state of an object (values match ``ObjectState`` in store.proto)."""
+
+    PROCESSING = 1
+    """PutStart done, data being written; invisible to readers."""
+    COMPLETE = 2
+    """PutEnd done; readable."""
+
+
+class Slice(NamedTuple):
+    """A contiguous piece of one replica inside one segment."""
+
+    segment: str
+    offset: int
+    length: int
+
+
+Replica = tuple[Slice, ...]
+"""One full copy of an object: its slices in object order."""
+
+
+def replica_segments(replica: Replica) -> frozenset[str]:
+    """Segments a replica touches."""
+    return frozenset(s.segment for s in replica)
+
+
+class ObjectMeta:
+    """Master-side record of one object.
+
+    Times are the master's monotonic clock (``now`` of the call that set them).
+    """
+
+    __slots__ = ("client_id", "last_access", "lease_expiry", "replicas", "size", "started", "state")
+
+    def __init__(
+        self, size: int, replicas: tuple[Replica, ...], client_id: str, now: float
+    ) -> None:
+        self.size = size
+        self.replicas = replicas
+        self.state = ObjectState.PROCESSING
+        self.client_id = client_id
+        self.started = now
+        self.last_access = now
+        self.lease_expiry = 0.0
+
+    def leased(self, now: float) -> bool:
+        """Whether a reader's lease still protects this object."""
+        return self.lease_expiry > now
+
+    @property
+    def complete(self) -> bool:
+        """Whether readers may see it."""
+        return self.state == ObjectState.COMPLETE
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """An object as ``Stat`` reports it (times relative to the call's ``now``)."""
+
+    key: str
+    size: int
+    state: ObjectState
+    replicas: tuple[Replica, ...]
+    lease_remaining_s: float
+    idle_s: float
+    pin: PinLevel
+    pin_remaining_s: float | None
+
+
+class PinLevel(IntEnum):
+    """Effective protection of an object against eviction."""
+
+    NONE = 0
+    SOFT = 1
+    HARD = 2

@@ -1,0 +1,74 @@
+"""Placement: cut an object into slices and put each replica on its own segments.
+
+Rules, for ``replica_num`` replicas of an object cut into slices of at most
+``max_slice_size`` bytes (full slices first, then the remainder):
+
+- replicas never share a segment, so losing one segment costs at most one replica;
+- a replica's slices may spread over several segments (the strategy decides), but a
+  replica takes a new segment only while enough untouched segments remain for the
+  replicas still to place;
+- all or nothing: if any slice does not fit, everything allocated so far is released.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .objects import Replica, Slice
+from .segment import Segment
+from .strategies import AllocationStrategy, AllocContext
+
+
+def slice_lengths(size: int, max_slice_size: int) -> list[int]:
+    """Lengths of the slices of an object of ``size`` bytes, in object order."""
+    full, rest = divmod(size, max_slice_size)
+    return [max_slice_size] * full + ([rest] if rest else [])
+
+
+def place_replicas(
+    segments: Sequence[Segment],
+    lengths: Sequence[int],
+    replica_num: int,
+    strategy: AllocationStrategy,
+    ctx: AllocContext,
+) -> tuple[Replica, ...] | None:
+    """Allocate ``replica_num`` replicas of an object with the given slice lengths.
+
+    Args:
+        segments: allocatable segments, in name order.
+        lengths: slice lengths (from :func:`slice_lengths`).
+        replica_num: replicas wanted (the caller checked it is <= len(segments)).
+        strategy: ranks candidate segments for each slice.
+        ctx: the writer, for the strategy.
+
+    Returns:
+        The replicas, or ``None`` when they do not fit (nothing is left allocated then).
+    """
+    by_name = {s.name: s for s in segments}
+    taken: set[str] = set()
+    replicas: list[Replica] = []
+    done: list[Slice] = []
+    for r in range(replica_num):
+        still_to_place = replica_num - r - 1
+        mine: set[str] = set()
+        slices: list[Slice] = []
+        for length in lengths:
+            pool = [s for s in segments if s.name not in taken]
+            may_take_new = len(pool) - len(mine) - 1 >= still_to_place
+            cands = [
+                s for s in pool if (s.name in mine or may_take_new) and s.allocator.fits(length)
+            ]
+            if not cands:
+                for sl in done + slices:
+                    by_name[sl.segment].allocator.release(sl.offset, sl.length)
+                return None
+            seg = strategy.choose(cands, length, ctx)
+            offset = seg.allocator.allocate(length)
+            if offset is None:  # fits() said yes; an allocator that disagrees is a bug
+                raise RuntimeError(f"segment {seg.name} refused {length} bytes after fits()")
+            slices.append(Slice(seg.name, offset, length))
+            mine.add(seg.name)
+        taken |= mine
+        done.extend(slices)
+        replicas.append(tuple(slices))
+    return tuple(replicas)

@@ -1,0 +1,94 @@
+"""Small immutable request options and results of the master core."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .objects import ObjectState, Replica
+from .segment import SegmentSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicateConfig:
+    """How a write is placed and protected (upstream's ReplicateConfig, plus local_first).
+
+    Attributes:
+        replica_num: replicas on distinct segments; ``None``: ``default_replica_num``.
+        soft_pin: soft-pin the key once written (TTL ``soft_pin_ttl_s`` or the default).
+        hard_pin: hard-pin the key (never evicted).
+        soft_pin_ttl_s: TTL of the soft pin; ``None``: ``MasterConfig.soft_pin_ttl_s``.
+        preferred_segments: segment names to place on first, best first.
+        local_first: place on the writer's own segments first.
+    """
+
+    replica_num: int | None = None
+    soft_pin: bool = False
+    hard_pin: bool = False
+    soft_pin_ttl_s: float | None = None
+    preferred_segments: tuple[str, ...] = ()
+    local_first: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GetResult:
+    """Where to read an object, and how long the granted lease lasts."""
+
+    key: str
+    size: int
+    replicas: tuple[Replica, ...]
+    lease_ttl_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveManyResult:
+    """Outcome of a bulk removal."""
+
+    removed: int
+    """Objects removed."""
+    skipped: int
+    """Matching objects kept because they were leased or still being written."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeyEntry:
+    """One row of a key listing."""
+
+    key: str
+    size: int
+    state: ObjectState
+
+
+@dataclass(frozen=True, slots=True)
+class ListKeysResult:
+    """One page of keys in key order; pass ``next_start_after`` to get the next page."""
+
+    entries: tuple[KeyEntry, ...]
+    next_start_after: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class MasterSnapshot:
+    """The master's read-model: everything the CLI, dashboard and /metrics show."""
+
+    key_count: int
+    complete_count: int
+    processing_count: int
+    allocated_bytes: int
+    total_capacity_bytes: int
+    client_count: int
+    segments: tuple[SegmentSnapshot, ...]
+    key_pins: int
+    prefix_pins: int
+    evicted_objects_total: int
+    evicted_bytes_total: int
+    eviction_rounds_total: int
+    removed_objects_total: int
+    expired_puts_total: int
+    lost_objects_total: int
+
+    @property
+    def usage(self) -> float:
+        """Allocated fraction of the total capacity (0 when nothing is mounted)."""
+        if not self.total_capacity_bytes:
+            return 0.0
+        return self.allocated_bytes / self.total_capacity_bytes

@@ -1,0 +1,114 @@
+"""A memory segment lent to the store by a client, and its lifecycle states.
+
+    mount ──> MOUNTED ──unmount──> UNMOUNTING ──grace over──> (gone; replicas dropped)
+                 │                     (readable, no new allocations)
+                 └──drain──> DRAINING ──no replica left──> DRAINED
+                             (readable, no new allocations)
+
+A client that stops heartbeating loses its segments at once (no grace: its memory is gone).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+from .allocator import OffsetAllocator
+
+
+class SegmentState(IntEnum):
+    """Lifecycle state of a segment (values match ``SegmentState`` in store.proto)."""
+
+    MOUNTED = 1
+    UNMOUNTING = 2
+    DRAINING = 3
+    DRAINED = 4
+
+
+class Segment:
+    """Master-side record of one segment: owner, address, allocator, resident keys.
+
+    Args:
+        name: cluster-unique segment name.
+        client_id: the client that hosts the memory (its heartbeats keep it alive).
+        capacity: bytes lent.
+        transport_address: where the Transfer Engine reaches it (``host:port``).
+        location: memory location, e.g. ``cpu:0`` (topology matrix key).
+        alignment: allocation alignment.
+    """
+
+    __slots__ = (
+        "allocator",
+        "client_id",
+        "keys",
+        "location",
+        "name",
+        "state",
+        "transport_address",
+        "unmount_deadline",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        client_id: str,
+        capacity: int,
+        transport_address: str,
+        location: str,
+        alignment: int = 1,
+    ) -> None:
+        self.name = name
+        self.client_id = client_id
+        self.transport_address = transport_address
+        self.location = location
+        self.allocator = OffsetAllocator(capacity, alignment)
+        self.state = SegmentState.MOUNTED
+        self.unmount_deadline = 0.0
+        self.keys: set[str] = set()
+        """Keys with at least one slice here (so losing the segment is O(its keys))."""
+
+    @property
+    def capacity(self) -> int:
+        """Bytes lent."""
+        return self.allocator.capacity
+
+    @property
+    def used(self) -> int:
+        """Bytes allocated (after alignment rounding)."""
+        return self.allocator.used
+
+    @property
+    def allocatable(self) -> bool:
+        """Whether new replicas may be placed here."""
+        return self.state == SegmentState.MOUNTED
+
+    def snapshot(self) -> SegmentSnapshot:
+        """Immutable view for the read-model."""
+        return SegmentSnapshot(
+            name=self.name,
+            client_id=self.client_id,
+            state=self.state,
+            capacity=self.capacity,
+            used=self.used,
+            keys=len(self.keys),
+            transport_address=self.transport_address,
+            location=self.location,
+            free_blocks=self.allocator.free_blocks,
+            largest_free=self.allocator.largest_free,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentSnapshot:
+    """One segment as the CLI, dashboard and metrics see it."""
+
+    name: str
+    client_id: str
+    state: SegmentState
+    capacity: int
+    used: int
+    keys: int
+    transport_address: str
+    location: str
+    free_blocks: int
+    largest_free: int
