@@ -48,8 +48,8 @@ __all__ = [
     "migrations_dir",
     "parse_duration",
     "parse_when",
-    "sample",
     "require_current_schema",
+    "sample",
     "schema_status",
     "upgrade",
 ]

@@ -34,6 +34,16 @@ def _runner_up(
     return min(others, key=lambda c: v if (v := getattr(c, key)) is not None else inf)
 
 
+_NOT_BY_COST = frozenset({"random", "round_robin"})
+
+
+def _why(policy: str) -> str:
+    # Random and round-robin do not weigh costs; do not pretend the numbers decided.
+    if policy in _NOT_BY_COST:
+        return f"by {policy} (not by cost): it "
+    return "because it "
+
+
 def _holding(c: CandidateRecord, blocks: int) -> str:
     return f"held {c.matched_prefix_blocks} of {blocks} prefix blocks"
 
@@ -89,7 +99,7 @@ def explain(entry: AuditEntry) -> str:
 
     if p is not None:
         out.append(
-            f"{p.instance} was chosen for prefill because it {_holding(p, d.prompt_blocks)}"
+            f"{p.instance} was chosen for prefill {_why(d.policy)}{_holding(p, d.prompt_blocks)}"
             f"{_costs_chosen(p)}: predicted TTFT "
             f"{fmt_s(p.predicted_ttft_s if p.predicted_ttft_s is not None else d.predicted_ttft_s)}."
         )

@@ -89,8 +89,8 @@ class StatsBucket:
         decisions: Decisions in the bucket.
         rejected: Of which rejected.
         rejection_rate: ``rejected / decisions``.
-        matched_blocks: Prefix blocks the chosen prefill instances held.
-        prompt_blocks: Prompt blocks of decisions that chose a prefill instance.
+        matched_blocks: Prefix blocks the chosen prefill instances held (admitted only).
+        prompt_blocks: Prompt blocks of admitted decisions that chose a prefill instance.
         hit_rate: ``matched_blocks / prompt_blocks`` (``None`` without blocks).
         measured: Decisions with both a predicted and a measured TTFT.
         ttft_mae_s: Mean absolute TTFT prediction error, seconds.
@@ -283,12 +283,14 @@ class AuditReader:
         measured = and_(d.actual_ttft_s.is_not(None), d.predicted_ttft_s.is_not(None))
         err = d.predicted_ttft_s - d.actual_ttft_s
         matched = candidates.c.matched_prefix_blocks
+        # Hit rate counts admitted requests only: rejected ones never used the cache.
+        hit = and_(matched.is_not(None), d.admitted.is_(True))
         cols = [
             func.min(d.time),
             func.count(),
             func.sum(case((d.admitted.is_(False), 1), else_=0)),
-            func.sum(case((matched.is_not(None), matched), else_=0)),
-            func.sum(case((matched.is_not(None), d.prompt_blocks), else_=0)),
+            func.sum(case((hit, matched), else_=0)),
+            func.sum(case((hit, d.prompt_blocks), else_=0)),
             func.sum(case((measured, 1), else_=0)),
             func.avg(case((measured, func.abs(err)), else_=None)),
             func.avg(

@@ -93,7 +93,8 @@ class WriterSnapshot:
         submitted: Decisions accepted by ``submit``.
         written: Decisions stored.
         dropped: Decisions refused because the queue was full.
-        failed: Decisions lost because their batch failed to write.
+        failed: Decisions that could not be written (e.g. a bad record; counted after the
+            batch was retried record by record).
         updates_applied: ``update_actual`` calls written.
         updates_dropped: ``update_actual`` calls refused because the queue was full.
         queue_depth: Items waiting now.
@@ -321,25 +322,51 @@ class AuditWriter:
                 updates.append(it)
             else:
                 rows.append(it)
-        for attempt in (1, 2):
-            try:
-                with self._engine.begin() as conn:
-                    self._insert(conn, rows)
-                    self._apply_updates(conn, updates)
-                break
-            except Exception as exc:
-                # A retry helps only when another writer took our ids; anything else
-                # (disk full, locked for too long) loses this batch, counted, not raised.
-                self._next_id = None
-                if attempt == 2:
-                    self._failed += len(rows)
-                    self._last_error = str(exc)
-                    log.warning("audit batch of %d decisions lost: %s", len(rows), exc)
-                    return n
+        try:
+            self._commit(rows, updates)
+        except Exception as exc:
+            # The whole batch rolled back. Retry it piece by piece: a bad record (or ids
+            # taken by another writer, re-read below) then costs only itself, and a
+            # database that is down loses the batch, counted in `failed`, never raised.
+            self._next_id = None
+            log.warning(
+                "audit batch of %d decisions failed, retrying one by one: %s", len(rows), exc
+            )
+            self._last_error = str(exc)
+            self._retry_singly(rows, updates)
+            return n
         self._written += len(rows)
         self._updates += len(updates)
         self._batches += 1
         return n
+
+    def _commit(
+        self, rows: list[tuple[DecisionRecord, Sequence[CandidateRecord]]], updates: list[_Update]
+    ) -> None:
+        with self._engine.begin() as conn:
+            self._insert(conn, rows)
+            self._apply_updates(conn, updates)
+
+    def _retry_singly(
+        self, rows: list[tuple[DecisionRecord, Sequence[CandidateRecord]]], updates: list[_Update]
+    ) -> None:
+        for one in rows:
+            try:
+                self._commit([one], [])
+            except Exception as exc:
+                self._next_id = None
+                self._failed += 1
+                self._last_error = f"request {one[0].request_id!r}: {exc}"
+            else:
+                self._written += 1
+                self._batches += 1
+        for u in updates:
+            try:
+                self._commit([], [u])
+            except Exception as exc:
+                self._last_error = f"update of request {u.request_id!r}: {exc}"
+            else:
+                self._updates += 1
 
     def _insert(
         self, conn: Connection, rows: list[tuple[DecisionRecord, Sequence[CandidateRecord]]]

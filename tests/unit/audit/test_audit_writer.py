@@ -1,0 +1,194 @@
+"""AuditWriter: exact batching, bounded queue, actual latency updates, retention."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import replace
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from mooncake_core.conductor.audit import (
+    AuditReader,
+    AuditWriter,
+    CandidateRecord,
+    DecisionRecord,
+    WriterOptions,
+    apply_retention,
+    make_engine,
+)
+from mooncake_core.config import AuditConfig
+
+T0 = 1_800_000_000.0
+
+
+def _dec(i: int, *, request: str | None = None, t: float | None = None) -> DecisionRecord:
+    return DecisionRecord(
+        time=T0 + i if t is None else t,
+        request_id=request or f"r{i}",
+        prompt_tokens=32,
+        prompt_blocks=2,
+        policy="kvcache_centric",
+        chosen_prefill="prefill-0",
+        chosen_decode="decode-0",
+        predicted_ttft_s=0.5,
+        predicted_tbt_s=0.04,
+    )
+
+
+def _cands(n: int = 2) -> tuple[CandidateRecord, ...]:
+    return tuple(
+        CandidateRecord(instance=f"prefill-{k}", role="prefill", chosen=k == 0) for k in range(n)
+    )
+
+
+def _rows(url: str, sql: str) -> list[tuple[object, ...]]:
+    con = sqlite3.connect(make_url(url).database or "")
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def test_batches_are_exactly_batch_size(db_url: str) -> None:
+    w = AuditWriter.open(db_url, WriterOptions(batch_size=3))
+    for i in range(7):
+        assert w.submit(_dec(i), _cands(2))
+    assert w.snapshot().queue_depth == 7
+    w.flush()
+    snap = w.snapshot()
+    assert (snap.submitted, snap.written, snap.batches, snap.queue_depth) == (7, 7, 3, 0)
+    w.close()
+    assert _rows(db_url, "SELECT id, request_id FROM decisions ORDER BY id") == [
+        (i + 1, f"r{i}") for i in range(7)
+    ]
+    assert _rows(db_url, "SELECT decision_id, count(*) FROM candidates GROUP BY 1") == [
+        (i + 1, 2) for i in range(7)
+    ]
+
+
+def test_full_queue_drops_and_counts_never_blocks(db_url: str) -> None:
+    w = AuditWriter.open(db_url, WriterOptions(batch_size=10, queue_max=5))
+    accepted = [w.submit(_dec(i), _cands()) for i in range(7)]
+    assert accepted == [True] * 5 + [False] * 2
+    assert w.update_actual("r0", 1.0, None) is False
+    snap = w.snapshot()
+    assert (snap.submitted, snap.dropped, snap.updates_dropped, snap.queue_depth) == (5, 2, 1, 5)
+    w.close()
+    assert _rows(db_url, "SELECT count(*) FROM decisions") == [(5,)]
+
+
+def test_update_actual_targets_latest_decision_and_none_keeps_value(db_url: str) -> None:
+    w = AuditWriter.open(db_url, WriterOptions(batch_size=100))
+    w.submit(_dec(0, request="again"), _cands())
+    w.submit(_dec(1, request="again"), _cands())  # the request came back
+    w.update_actual("again", 0.7, None)  # same batch as the inserts: applied after them
+    w.flush()
+    w.update_actual("again", None, 0.03)
+    w.update_actual("unknown-request", 1.0, 1.0)  # harmless
+    w.close()
+    assert _rows(db_url, "SELECT id, actual_ttft_s, actual_tbt_s FROM decisions ORDER BY id") == [
+        (1, None, None),
+        (2, 0.7, 0.03),
+    ]
+    assert w.snapshot().updates_applied == 3
+
+
+def test_background_thread_writes_without_flush(db_url: str) -> None:
+    w = AuditWriter.open(db_url, WriterOptions(batch_size=4, flush_interval_s=0.05))
+    w.start()
+    for i in range(10):
+        w.submit(_dec(i), _cands())
+    deadline = time.monotonic() + 10
+    while w.snapshot().written < 10 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    snap = w.snapshot()
+    assert snap.running
+    assert snap.written == 10
+    w.close()
+    assert not w.snapshot().running
+
+
+def test_ids_continue_after_reopen(db_url: str) -> None:
+    with AuditWriter.open(db_url) as w:
+        for i in range(3):
+            w.submit(_dec(i), _cands())
+    with AuditWriter.open(db_url) as w:
+        for i in range(3, 5):
+            w.submit(_dec(i), _cands())
+    assert _rows(db_url, "SELECT id FROM decisions ORDER BY id") == [(i,) for i in range(1, 6)]
+
+
+def test_bad_record_costs_only_itself(db_url: str) -> None:
+    w = AuditWriter.open(db_url, WriterOptions(batch_size=10))
+    w.submit(_dec(0), _cands())
+    w.submit(replace(_dec(1), prompt_tokens=None), _cands())  # type: ignore[arg-type]
+    w.submit(_dec(2), _cands())
+    w.close()
+    snap = w.snapshot()
+    assert (snap.written, snap.failed) == (2, 1)
+    assert snap.last_error is not None and "'r1'" in snap.last_error
+    assert _rows(db_url, "SELECT request_id FROM decisions ORDER BY id") == [("r0",), ("r2",)]
+    # No orphan candidates from the failed decision.
+    assert _rows(db_url, "SELECT count(*) FROM candidates") == [(4,)]
+
+
+def test_retention_by_rows_keeps_newest_exactly(db_url: str) -> None:
+    w = AuditWriter.open(db_url, WriterOptions(retention_rows=4, retention_days=365))
+    for i in range(10):
+        w.submit(_dec(i), _cands(3))
+    w.flush()
+    res = w.run_retention(now=T0 + 100)
+    assert (res.by_age, res.by_rows, res.total) == (0, 6, 6)
+    assert w.snapshot().retention_deleted == 6
+    w.close()
+    assert _rows(db_url, "SELECT id FROM decisions ORDER BY id") == [(7,), (8,), (9,), (10,)]
+    assert _rows(db_url, "SELECT DISTINCT decision_id FROM candidates ORDER BY 1") == [
+        (7,),
+        (8,),
+        (9,),
+        (10,),
+    ]
+
+
+def test_retention_by_age_exact_boundary(db_url: str) -> None:
+    w = AuditWriter.open(db_url, WriterOptions(retention_days=1.0))
+    for i in range(10):
+        w.submit(_dec(i), _cands())
+    w.flush()
+    # cutoff = T0 + 5: decisions at T0+0..T0+4 go, T0+5 (exactly at the cutoff) stays.
+    res = w.run_retention(now=T0 + 86_400 + 5)
+    w.close()
+    assert (res.by_age, res.by_rows) == (5, 0)
+    assert _rows(db_url, "SELECT min(time), count(*) FROM decisions") == [(T0 + 5, 5)]
+    assert _rows(db_url, "SELECT count(*) FROM candidates") == [(10,)]
+
+
+def test_apply_retention_both_rules_and_bad_arguments(db_url: str) -> None:
+    with AuditWriter.open(db_url) as w:
+        for i in range(10):
+            w.submit(_dec(i), _cands())
+    engine = make_engine(db_url)
+    with engine.begin() as conn:
+        with pytest.raises(ValueError, match="max_rows must be >= 1, got 0"):
+            apply_retention(conn, now=T0, max_age_s=1, max_rows=0)
+        with pytest.raises(ValueError, match="max_age_s must be > 0"):
+            apply_retention(conn, now=T0, max_age_s=0, max_rows=5)
+        res = apply_retention(conn, now=T0 + 10, max_age_s=8, max_rows=3)
+    engine.dispose()
+    # Age removes T0+0, T0+1 (8 left); rows keeps the newest 3.
+    assert (res.by_age, res.by_rows) == (2, 5)
+    with AuditReader.open(db_url) as r:
+        assert [x.decision.request_id for x in r.find()] == ["r9", "r8", "r7"]
+
+
+def test_options_validation_and_from_config() -> None:
+    with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
+        WriterOptions(batch_size=0)
+    with pytest.raises(ValueError, match="flush_interval_s must be > 0"):
+        WriterOptions(flush_interval_s=0)
+    cfg = AuditConfig(batch_size=64, flush_interval_s=0.25, retention_days=7, retention_rows=5000)
+    opts = WriterOptions.from_config(cfg, queue_max=10)
+    assert (opts.batch_size, opts.flush_interval_s, opts.retention_days) == (64, 0.25, 7)
+    assert (opts.retention_rows, opts.queue_max) == (5000, 10)
