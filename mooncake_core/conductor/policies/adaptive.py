@@ -60,8 +60,8 @@ class AdaptiveOptions:
     min_threshold: float = 1.0
     max_threshold: float = 1000.0
     ewma: float = 0.1
-    min_ratio: float = 0.1
-    max_ratio: float = 10.0
+    min_ratio: float = 0.01
+    max_ratio: float = 100.0
 
     def __post_init__(self) -> None:
         if not 0 < self.step <= 1:
