@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from .errors import TopologyError
 from .inventory import Inventory, natural_key
@@ -46,18 +47,31 @@ class Topology:
         """
         clean = validate_matrix(matrix)
         names = {nic for entry in clean.values() for part in entry for nic in part}
-        nics = tuple(sorted(names, key=natural_key))
-        addresses = {n: tuple(a) for n, a in (nic_addresses or {}).items()}
-        unknown = sorted(set(addresses) - names, key=natural_key)
-        if unknown:
-            raise TopologyError(f"nic_addresses names NICs not in the matrix: {unknown}")
-        entries = {loc: (tuple(e[0]), tuple(e[1])) for loc, e in clean.items()}
-        return cls(entries=entries, nics=nics, addresses=addresses)
+        return cls._build(clean, names, nic_addresses or {})
 
     @classmethod
     def from_inventory(cls, inv: Inventory) -> Topology:
-        """Build from discovery: its matrix and the IPv4 addresses of its NICs."""
-        return cls.from_matrix(build_matrix(inv), inv.nic_addresses())
+        """Build from discovery: its matrix and the IPv4 addresses of its NICs.
+
+        Every NIC of the inventory is known, even one no location ranks (a host whose NUMA
+        files were all unreadable still has usable NICs).
+        """
+        return cls._build(build_matrix(inv), set(inv.nic_names()), inv.nic_addresses())
+
+    @classmethod
+    def _build(
+        cls, matrix: Matrix, names: set[str], nic_addresses: Mapping[str, Sequence[str]]
+    ) -> Topology:
+        addresses = {n: tuple(a) for n, a in nic_addresses.items()}
+        unknown = sorted(set(addresses) - names, key=natural_key)
+        if unknown:
+            raise TopologyError(f"nic_addresses names NICs not in the matrix: {unknown}")
+        entries = {loc: (tuple(e[0]), tuple(e[1])) for loc, e in matrix.items()}
+        return cls(
+            entries=MappingProxyType(entries),
+            nics=tuple(sorted(names, key=natural_key)),
+            addresses=MappingProxyType(addresses),
+        )
 
     @property
     def locations(self) -> tuple[str, ...]:

@@ -59,3 +59,14 @@ def test_from_inventory_carries_netdev_addresses(gpu8_root: Path, nic_only_root:
     assert eth.addresses_of("ens1f0") == ("10.1.0.1", "10.2.0.1")
     assert eth.address_of("veth0") == "10.9.0.1"
     assert eth.address_of("ens2f0") is None
+
+
+def test_from_inventory_knows_nics_no_location_ranks(malformed_root: Path) -> None:
+    # Every NUMA node unreadable and no GPU: the matrix is empty, the NIC still usable.
+    (malformed_root / "sys/devices/system/node/node1/cpulist").write_text("bad\n")
+    (malformed_root / "sys/devices/pci0000:00/0000:00:06.0/class").write_text("0x020000\n")
+    inv = discover(malformed_root)
+    topo = Topology.from_inventory(inv)
+    assert topo.entries == {}
+    assert topo.nics == ("eth0",)
+    assert topo.preferred("cpu:0") == ("eth0",)
