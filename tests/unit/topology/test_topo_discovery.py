@@ -191,6 +191,33 @@ def test_malformed_tree_gives_warnings_not_tracebacks(malformed_root: Path) -> N
     assert inv.warnings[9].startswith("/sys/class/net/evil: points outside the sysfs root")
 
 
+@pytest.mark.parametrize("garbage", ["", "\udcff\x00-1,zz", "0x" + "9" * 40])
+def test_any_corrupted_file_or_link_never_raises(nic_only_root: Path, garbage: str) -> None:
+    """Corrupt every file (and dangle every symlink) of a tree, one at a time."""
+    from mooncake_core.topology import Topology, build_matrix
+
+    sysfs = nic_only_root / "sys"
+    for path in sorted(sysfs.rglob("*")):
+        if path.is_symlink():
+            target = path.readlink()
+            path.unlink()
+            path.symlink_to("nowhere")
+            try:
+                Topology.from_inventory(discover(nic_only_root))
+            finally:
+                path.unlink()
+                path.symlink_to(target)
+        elif path.is_file():
+            original = path.read_bytes()
+            path.write_bytes(garbage.encode("utf-8", "surrogateescape"))
+            try:
+                inv = discover(nic_only_root)
+                build_matrix(inv)
+                Topology.from_inventory(inv)
+            finally:
+                path.write_bytes(original)
+
+
 def test_missing_root_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(TopologyError, match="does not exist"):
         discover(tmp_path / "nope")
