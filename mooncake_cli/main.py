@@ -7,7 +7,7 @@ import typer
 
 from mooncake_core import __version__
 
-from . import config_cmd, topo_cmd
+from . import audit_cmd, config_cmd, db_cmd, topo_cmd
 
 app = typer.Typer(
     name="mooncake",
@@ -18,6 +18,8 @@ app = typer.Typer(
 )
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(topo_cmd.app, name="topo")
+app.add_typer(audit_cmd.app, name="audit")
+app.add_typer(db_cmd.app, name="db")
 
 
 def _version(value: bool) -> None:

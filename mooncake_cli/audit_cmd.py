@@ -1,0 +1,368 @@
+"""`mooncake audit`: why did the scheduler do that? List, show, explain, stats, export."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from .common import ConfigOption, JsonOption, err, fail, out, write_stdout
+from .db_cmd import UrlOption, audit_url
+
+if TYPE_CHECKING:
+    from mooncake_core.conductor.audit import AuditReader, DecisionFilter
+
+app = typer.Typer(
+    help="Scheduling audit: list, show, explain and aggregate conductor decisions.",
+    no_args_is_help=True,
+)
+
+SinceOption = Annotated[
+    str | None,
+    typer.Option("--since", help="From this time: ISO 8601 (UTC) or relative like 10m, 2h, 1d."),
+]
+UntilOption = Annotated[
+    str | None, typer.Option("--until", help="Up to this time (same syntax as --since).")
+]
+RequestOption = Annotated[str | None, typer.Option("--request", help="Only this request id.")]
+InstanceOption = Annotated[
+    str | None,
+    typer.Option("--instance", help="Only decisions that chose this prefill or decode instance."),
+]
+PolicyOption = Annotated[str | None, typer.Option("--policy", help="Only this scheduling policy.")]
+RejectedOption = Annotated[bool, typer.Option("--rejected", help="Only rejected requests.")]
+
+
+def _open(url: str | None, config: Path | None) -> AuditReader:
+    from mooncake_core.conductor.audit import AuditReader, SchemaError
+
+    target = audit_url(url, config)
+    try:
+        return AuditReader.open(target)
+    except SchemaError as exc:
+        fail(str(exc))
+    except Exception as exc:  # bad URL, driver missing, unreachable server
+        fail(f"cannot open audit database {target}: {exc}")
+
+
+def _filter(
+    since: str | None,
+    until: str | None,
+    request: str | None = None,
+    instance: str | None = None,
+    policy: str | None = None,
+    rejected: bool = False,
+    limit: int | None = None,
+    offset: int = 0,
+) -> DecisionFilter:
+    from mooncake_core.conductor.audit import DecisionFilter, parse_when
+
+    now = time.time()
+    try:
+        return DecisionFilter(
+            since=None if since is None else parse_when(since, now),
+            until=None if until is None else parse_when(until, now),
+            request_id=request,
+            instance=instance,
+            policy=policy,
+            rejected_only=rejected,
+            limit=limit,
+            offset=offset,
+        )
+    except ValueError as exc:
+        fail(str(exc), code=2)
+
+
+def _print(renderable: Any) -> None:
+    if out.is_terminal:
+        out.print(renderable)
+        return
+    # A pipe or a test runner has no terminal width; rich would squeeze the table into
+    # 80 columns and cut instance names and numbers. Print it at its natural width.
+    from rich.console import Console
+
+    Console(width=max(out.width, 200)).print(renderable)
+
+
+def _rate(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:.1f}%"
+
+
+def _s(x: float | None) -> str:
+    from mooncake_core.conductor.audit import fmt_s
+
+    return "-" if x is None else fmt_s(x)
+
+
+@app.command("ls")
+def ls(
+    url: UrlOption = None,
+    config: ConfigOption = None,
+    since: SinceOption = None,
+    until: UntilOption = None,
+    request: RequestOption = None,
+    instance: InstanceOption = None,
+    policy: PolicyOption = None,
+    rejected: RejectedOption = False,
+    limit: Annotated[int, typer.Option("--limit", min=0, help="At most this many rows.")] = 50,
+    offset: Annotated[int, typer.Option("--offset", min=0, help="Skip this many rows.")] = 0,
+    as_json: JsonOption = False,
+) -> None:
+    """List decisions, newest first."""
+    from mooncake_core.conductor.audit import format_time
+
+    flt = _filter(since, until, request, instance, policy, rejected, limit, offset)
+    with _open(url, config) as reader:
+        rows = reader.find(flt)
+        total = reader.count(flt)
+    if as_json:
+        write_stdout(
+            json.dumps(
+                [
+                    {
+                        "id": r.id,
+                        **asdict(r.decision),
+                        "matched_prefix_blocks": r.matched_prefix_blocks,
+                    }
+                    for r in rows
+                ]
+            )
+        )
+        return
+    table = Table(title=f"audit decisions ({len(rows)} of {total})", title_justify="left")
+    for name, justify in (
+        ("time (UTC)", "left"),
+        ("request", "left"),
+        ("policy", "left"),
+        ("prefill", "left"),
+        ("decode", "left"),
+        ("hit", "right"),
+        ("TTFT pred", "right"),
+        ("TTFT actual", "right"),
+        ("TBT pred", "right"),
+        ("result", "left"),
+    ):
+        table.add_column(name, justify=justify, no_wrap=name != "result")  # type: ignore[arg-type]
+    for r in rows:
+        d = r.decision
+        hit = (
+            "-"
+            if r.matched_prefix_blocks is None
+            else f"{r.matched_prefix_blocks}/{d.prompt_blocks}"
+        )
+        result = (
+            "[green]ok[/]" if d.admitted else f"[red]rejected[/]: {escape(d.reject_reason or '')}"
+        )
+        if d.migration_source:
+            result += f" (+{d.migration_blocks} blocks from {escape(d.migration_source)})"
+        table.add_row(
+            format_time(d.time),
+            escape(d.request_id),
+            escape(d.policy),
+            escape(d.chosen_prefill or "-"),
+            escape(d.chosen_decode or "-"),
+            hit,
+            _s(d.predicted_ttft_s),
+            _s(d.actual_ttft_s),
+            _s(d.predicted_tbt_s),
+            result,
+        )
+    _print(table)
+
+
+@app.command("show")
+def show(
+    request: Annotated[str, typer.Argument(help="Request id.", show_default=False)],
+    url: UrlOption = None,
+    config: ConfigOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show a request's latest decision and every candidate it considered."""
+    from mooncake_core.conductor.audit import format_time
+
+    with _open(url, config) as reader:
+        entry = reader.get(request)
+    if entry is None:
+        fail(f"no decision recorded for request {request!r}")
+    d = entry.decision
+    if as_json:
+        write_stdout(
+            json.dumps(
+                {"id": entry.id, **asdict(d), "candidates": [asdict(c) for c in entry.candidates]}
+            )
+        )
+        return
+    head = Table(title=f"decision #{entry.id} for {escape(d.request_id)}", show_header=False)
+    head.add_column("field", style="bold")
+    head.add_column("value")
+    fields: list[tuple[str, str]] = [
+        ("time", format_time(d.time)),
+        ("policy", d.policy),
+        ("prompt", f"{d.prompt_tokens} tokens, {d.prompt_blocks} blocks"),
+        ("first block key", f"{d.first_block_key or '-'} ({d.block_key_count} keys)"),
+        ("prefill", d.chosen_prefill or "-"),
+        ("decode", d.chosen_decode or "-"),
+        ("TTFT", f"predicted {_s(d.predicted_ttft_s)}, actual {_s(d.actual_ttft_s)}"),
+        ("TBT", f"predicted {_s(d.predicted_tbt_s)}, actual {_s(d.actual_tbt_s)}"),
+        ("admitted", "yes" if d.admitted else f"no: {d.reject_reason or '-'}"),
+    ]
+    if not d.admitted and d.retry_after_s is not None:
+        fields.append(("retry after", _s(d.retry_after_s)))
+    if d.migration_source:
+        fields.append(("migration", f"{d.migration_blocks} blocks from {d.migration_source}"))
+    for k, v in fields:
+        head.add_row(k, escape(v))
+    _print(head)
+
+    cands = Table(title="candidates", title_justify="left")
+    for name in (
+        "",
+        "instance",
+        "role",
+        "prefix hit",
+        "fetch",
+        "queue",
+        "prefill",
+        "TTFT",
+        "TBT",
+        "why not",
+    ):
+        cands.add_column(
+            name, justify="left" if name in ("instance", "role", "why not") else "right"
+        )
+    for c in entry.candidates:
+        cands.add_row(
+            "[green]*[/]" if c.chosen else "",
+            escape(c.instance),
+            c.role,
+            f"{c.matched_prefix_blocks}/{d.prompt_blocks}" if c.role == "prefill" else "-",
+            f"{c.transfer_blocks} ({_s(c.transfer_time_s)})" if c.transfer_blocks else "-",
+            _s(c.queue_time_s) if c.role == "prefill" else "-",
+            _s(c.prefill_time_s) if c.role == "prefill" else "-",
+            _s(c.predicted_ttft_s),
+            _s(c.predicted_tbt_s),
+            escape(c.why_not or ""),
+        )
+    _print(cands)
+
+
+@app.command("explain")
+def explain(
+    request: Annotated[str, typer.Argument(help="Request id.", show_default=False)],
+    url: UrlOption = None,
+    config: ConfigOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Say in one paragraph why the request went where it did, with the numbers."""
+    with _open(url, config) as reader:
+        text = reader.explain(request)
+    if text is None:
+        fail(f"no decision recorded for request {request!r}")
+    if as_json:
+        write_stdout(json.dumps({"request_id": request, "explanation": text}))
+    else:
+        write_stdout(text)
+
+
+@app.command("stats")
+def stats(
+    url: UrlOption = None,
+    config: ConfigOption = None,
+    bucket: Annotated[str, typer.Option("--bucket", help="Bucket width: 30s, 1m, 1h...")] = "1m",
+    since: SinceOption = None,
+    until: UntilOption = None,
+    instance: InstanceOption = None,
+    policy: PolicyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Prediction error, prefix hit rate and rejection rate over time."""
+    from mooncake_core.conductor.audit import format_time, parse_duration
+
+    try:
+        bucket_s = parse_duration(bucket)
+    except ValueError as exc:
+        fail(str(exc), code=2)
+    flt = _filter(since, until, instance=instance, policy=policy)
+    with _open(url, config) as reader:
+        st = reader.stats(bucket_s, flt)
+    if as_json:
+        write_stdout(json.dumps(asdict(st)))
+        return
+    table = Table(title=f"audit stats per {bucket}", title_justify="left")
+    for name in (
+        "bucket (UTC)",
+        "decisions",
+        "rejected",
+        "reject rate",
+        "prefix hit rate",
+        "measured",
+        "TTFT MAE",
+        "TTFT rel err",
+        "TTFT bias",
+    ):
+        table.add_column(
+            name, justify="left" if name.startswith("bucket") else "right", no_wrap=True
+        )
+
+    def row(label: str, b: Any) -> None:
+        table.add_row(
+            label,
+            str(b.decisions),
+            str(b.rejected),
+            _rate(b.rejection_rate if b.decisions else None),
+            _rate(b.hit_rate)
+            + (f" ({b.matched_blocks}/{b.prompt_blocks})" if b.prompt_blocks else ""),
+            str(b.measured),
+            _s(b.ttft_mae_s),
+            _rate(b.ttft_mre),
+            "-"
+            if b.ttft_bias_s is None
+            else ("+" if b.ttft_bias_s >= 0 else "-") + _s(abs(b.ttft_bias_s)),
+        )
+
+    for b in st.buckets:
+        row(format_time(b.start), b)
+    table.add_section()
+    row("total", st.total)
+    _print(table)
+
+
+@app.command("export")
+def export(
+    fmt: Annotated[
+        str, typer.Option("--format", help="csv (decisions) or jsonl (with candidates).")
+    ] = "jsonl",
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")
+    ] = None,
+    url: UrlOption = None,
+    config: ConfigOption = None,
+    since: SinceOption = None,
+    until: UntilOption = None,
+    request: RequestOption = None,
+    instance: InstanceOption = None,
+    policy: PolicyOption = None,
+    rejected: RejectedOption = False,
+) -> None:
+    """Stream decisions, oldest first, as CSV or JSON lines."""
+    if fmt not in ("csv", "jsonl"):
+        fail(f"--format must be csv or jsonl, got {fmt!r}", code=2)
+    fmt_lit: Literal["csv", "jsonl"] = "csv" if fmt == "csv" else "jsonl"
+    flt = _filter(since, until, request, instance, policy, rejected)
+    with _open(url, config) as reader:
+        if output is None:
+            n = reader.export(sys.stdout, fmt_lit, flt)
+            sys.stdout.flush()
+        else:
+            with output.open("w", newline="", encoding="utf-8") as fh:
+                n = reader.export(fh, fmt_lit, flt)
+    if output is None:
+        return
+    err.print(f"wrote {n} decisions to {output}", highlight=False)
