@@ -13,9 +13,10 @@ def vm_root(tmp_path: Path) -> Path:
     return build_vm(tmp_path / "vm")
 
 
-@pytest.fixture
-def gpu8_root(tmp_path: Path) -> Path:
-    return build_8gpu(tmp_path / "gpu8")
+@pytest.fixture(scope="session")
+def gpu8_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # ~400 files: built once; tests must treat it as read-only.
+    return build_8gpu(tmp_path_factory.mktemp("gpu8") / "root")
 
 
 @pytest.fixture
