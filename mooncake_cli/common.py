@@ -33,7 +33,9 @@ err = Console(stderr=True)
 
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print a clear error on stderr and exit with ``code``."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+    from rich.markup import escape
+
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
