@@ -1,0 +1,525 @@
+"""The paper's experiments, each one function that writes a markdown table and PNG plots.
+
+Every experiment replays a trace through :func:`~mooncake_core.sim.engine.simulate` with
+the paper's cluster shape and writes into its report folder (``reports/<name>/`` by
+default): ``<name>.md`` (the table, with the paper's numbers beside ours where the paper
+has them), ``results.json`` (the same rows, for scripts) and the plots.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mooncake_core.sim import plots
+from mooncake_core.sim.cache import BlockLRU
+from mooncake_core.sim.config import SimConfig, set_field
+from mooncake_core.sim.engine import simulate
+from mooncake_core.sim.results import SimResult, Summary
+from mooncake_core.sim.trace import TraceRequest, load_trace
+
+__all__ = [
+    "PAPER",
+    "ExperimentOptions",
+    "Report",
+    "default_trace",
+    "run_fig5",
+    "run_hitrate",
+    "run_one",
+    "run_pd_ratio",
+    "run_rejection",
+    "run_sweep",
+]
+
+PAPER: dict[str, dict[str, float]] = {
+    # FAST'25 Fig. 5: average TTFT (s) of the prefill scheduling policies, 16 prefill nodes.
+    "fig5_avg_ttft_s": {
+        "random": 19.65,
+        "load_balance": 5.27,
+        "cache_aware": 3.58,
+        "kvcache_centric": 3.07,
+    },
+    # Rejected requests on 8P+8D at 2x replay (paper section 7 / arXiv Fig. 10 text).
+    "rejections": {"baseline": 4183, "early_reject": 3771, "early_reject_predictive": 3589},
+}
+"""Numbers quoted from the paper (DESIGN.md section 2), shown beside ours."""
+
+_POLICIES = ("random", "load_balance", "cache_aware", "kvcache_centric", "adaptive")
+_ADMISSIONS = ("baseline", "early_reject", "early_reject_predictive")
+
+
+def default_trace() -> Path | None:
+    """The shared conversation trace, if one is found.
+
+    Looks at ``$MOONCAKE_TRACE``, then ``../shared/traces/conversation_trace.jsonl``
+    relative to the working directory and to the repository, then ``/work/shared``.
+    """
+    env = os.environ.get("MOONCAKE_TRACE")
+    here = Path(__file__).resolve().parents[3]
+    candidates = [Path(env)] if env else []
+    candidates += [
+        Path.cwd().parent / "shared/traces/conversation_trace.jsonl",
+        here / "shared/traces/conversation_trace.jsonl",
+        Path("/work/shared/traces/conversation_trace.jsonl"),
+    ]
+    return next((p for p in candidates if p.is_file()), None)
+
+
+@dataclass(frozen=True)
+class ExperimentOptions:
+    """Inputs shared by every experiment.
+
+    Attributes:
+        trace: JSONL trace file.
+        speed: replay speed (``None``: the experiment's paper setting).
+        sample: ``first:N``, ``every:K``, ``fraction:F`` or ``None`` (all).
+        seed: seed of sampling and of the random policy.
+        out: report folder (``None``: ``reports/<experiment>``).
+        profile: cost profile name or path.
+    """
+
+    trace: Path
+    speed: float | None = None
+    sample: str | None = None
+    seed: int = 0
+    out: Path | None = None
+    profile: str = "llama3_70b_a800"
+
+    def load(self, default_speed: float = 1.0) -> list[TraceRequest]:
+        """Load the trace at the given (or default) speed."""
+        speed = self.speed if self.speed is not None else default_speed
+        return load_trace(self.trace, speed=speed, sample=self.sample, seed=self.seed)
+
+    def folder(self, name: str) -> Path:
+        """Create and return the report folder."""
+        p = self.out if self.out is not None else Path("reports") / name
+        p.mkdir(parents=True, exist_ok=True)
+        return p
+
+    def base(self, **kw: Any) -> SimConfig:
+        """A :class:`SimConfig` with this profile and seed, plus ``kw``."""
+        return SimConfig(profile=self.profile, seed=self.seed, **kw)
+
+
+@dataclass(frozen=True)
+class Report:
+    """What an experiment wrote.
+
+    Attributes:
+        name: experiment name.
+        folder: report folder.
+        markdown: the table text (also in ``<folder>/<name>.md``).
+        files: every file written.
+        rows: the table rows as dicts (also in ``results.json``).
+    """
+
+    name: str
+    folder: Path
+    markdown: str
+    files: tuple[Path, ...]
+    rows: list[dict[str, Any]]
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "-"
+        return f"{v:.3f}" if abs(v) < 1000 else f"{v:.0f}"
+    return str(v)
+
+
+def _table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
+    return head + "".join(
+        "| " + " | ".join(_fmt(r.get(c, "")) for c in columns) + " |\n" for r in rows
+    )
+
+
+def _finish(
+    name: str,
+    folder: Path,
+    title: str,
+    intro: str,
+    rows: list[dict[str, Any]],
+    columns: Sequence[str],
+    plot_files: Sequence[Path],
+    command: str,
+) -> Report:
+    md = f"# {title}\n\n{intro}\n\nCommand: `{command}`\n\n" + _table(rows, columns)
+    md += "".join(f"\n![{p.stem}]({p.name})\n" for p in plot_files)
+    md_path = folder / f"{name}.md"
+    md_path.write_text(md, encoding="utf-8")
+    js = folder / "results.json"
+    js.write_text(json.dumps(rows, indent=2, default=str) + "\n", encoding="utf-8")
+    return Report(name, folder, md, (md_path, js, *plot_files), rows)
+
+
+def _row(label: str, s: Summary, **extra: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {"run": label}
+    row.update(s.as_dict())
+    row.update(extra)
+    return row
+
+
+def run_one(trace: Sequence[TraceRequest], config: SimConfig) -> tuple[Summary, SimResult]:
+    """Simulate one config and summarise it against its own SLOs."""
+    res = simulate(trace, config)
+    c = config.conductor
+    return res.summary(c.ttft_slo_s, c.tbt_slo_s), res
+
+
+def _with(config: SimConfig, **fields: Any) -> SimConfig:
+    for k, v in fields.items():
+        config = set_field(config, k.replace("__", "."), v)
+    return config
+
+
+def run_fig5(opts: ExperimentOptions, command: str = "mooncake sim fig5") -> Report:
+    """Fig. 5: average and p90 TTFT of each prefill policy, 16 prefill instances.
+
+    TTFT only (decode is not simulated; admission is ``none``, as the paper measures
+    the scheduling policies without rejection).
+    """
+    trace = opts.load()
+    folder = opts.folder("fig5")
+    base = opts.base(prefill_instances=16, decode_instances=16, simulate_decode=False)
+    rows = []
+    ttfts: dict[str, list[float]] = {}
+    for policy in _POLICIES:
+        cfg = _with(base, conductor__policy=policy, conductor__admission="none")
+        s, res = run_one(trace, cfg)
+        ttfts[policy] = [r.ttft_s for r in res.requests if not r.rejected]
+        paper = PAPER["fig5_avg_ttft_s"].get(policy, math.nan)
+        rows.append(_row(policy, s, paper_avg_ttft_s=paper, migrations=res.counters["migrations"]))
+    labels = [r["run"] for r in rows]
+    files = [
+        plots.bar_chart(
+            folder / "fig5_ttft.png",
+            labels,
+            {
+                "avg TTFT": [r["avg_ttft_s"] for r in rows],
+                "p90 TTFT": [r["p90_ttft_s"] for r in rows],
+            },
+            "TTFT by prefill scheduling policy (16 prefill instances)",
+            "seconds",
+        ),
+        plots.ttft_cdf(folder / "fig5_ttft_cdf.png", ttfts, "TTFT distribution by policy"),
+    ]
+    return _finish(
+        "fig5",
+        folder,
+        "Fig. 5: prefill scheduling policies",
+        f"{len(trace)} requests, 16 prefill instances, 3M-token local cache each, admission none.",
+        rows,
+        [
+            "run",
+            "avg_ttft_s",
+            "p90_ttft_s",
+            "p99_ttft_s",
+            "hit_rate",
+            "local_hit_rate",
+            "migrations",
+            "paper_avg_ttft_s",
+        ],
+        files,
+        command,
+    )
+
+
+def run_rejection(opts: ExperimentOptions, command: str = "mooncake sim rejection") -> Report:
+    """Rejections of the three admission variants on 8P+8D at 2x replay (paper setting)."""
+    trace = opts.load(default_speed=2.0)
+    folder = opts.folder("rejection")
+    base = opts.base(prefill_instances=8, decode_instances=8, load_sample_interval_s=5.0)
+    rows = []
+    loads = {}
+    for adm in _ADMISSIONS:
+        cfg = _with(base, conductor__admission=adm)
+        s, res = run_one(trace, cfg)
+        loads[adm] = res.load
+        rows.append(
+            _row(
+                adm,
+                s,
+                paper_rejected=PAPER["rejections"][adm],
+                reasons=", ".join(f"{k}={v}" for k, v in s.rejected_by_reason.items()) or "-",
+            )
+        )
+    speed = opts.speed if opts.speed is not None else 2.0
+    files = [
+        plots.bar_chart(
+            folder / "rejection_counts.png",
+            [r["run"] for r in rows],
+            {
+                "rejected": [float(r["rejected"]) for r in rows],
+                "wasted prefills": [float(r["wasted_prefills"]) for r in rows],
+            },
+            f"Rejected requests, 8P+8D, {speed:g}x replay",
+            "requests",
+        ),
+        plots.load_chart(
+            folder / "rejection_load.png",
+            loads,
+            f"Prefill vs decode load over time ({speed:g}x replay)",
+        ),
+    ]
+    return _finish(
+        "rejection",
+        folder,
+        "Overload: early rejection and its prediction-based variant",
+        f"{len(trace)} requests at {speed:g}x replay, 8 prefill + 8 decode instances, policy kvcache_centric.",
+        rows,
+        [
+            "run",
+            "rejected",
+            "reasons",
+            "wasted_prefills",
+            "served",
+            "avg_ttft_s",
+            "p90_ttft_s",
+            "avg_tbt_s",
+            "goodput_rps",
+            "paper_rejected",
+        ],
+        files,
+        command,
+    )
+
+
+def _global_lru_hit_rate(trace: Sequence[TraceRequest], capacity_tokens: int) -> float:
+    cache = BlockLRU(capacity_tokens // 512)
+    hits = total = 0
+    for r in trace:
+        keys = r.hash_ids[: r.input_length // 512]
+        n = cache.prefix_len(keys)
+        hits += n
+        total += len(keys)
+        cache.touch(keys[:n])
+        cache.insert(keys)
+    return hits / total if total else 0.0
+
+
+def run_hitrate(
+    opts: ExperimentOptions,
+    capacities: Sequence[int] = (
+        10_000,
+        100_000,
+        1_000_000,
+        3_000_000,
+        10_000_000,
+        30_000_000,
+        100_000_000,
+    ),
+    instances: int = 16,
+    command: str = "mooncake sim hitrate",
+) -> Report:
+    """Hit rate vs total cache capacity: one global LRU pool vs the same DRAM split per instance.
+
+    * ``global pool (ideal)``: one LRU of the capacity over the trace in arrival order
+      (the theoretical curve of Fig. 9);
+    * ``local, cache_aware``: ``instances`` prefill instances with ``capacity/instances``
+      each, requests placed by the local cache-aware policy, no transfers;
+    * ``global, kvcache_centric``: same split, but instances fetch from each other.
+    """
+    trace = opts.load()
+    folder = opts.folder("hitrate")
+    base = opts.base(prefill_instances=instances, decode_instances=instances, simulate_decode=False)
+    unlimited = _global_lru_hit_rate(trace, 10**15)
+    rows = []
+    for cap in capacities:
+        per = max(cap // instances, 0)
+        local, _ = run_one(
+            trace, _with(base, conductor__policy="cache_aware", local_cache_tokens=per)
+        )
+        glob, _ = run_one(
+            trace, _with(base, conductor__policy="kvcache_centric", local_cache_tokens=per)
+        )
+        rows.append(
+            {
+                "capacity_tokens": cap,
+                "per_instance_tokens": per,
+                "global_pool_ideal": _global_lru_hit_rate(trace, cap),
+                "local_cache_aware": local.hit_rate,
+                "global_kvcache_centric": glob.hit_rate,
+                "kvcache_centric_avg_ttft_s": glob.avg_ttft_s,
+                "cache_aware_avg_ttft_s": local.avg_ttft_s,
+                "unlimited": unlimited,
+            }
+        )
+    files = [
+        plots.line_chart(
+            folder / "hitrate.png",
+            [float(r["capacity_tokens"]) for r in rows],
+            {
+                "global pool (one LRU, ideal)": [r["global_pool_ideal"] for r in rows],
+                f"{instances} instances, kvcache_centric (fetch)": [
+                    r["global_kvcache_centric"] for r in rows
+                ],
+                f"{instances} instances, local cache_aware": [r["local_cache_aware"] for r in rows],
+                "unlimited cache": [unlimited] * len(rows),
+            },
+            "Prefix hit rate vs total cache capacity",
+            "cache capacity (tokens, total)",
+            "hit rate (fraction of complete blocks)",
+            logx=True,
+            vlines={"3M (one node's DRAM)": 3e6, "50M": 5e7},
+        )
+    ]
+    return _finish(
+        "hitrate",
+        folder,
+        "Fig. 9/10: prefix hit rate vs cache capacity",
+        f"{len(trace)} requests; unlimited-cache hit rate {unlimited:.3f}.",
+        rows,
+        [
+            "capacity_tokens",
+            "per_instance_tokens",
+            "global_pool_ideal",
+            "global_kvcache_centric",
+            "local_cache_aware",
+            "unlimited",
+        ],
+        files,
+        command,
+    )
+
+
+def run_pd_ratio(
+    opts: ExperimentOptions,
+    nodes: int = 16,
+    prefill_counts: Sequence[int] | None = None,
+    command: str = "mooncake sim pd_ratio",
+) -> Report:
+    """Goodput, TTFT and TBT as the prefill:decode split varies at a fixed node count.
+
+    Replays at 2x by default (the paper's overload setting); admission is
+    ``early_reject_predictive``, so the SLO misses show as rejections or slow requests.
+    """
+    trace = opts.load(default_speed=2.0)
+    folder = opts.folder("pd_ratio")
+    counts = prefill_counts or [p for p in range(2, nodes - 1, 2)]
+    rows = []
+    for p in counts:
+        cfg = opts.base(prefill_instances=p, decode_instances=nodes - p)
+        cfg = _with(cfg, conductor__admission="early_reject_predictive")
+        s, _ = run_one(trace, cfg)
+        rows.append(_row(f"{p}P:{nodes - p}D", s, prefill=p, decode=nodes - p))
+    speed = opts.speed if opts.speed is not None else 2.0
+    x = [float(r["prefill"]) for r in rows]
+    files = [
+        plots.line_chart(
+            folder / "pd_goodput.png",
+            x,
+            {"goodput (req/s meeting both SLOs)": [r["goodput_rps"] for r in rows]},
+            f"Goodput vs P:D split ({nodes} nodes, {speed:g}x replay)",
+            "prefill instances",
+            "req/s",
+        ),
+        plots.line_chart(
+            folder / "pd_latency.png",
+            x,
+            {
+                "avg TTFT (s)": [r["avg_ttft_s"] for r in rows],
+                "avg TBT x10 (s)": [10 * r["avg_tbt_s"] for r in rows],
+            },
+            "TTFT and TBT vs P:D split",
+            "prefill instances",
+            "seconds",
+        ),
+    ]
+    return _finish(
+        "pd_ratio",
+        folder,
+        "Fig. 15: P:D ratio at a fixed node count",
+        f"{len(trace)} requests at {speed:g}x replay, {nodes} nodes, kvcache_centric, early_reject_predictive.",
+        rows,
+        [
+            "run",
+            "goodput_rps",
+            "slo_attainment",
+            "rejected",
+            "avg_ttft_s",
+            "p90_ttft_s",
+            "avg_tbt_s",
+            "p90_tbt_s",
+        ],
+        files,
+        command,
+    )
+
+
+def run_sweep(
+    opts: ExperimentOptions,
+    field: str,
+    values: Sequence[str],
+    base: SimConfig | None = None,
+    command: str | None = None,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+) -> Report:
+    """Any config field over a list of values (see :func:`~mooncake_core.sim.config.set_field`).
+
+    Raises:
+        ValueError: unknown field or a value it does not accept (before anything runs).
+    """
+    cfg0 = base or opts.base()
+    configs = [set_field(cfg0, field, v) for v in values]  # validate all first
+    trace = opts.load()
+    name = "sweep"
+    folder = opts.folder(name)
+    rows = []
+    for v, cfg in zip(values, configs, strict=True):
+        s, res = run_one(trace, cfg)
+        row = _row(f"{field}={v}", s, value=v, migrations=res.counters["migrations"])
+        rows.append(row)
+        if on_row is not None:
+            on_row(row)
+    numeric = all(_is_number(v) for v in values)
+    x = [float(v) for v in values] if numeric else list(range(len(values)))
+    files = [
+        plots.line_chart(
+            folder / "sweep_ttft.png",
+            x,
+            {
+                "avg TTFT": [r["avg_ttft_s"] for r in rows],
+                "p90 TTFT": [r["p90_ttft_s"] for r in rows],
+            },
+            f"TTFT vs {field}",
+            field,
+            "seconds",
+        )
+    ]
+    shape = dataclasses.asdict(cfg0)
+    shape.pop("conductor")
+    return _finish(
+        name,
+        folder,
+        f"Sweep of {field}",
+        f"{len(trace)} requests; base config {shape}, conductor {cfg0.conductor.model_dump()}.",
+        rows,
+        [
+            "run",
+            "avg_ttft_s",
+            "p90_ttft_s",
+            "hit_rate",
+            "migrations",
+            "rejected",
+            "goodput_rps",
+            "avg_tbt_s",
+        ],
+        files,
+        command or f"mooncake sim sweep --field {field} --values {','.join(values)}",
+    )
+
+
+def _is_number(v: str) -> bool:
+    try:
+        float(v)
+    except ValueError:
+        return False
+    return True
