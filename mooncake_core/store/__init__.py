@@ -7,6 +7,7 @@ not re-exported here, so importing the core stays light.
 
 from .allocator import OffsetAllocator
 from .errors import (
+    AuthError,
     CapacityError,
     ConflictError,
     ErrorCode,
@@ -50,6 +51,7 @@ __all__ = [
     "STRATEGIES",
     "AllocContext",
     "AllocationStrategy",
+    "AuthError",
     "CapacityError",
     "ClientExpired",
     "ConflictError",

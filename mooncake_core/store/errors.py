@@ -28,6 +28,7 @@ class ErrorCode(IntEnum):
     PIN_NOT_FOUND = 13
     UNAVAILABLE = 14
     INTERNAL = 15
+    UNAUTHENTICATED = 16
 
 
 class StoreError(Exception):
@@ -79,6 +80,12 @@ class UnavailableError(StoreError):
     default_code = ErrorCode.UNAVAILABLE
 
 
+class AuthError(StoreError):
+    """The master refused the call: missing or wrong cluster token."""
+
+    default_code = ErrorCode.UNAUTHENTICATED
+
+
 _FAMILY: dict[ErrorCode, type[StoreError]] = {
     ErrorCode.OBJECT_NOT_FOUND: NotFoundError,
     ErrorCode.SEGMENT_NOT_FOUND: NotFoundError,
@@ -94,6 +101,7 @@ _FAMILY: dict[ErrorCode, type[StoreError]] = {
     ErrorCode.NO_AVAILABLE_SEGMENT: CapacityError,
     ErrorCode.STORE_FULL: CapacityError,
     ErrorCode.UNAVAILABLE: UnavailableError,
+    ErrorCode.UNAUTHENTICATED: AuthError,
 }
 
 

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 from typing import Any
 
 import pytest
+from store_unit_support import MakeMaster
 
 from mooncake_core.config.models import MasterConfig
 from mooncake_core.store import MasterState
-
-MakeMaster = Callable[..., MasterState]
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import MakeMaster
+from store_unit_support import MakeMaster
 
 from mooncake_core.store import ConflictError, ErrorCode, MasterState
 

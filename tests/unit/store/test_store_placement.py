@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from conftest import MakeMaster
+from store_unit_support import MakeMaster
 
 from mooncake_core.store import CapacityError, ErrorCode, ReplicateConfig, Slice
 from mooncake_core.store.placement import slice_lengths

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import MakeMaster
+from store_unit_support import MakeMaster
 
 from mooncake_core.store import (
     CapacityError,

@@ -1,0 +1,347 @@
+"""Async client of the master's control plane: typed methods, core dataclasses back.
+
+Used by the store ``Client`` (data path through the Transfer Engine) and by the CLI.
+Errors carried in replies are raised as the same :class:`StoreError` subclasses the
+core raises; transport failures become :class:`UnavailableError`, a refused token
+:class:`AuthError`.
+
+Example::
+
+    async with MasterClient("127.0.0.1:50051", client_id="node-0") as mc:
+        await mc.mount_segment("node-0/dram", 256 << 20, transport_address="127.0.0.1:17001")
+        replicas = await mc.put_start("key", 4096)
+        ...  # write the bytes through the Transfer Engine
+        await mc.put_end("key")
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import grpc
+
+from mooncake_core.rpc import store_pb2 as pb
+from mooncake_core.rpc import store_pb2_grpc as pb_grpc
+
+from . import convert as cv
+from . import events as ev
+from .auth import auth_metadata
+from .errors import AuthError, ErrorCode, StoreError, UnavailableError
+from .objects import ObjectInfo, Replica
+from .pins import Pin
+from .results import GetResult, ListKeysResult, MasterSnapshot, RemoveManyResult, ReplicateConfig
+from .segment import SegmentSnapshot
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class WatchedEvent:
+    """One event from ``WatchEvents``; ``event.at`` is the master's wall-clock time."""
+
+    seq: int
+    event: ev.Event
+
+
+def default_client_id() -> str:
+    """``<host>-<pid>-<random>``: unique per process, readable in listings."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+class MasterClient:
+    """Typed async wrapper over the MasterService stubs.
+
+    Args:
+        address: ``host:port`` of the master.
+        client_id: identity used for heartbeats, segment ownership and local_first.
+        secret: cluster secret; sends the derived bearer token when set.
+        timeout_s: deadline of each unary call.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        client_id: str | None = None,
+        secret: bytes | None = None,
+        timeout_s: float = 10.0,
+    ) -> None:
+        self.address = address
+        self.client_id = client_id or default_client_id()
+        self._metadata = auth_metadata(secret)
+        self._timeout = timeout_s
+        self._channel = grpc.aio.insecure_channel(address)
+        self._stub = pb_grpc.MasterServiceStub(self._channel)
+
+    async def __aenter__(self) -> MasterClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the channel."""
+        await self._channel.close(None)
+
+    async def _call(self, call: Awaitable[T]) -> T:
+        try:
+            return await call
+        except grpc.aio.AioRpcError as exc:
+            raise self._transport_error(exc) from None
+
+    def _transport_error(self, exc: grpc.aio.AioRpcError) -> StoreError:
+        code = exc.code()
+        text = f"master at {self.address}: {code.name}: {exc.details()}"
+        if code == grpc.StatusCode.UNAUTHENTICATED:
+            return AuthError(ErrorCode.UNAUTHENTICATED, text)
+        return UnavailableError(ErrorCode.UNAVAILABLE, text)
+
+    @property
+    def _kw(self) -> dict[str, object]:
+        return {"metadata": self._metadata, "timeout": self._timeout}
+
+    # ------------------------------------------------------- segments, clients
+    async def mount_segment(
+        self, name: str, capacity: int, *, transport_address: str = "", location: str = "cpu:0"
+    ) -> SegmentSnapshot:
+        """Lend a segment this client hosts. Raises ConflictError if the name is taken."""
+        req = pb.MountSegmentRequest(
+            client_id=self.client_id,
+            name=name,
+            capacity=capacity,
+            transport_address=transport_address,
+            location=location,
+        )
+        r = await self._call(self._stub.MountSegment(req, **self._kw))
+        cv.raise_for(r.error)
+        return cv.segment_from_pb(r.segment)
+
+    async def unmount_segment(self, name: str) -> None:
+        """Start unmounting one of this client's segments (readable during the grace)."""
+        req = pb.SegmentRequest(client_id=self.client_id, name=name)
+        r = await self._call(self._stub.UnmountSegment(req, **self._kw))
+        cv.raise_for(r.error)
+
+    async def drain_segment(self, name: str) -> None:
+        """Stop placing on a segment (operator action)."""
+        r = await self._call(self._stub.DrainSegment(pb.SegmentRequest(name=name), **self._kw))
+        cv.raise_for(r.error)
+
+    async def heartbeat(self) -> bool:
+        """Tell the master this client is alive; False: it forgot us, remount segments."""
+        req = pb.HeartbeatRequest(client_id=self.client_id)
+        r = await self._call(self._stub.Heartbeat(req, **self._kw))
+        cv.raise_for(r.error)
+        return r.known
+
+    # ------------------------------------------------------------------ writes
+    async def put_start(
+        self, key: str, size: int, config: ReplicateConfig | None = None
+    ) -> tuple[Replica, ...]:
+        """Allocate replicas for a new object; write them, then :meth:`put_end`."""
+        req = pb.PutStartRequest(
+            client_id=self.client_id, key=key, size=size, config=cv.config_to_pb(config)
+        )
+        r = await self._call(self._stub.PutStart(req, **self._kw))
+        cv.raise_for(r.error)
+        return cv.replicas_from_pb(r.replicas)
+
+    async def upsert(
+        self, key: str, size: int, config: ReplicateConfig | None = None
+    ) -> tuple[Replica, ...]:
+        """Like :meth:`put_start`, replacing an existing complete object."""
+        req = pb.PutStartRequest(
+            client_id=self.client_id, key=key, size=size, config=cv.config_to_pb(config)
+        )
+        r = await self._call(self._stub.Upsert(req, **self._kw))
+        cv.raise_for(r.error)
+        return cv.replicas_from_pb(r.replicas)
+
+    async def put_end(self, key: str) -> None:
+        """Make a written object readable."""
+        req = pb.KeyRequest(client_id=self.client_id, key=key)
+        cv.raise_for((await self._call(self._stub.PutEnd(req, **self._kw))).error)
+
+    async def put_revoke(self, key: str) -> None:
+        """Abandon a write and free its space."""
+        req = pb.KeyRequest(client_id=self.client_id, key=key)
+        cv.raise_for((await self._call(self._stub.PutRevoke(req, **self._kw))).error)
+
+    async def batch_put_start(
+        self, items: Sequence[tuple[str, int]], config: ReplicateConfig | None = None
+    ) -> list[tuple[Replica, ...] | StoreError]:
+        """:meth:`put_start` for each ``(key, size)``; errors are returned per item."""
+        return await self._batch_put(items, config, upsert=False)
+
+    async def batch_upsert(
+        self, items: Sequence[tuple[str, int]], config: ReplicateConfig | None = None
+    ) -> list[tuple[Replica, ...] | StoreError]:
+        """:meth:`upsert` for each ``(key, size)``."""
+        return await self._batch_put(items, config, upsert=True)
+
+    async def _batch_put(
+        self, items: Sequence[tuple[str, int]], config: ReplicateConfig | None, *, upsert: bool
+    ) -> list[tuple[Replica, ...] | StoreError]:
+        req = pb.BatchPutStartRequest(
+            client_id=self.client_id,
+            items=[pb.BatchPutStartRequest.Item(key=k, size=s) for k, s in items],
+            config=cv.config_to_pb(config),
+        )
+        method = self._stub.BatchUpsert if upsert else self._stub.BatchPutStart
+        r = await self._call(method(req, **self._kw))
+        out: list[tuple[Replica, ...] | StoreError] = []
+        for x in r.results:
+            e = cv.error_from_pb(x.error)
+            out.append(e if e is not None else cv.replicas_from_pb(x.replicas))
+        return out
+
+    async def batch_put_end(self, keys: Sequence[str]) -> list[StoreError | None]:
+        """:meth:`put_end` for each key; ``None`` where it succeeded."""
+        req = pb.BatchKeysRequest(client_id=self.client_id, keys=list(keys))
+        r = await self._call(self._stub.BatchPutEnd(req, **self._kw))
+        return [cv.error_from_pb(e) for e in r.errors]
+
+    async def batch_put_revoke(self, keys: Sequence[str]) -> list[StoreError | None]:
+        """:meth:`put_revoke` for each key."""
+        req = pb.BatchKeysRequest(client_id=self.client_id, keys=list(keys))
+        r = await self._call(self._stub.BatchPutRevoke(req, **self._kw))
+        return [cv.error_from_pb(e) for e in r.errors]
+
+    # ------------------------------------------------------------------- reads
+    async def get_replica_list(self, key: str) -> GetResult:
+        """Where to read ``key``; grants a read lease."""
+        r = await self._call(
+            self._stub.GetReplicaList(pb.GetReplicaListRequest(key=key), **self._kw)
+        )
+        return cv.get_result_from_pb(key, r)
+
+    async def batch_get_replica_list(self, keys: Sequence[str]) -> list[GetResult | StoreError]:
+        """:meth:`get_replica_list` for each key; errors per item."""
+        req = pb.BatchKeysRequest(client_id=self.client_id, keys=list(keys))
+        r = await self._call(self._stub.BatchGetReplicaList(req, **self._kw))
+        out: list[GetResult | StoreError] = []
+        for k, x in zip(keys, r.results, strict=True):
+            e = cv.error_from_pb(x.error)
+            out.append(e if e is not None else cv.get_result_from_pb(k, x))
+        return out
+
+    async def exist(self, key: str) -> bool:
+        """Whether ``key`` is readable (no lease, no recency update)."""
+        r = await self._call(self._stub.Exist(pb.ExistRequest(key=key), **self._kw))
+        cv.raise_for(r.error)
+        return r.exists
+
+    async def batch_exist(self, keys: Sequence[str]) -> list[bool]:
+        """:meth:`exist` for each key."""
+        req = pb.BatchKeysRequest(client_id=self.client_id, keys=list(keys))
+        return list((await self._call(self._stub.BatchExist(req, **self._kw))).exists)
+
+    async def stat(self, key: str) -> ObjectInfo:
+        """Describe one object (no lease, no recency update)."""
+        r = await self._call(self._stub.Stat(pb.StatRequest(key=key), **self._kw))
+        return cv.stat_from_pb(r)
+
+    async def list_keys(
+        self, prefix: str = "", start_after: str = "", limit: int = 1000
+    ) -> ListKeysResult:
+        """One page of keys in key order."""
+        req = pb.ListKeysRequest(prefix=prefix, start_after=start_after, limit=limit)
+        return cv.list_from_pb(await self._call(self._stub.ListKeys(req, **self._kw)))
+
+    async def iter_keys(self, prefix: str = "", page: int = 1000) -> AsyncIterator[str]:
+        """Every key under ``prefix``, fetched page by page."""
+        after = ""
+        while True:
+            res = await self.list_keys(prefix, after, page)
+            for e in res.entries:
+                yield e.key
+            if res.next_start_after is None:
+                return
+            after = res.next_start_after
+
+    # ---------------------------------------------------------------- removals
+    async def remove(self, key: str, *, force: bool = False) -> None:
+        """Remove one object (refused while leased unless ``force``)."""
+        req = pb.RemoveRequest(key=key, force=force)
+        cv.raise_for((await self._call(self._stub.Remove(req, **self._kw))).error)
+
+    async def batch_remove(
+        self, keys: Sequence[str], *, force: bool = False
+    ) -> list[StoreError | None]:
+        """:meth:`remove` for each key."""
+        req = pb.BatchKeysRequest(client_id=self.client_id, keys=list(keys), force=force)
+        r = await self._call(self._stub.BatchRemove(req, **self._kw))
+        return [cv.error_from_pb(e) for e in r.errors]
+
+    async def remove_by_prefix(self, prefix: str, *, force: bool = False) -> RemoveManyResult:
+        """Remove every removable object under ``prefix``."""
+        req = pb.RemoveByPrefixRequest(prefix=prefix, force=force)
+        return _many(await self._call(self._stub.RemoveByPrefix(req, **self._kw)))
+
+    async def remove_by_regex(self, pattern: str, *, force: bool = False) -> RemoveManyResult:
+        """Remove every removable object whose key matches ``pattern`` (Python ``re.search``)."""
+        req = pb.RemoveByRegexRequest(pattern=pattern, force=force)
+        return _many(await self._call(self._stub.RemoveByRegex(req, **self._kw)))
+
+    async def remove_all(self, *, force: bool = False) -> RemoveManyResult:
+        """Remove every removable object."""
+        req = pb.RemoveAllRequest(force=force)
+        return _many(await self._call(self._stub.RemoveAll(req, **self._kw)))
+
+    # -------------------------------------------------------------------- pins
+    async def pin(
+        self, target: str, *, prefix: bool = False, hard: bool = False, ttl_s: float | None = None
+    ) -> Pin:
+        """Pin a key or a prefix; ``expires_at`` is on this process's monotonic clock."""
+        req = pb.PinRequest(target=target, prefix=prefix, hard=hard)
+        if ttl_s is not None:
+            req.ttl_s = ttl_s
+        r = await self._call(self._stub.Pin(req, **self._kw))
+        cv.raise_for(r.error)
+        return cv.pin_from_pb(r.pin, time.monotonic())
+
+    async def unpin(self, target: str, *, prefix: bool = False) -> Pin:
+        """Clear the pin on exactly this key or prefix; returns it."""
+        req = pb.UnpinRequest(target=target, prefix=prefix)
+        r = await self._call(self._stub.Unpin(req, **self._kw))
+        cv.raise_for(r.error)
+        return cv.pin_from_pb(r.pin, time.monotonic())
+
+    async def list_pins(self) -> list[Pin]:
+        """Live pins (keys, then prefixes, sorted)."""
+        r = await self._call(self._stub.ListPins(pb.ListPinsRequest(), **self._kw))
+        now = time.monotonic()
+        return [cv.pin_from_pb(p, now) for p in r.pins]
+
+    # -------------------------------------------------------- read-model, events
+    async def get_snapshot(self) -> MasterSnapshot:
+        """The master's read-model."""
+        r = await self._call(self._stub.GetSnapshot(pb.SnapshotRequest(), **self._kw))
+        return cv.snapshot_from_pb(r)
+
+    async def watch_events(self) -> AsyncIterator[WatchedEvent]:
+        """Every event from now on, until the master stops (then the iterator ends).
+
+        Raises:
+            UnavailableError: the stream broke or this subscriber fell behind.
+            AuthError: the token was refused.
+        """
+        call = self._stub.WatchEvents(pb.WatchEventsRequest(), metadata=self._metadata)
+        try:
+            async for msg in call:
+                yield WatchedEvent(msg.seq, cv.event_from_pb(msg))
+        except grpc.aio.AioRpcError as exc:
+            raise self._transport_error(exc) from None
+        finally:
+            call.cancel()
+
+
+def _many(r: pb.RemoveManyResponse) -> RemoveManyResult:
+    cv.raise_for(r.error)
+    return RemoveManyResult(r.removed, r.skipped)

@@ -1,0 +1,373 @@
+"""The master process: a grpc.aio server around :class:`MasterState`, plus /metrics.
+
+Threading model: everything runs on one asyncio event loop. RPC handlers, the periodic
+upkeep task and the HTTP endpoint call the sans-IO core synchronously under one
+``asyncio.Lock`` (uncontended, so it costs microseconds). Bulk calls that walk every key
+(remove by regex/prefix, remove all) run in a worker thread while holding that lock, so
+a walk over millions of keys does not stall heartbeats or the metrics endpoint; the
+other calls wait for it, which keeps the core single-threaded.
+
+After every core call the new events are drained and fanned out to ``WatchEvents``
+subscribers through bounded queues; a subscriber that falls too far behind is cut off
+with RESOURCE_EXHAUSTED (it resynchronises from ``ListKeys``) instead of growing memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator
+from enum import Enum
+from typing import Any, TypeVar
+
+import grpc
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from mooncake_core.config.models import MasterConfig
+from mooncake_core.rpc import store_pb2_grpc as pb_grpc
+
+from . import convert
+from .auth import TokenAuthInterceptor
+from .errors import ErrorCode, StoreError
+from .master_state import MasterState
+from .metrics_http import serve_http
+from .results import MasterSnapshot
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_OVERFLOW = object()
+_CLOSED = object()
+
+
+@dataclasses.dataclass(frozen=True)
+class ServiceOptions:
+    """Where and how the master process listens (the rest is in MasterConfig)."""
+
+    host: str = "127.0.0.1"
+    """gRPC bind address."""
+    port: int = 50051
+    """gRPC port; 0 picks a free one (see :attr:`MasterService.port`)."""
+    metrics_host: str = "127.0.0.1"
+    """Bind address of /metrics, /health, /snapshot."""
+    metrics_port: int | None = 9003
+    """HTTP port; 0 picks a free one; ``None`` disables the endpoint."""
+    secret: bytes | None = None
+    """Cluster secret; when set, every RPC needs the derived bearer token."""
+    tick_interval_s: float = 0.1
+    """Period of the upkeep task (client expiry, stale puts, pins, eviction)."""
+    event_queue_size: int = 10_000
+    """Events buffered per WatchEvents subscriber before it is cut off."""
+
+
+class MasterMetrics:
+    """Prometheus metrics: counters updated by the service, gauges read from the snapshot."""
+
+    def __init__(self, snapshot: Callable[[], MasterSnapshot], subscribers: Callable[[], int]):
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "master_rpc_requests", "RPCs received, by method.", ["rpc"], registry=self.registry
+        )
+        self.failures = Counter(
+            "master_rpc_failures",
+            "RPCs (or batch items) that returned an error, by method and error code.",
+            ["rpc", "code"],
+            registry=self.registry,
+        )
+        self.auth_failures = Counter(
+            "master_auth_failures",
+            "Calls refused for a missing or wrong cluster token.",
+            ["rpc"],
+            registry=self.registry,
+        )
+        self.events = Counter(
+            "master_events_published", "Events emitted by the core.", registry=self.registry
+        )
+        self.registry.register(_SnapshotCollector(snapshot, subscribers))
+
+    def exposition(self) -> bytes:
+        """The text exposition format."""
+        return generate_latest(self.registry)
+
+
+class _SnapshotCollector:
+    def __init__(self, snapshot: Callable[[], MasterSnapshot], subscribers: Callable[[], int]):
+        self._snapshot = snapshot
+        self._subscribers = subscribers
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._snapshot()
+        gauges = {
+            "master_key_count": ("Objects (complete and being written).", s.key_count),
+            "master_processing_key_count": ("Objects being written.", s.processing_count),
+            "master_allocated_bytes": ("Bytes allocated in segments.", s.allocated_bytes),
+            "master_total_capacity_bytes": ("Bytes lent by segments.", s.total_capacity_bytes),
+            "master_client_count": ("Clients heartbeating.", s.client_count),
+            "master_segment_count": ("Segments known.", len(s.segments)),
+            "master_pinned_key_count": ("Key pins.", s.key_pins),
+            "master_prefix_pin_count": ("Prefix pins.", s.prefix_pins),
+            "master_event_subscribers": ("WatchEvents streams open.", self._subscribers()),
+        }
+        for name, (doc, value) in gauges.items():
+            yield GaugeMetricFamily(name, doc, value=value)
+        counters = {
+            "master_evicted_objects": ("Objects evicted.", s.evicted_objects_total),
+            "master_evicted_bytes": ("Replica bytes evicted.", s.evicted_bytes_total),
+            "master_eviction_rounds": ("Eviction rounds that evicted.", s.eviction_rounds_total),
+            "master_removed_objects": ("Objects removed on request.", s.removed_objects_total),
+            "master_expired_puts": ("Writes discarded after put_timeout.", s.expired_puts_total),
+            "master_lost_objects": ("Objects lost with their segments.", s.lost_objects_total),
+        }
+        for name, (doc, value) in counters.items():
+            yield CounterMetricFamily(name, doc, value=value)
+        used = GaugeMetricFamily(
+            "master_segment_used_bytes", "Allocated bytes per segment.", labels=["segment"]
+        )
+        cap = GaugeMetricFamily(
+            "master_segment_capacity_bytes", "Capacity per segment.", labels=["segment", "state"]
+        )
+        for g in s.segments:
+            used.add_metric([g.name], g.used)
+            cap.add_metric([g.name, g.state.name], g.capacity)
+        yield used
+        yield cap
+
+
+class MasterService:
+    """The running master: gRPC server, upkeep task, metrics endpoint, event fan-out.
+
+    Args:
+        config: master settings.
+        options: listen addresses, secret, timings.
+        rng: randomness for the ``random`` allocation strategy.
+        clock: monotonic clock fed to the core as ``now``.
+        wall: wall clock stamped on published events.
+    """
+
+    def __init__(
+        self,
+        config: MasterConfig,
+        options: ServiceOptions | None = None,
+        *,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.options = options or ServiceOptions()
+        self.state = MasterState(config, rng=rng or random.Random())
+        self._clock = clock
+        self._wall = wall
+        self._started = clock()
+        self._lock = asyncio.Lock()
+        self._watchers: set[asyncio.Queue[object]] = set()
+        self._seq = 0
+        self._snapshot = self.state.snapshot()
+        self.metrics = MasterMetrics(self._current_snapshot, lambda: len(self._watchers))
+        self._server: grpc.aio.Server | None = None
+        self._http: asyncio.Server | None = None
+        self._ticker: asyncio.Task[None] | None = None
+        self.port = 0
+        """Bound gRPC port (after :meth:`start`)."""
+        self.metrics_port: int | None = None
+        """Bound HTTP port (after :meth:`start`), ``None`` when disabled."""
+
+    # ------------------------------------------------------------- lifecycle
+    async def start(self) -> None:
+        """Bind and start serving.
+
+        Raises:
+            RuntimeError: a port could not be bound.
+        """
+        from .master_servicer import MasterServicer
+
+        opts = self.options
+        interceptors = []
+        if opts.secret is not None:
+            interceptors.append(
+                TokenAuthInterceptor(
+                    opts.secret,
+                    lambda method: self.metrics.auth_failures.labels(
+                        method.rsplit("/", 1)[-1]
+                    ).inc(),
+                )
+            )
+        server = grpc.aio.server(interceptors=interceptors)
+        pb_grpc.add_MasterServiceServicer_to_server(MasterServicer(self), server)
+        self.port = server.add_insecure_port(f"{opts.host}:{opts.port}")
+        if self.port == 0:
+            raise RuntimeError(f"cannot bind gRPC on {opts.host}:{opts.port}")
+        await server.start()
+        self._server = server
+        if opts.metrics_port is not None:
+            self._http = await serve_http(
+                opts.metrics_host,
+                opts.metrics_port,
+                {"/metrics": self._metrics_page, "/health": self._health, "/snapshot": self._snap},
+            )
+            self.metrics_port = self._http.sockets[0].getsockname()[1]
+        self._ticker = asyncio.create_task(self._upkeep(), name="master-upkeep")
+
+    async def stop(self, grace_s: float = 1.0) -> None:
+        """Stop accepting calls, end event streams, finish in-flight calls (up to ``grace_s``)."""
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+        for q in list(self._watchers):
+            _offer(q, _CLOSED)
+        if self._http is not None:
+            self._http.close()
+            await self._http.wait_closed()
+        if self._server is not None:
+            await self._server.stop(grace_s)
+
+    # --------------------------------------------------------------- calling
+    async def call(self, rpc: str, fn: Callable[[float], T]) -> T | StoreError:
+        """Run one core call under the lock; count it; publish its events.
+
+        Returns:
+            The result, or the :class:`StoreError` it raised (bugs become INTERNAL).
+        """
+        async with self._lock:
+            return self._call_locked(rpc, fn)
+
+    async def call_bulk(self, rpc: str, fn: Callable[[float], T]) -> T | StoreError:
+        """Like :meth:`call`, for calls that walk every key: run in a worker thread."""
+        async with self._lock:
+            return await asyncio.to_thread(self._call_locked, rpc, fn)
+
+    def count_item_failures(self, rpc: str, results: list[Any]) -> None:
+        """Count the failed items of a batch call."""
+        for r in results:
+            if isinstance(r, StoreError):
+                self.metrics.failures.labels(rpc, r.code.name).inc()
+
+    def _call_locked(self, rpc: str, fn: Callable[[float], T]) -> T | StoreError:
+        self.metrics.requests.labels(rpc).inc()
+        try:
+            result: T | StoreError = fn(self._clock())
+        except StoreError as exc:
+            self.metrics.failures.labels(rpc, exc.code.name).inc()
+            result = exc
+        except Exception as exc:
+            log.exception("%s failed unexpectedly", rpc)
+            self.metrics.failures.labels(rpc, ErrorCode.INTERNAL.name).inc()
+            result = StoreError(ErrorCode.INTERNAL, f"{rpc}: {type(exc).__name__}: {exc}")
+        self._publish()
+        return result
+
+    def now(self) -> float:
+        """The core's clock."""
+        return self._clock()
+
+    # ---------------------------------------------------------------- events
+    def subscribe(self) -> asyncio.Queue[object]:
+        """A queue receiving every event from now on (``pb.Event`` items)."""
+        q: asyncio.Queue[object] = asyncio.Queue(self.options.event_queue_size + 1)
+        self._watchers.add(q)
+        return q
+
+    def unsubscribe(self, q: asyncio.Queue[object]) -> None:
+        """Stop delivering to ``q``."""
+        self._watchers.discard(q)
+
+    @staticmethod
+    def is_overflow(item: object) -> bool:
+        """Whether a queue item says the subscriber fell behind."""
+        return item is _OVERFLOW
+
+    @staticmethod
+    def is_closed(item: object) -> bool:
+        """Whether a queue item says the master is shutting down."""
+        return item is _CLOSED
+
+    def _publish(self) -> None:
+        events = self.state.take_events()
+        if not events:
+            return
+        self.metrics.events.inc(len(events))
+        if not self._watchers:
+            self._seq += len(events)
+            return
+        wall = self._wall()
+        for e in events:
+            self._seq += 1
+            msg = convert.event_to_pb(e, self._seq, wall)
+            for q in list(self._watchers):
+                if q.qsize() >= self.options.event_queue_size:
+                    self._watchers.discard(q)
+                    _offer(q, _OVERFLOW)
+                else:
+                    q.put_nowait(msg)
+
+    # ---------------------------------------------------------------- upkeep
+    async def _upkeep(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.tick_interval_s)
+            async with self._lock:
+                try:
+                    self.state.tick(self._clock())
+                except Exception:  # keep serving; the next tick retries
+                    log.exception("master upkeep failed")
+                self._publish()
+                self._snapshot = self.state.snapshot()
+
+    # ------------------------------------------------------------------ http
+    def _current_snapshot(self) -> MasterSnapshot:
+        # Called on the loop thread (HTTP handler or GetSnapshot): always consistent,
+        # because no await happens inside a core call.
+        if not self._lock.locked():
+            self._snapshot = self.state.snapshot()
+        return self._snapshot
+
+    def snapshot(self) -> MasterSnapshot:
+        """The latest consistent snapshot (fresh unless a bulk call is running)."""
+        return self._current_snapshot()
+
+    def _metrics_page(self) -> tuple[int, str, bytes]:
+        return 200, "text/plain; version=0.0.4; charset=utf-8", self.metrics.exposition()
+
+    def _health(self) -> tuple[int, str, bytes]:
+        s = self._current_snapshot()
+        body = {
+            "status": "ok",
+            "role": "master",
+            "uptime_s": round(self._clock() - self._started, 3),
+            "keys": s.key_count,
+            "segments": len(s.segments),
+            "clients": s.client_count,
+        }
+        return 200, "application/json", json.dumps(body).encode()
+
+    def _snap(self) -> tuple[int, str, bytes]:
+        data = _plain(dataclasses.asdict(self._current_snapshot()))
+        return 200, "application/json", json.dumps(data, indent=1).encode()
+
+
+def _plain(value: object) -> object:
+    # IntEnum would serialise as a number; operators read names.
+    if isinstance(value, Enum):
+        return value.name
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _offer(q: asyncio.Queue[object], item: object) -> None:
+    # The queue has one spare slot for this marker; if even that is used, drop the
+    # oldest event so the marker always gets through.
+    if q.full():
+        q.get_nowait()
+    q.put_nowait(item)

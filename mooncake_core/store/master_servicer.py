@@ -1,0 +1,315 @@
+"""gRPC handlers: translate ``store.proto`` messages to core calls and back.
+
+Each handler is a few lines: decode, ``service.call`` (or ``call_bulk`` for calls that
+walk every key), encode. Errors from the core travel in the response's ``Error``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from mooncake_core.rpc import store_pb2 as pb
+from mooncake_core.rpc import store_pb2_grpc as pb_grpc
+
+from . import convert as cv
+from .errors import StoreError
+from .results import GetResult
+
+if TYPE_CHECKING:
+    from .master_service import MasterService
+
+Ctx = grpc.aio.ServicerContext[Any, Any]
+
+
+class MasterServicer(pb_grpc.MasterServiceServicer):
+    """The MasterService RPCs over one :class:`MasterService`."""
+
+    def __init__(self, service: MasterService) -> None:
+        self._svc = service
+        self._st = service.state
+
+    # ------------------------------------------------------- segments, clients
+    async def MountSegment(
+        self, request: pb.MountSegmentRequest, context: Ctx
+    ) -> pb.MountSegmentResponse:
+        r = await self._svc.call(
+            "MountSegment",
+            lambda now: self._st.mount_segment(
+                request.name,
+                request.client_id,
+                request.capacity,
+                now,
+                transport_address=request.transport_address,
+                location=request.location or "cpu:0",
+            ),
+        )
+        if isinstance(r, StoreError):
+            return pb.MountSegmentResponse(error=cv.error_to_pb(r))
+        return pb.MountSegmentResponse(error=cv.OK, segment=cv.segment_to_pb(r))
+
+    async def UnmountSegment(self, request: pb.SegmentRequest, context: Ctx) -> pb.SegmentResponse:
+        r = await self._svc.call(
+            "UnmountSegment",
+            lambda now: self._st.unmount_segment(
+                request.name, now, client_id=request.client_id or None
+            ),
+        )
+        return pb.SegmentResponse(error=_err(r))
+
+    async def DrainSegment(self, request: pb.SegmentRequest, context: Ctx) -> pb.SegmentResponse:
+        r = await self._svc.call(
+            "DrainSegment", lambda now: self._st.drain_segment(request.name, now)
+        )
+        return pb.SegmentResponse(error=_err(r))
+
+    async def Heartbeat(self, request: pb.HeartbeatRequest, context: Ctx) -> pb.HeartbeatResponse:
+        r = await self._svc.call(
+            "Heartbeat", lambda now: self._st.heartbeat(request.client_id, now)
+        )
+        if isinstance(r, StoreError):
+            return pb.HeartbeatResponse(error=cv.error_to_pb(r))
+        return pb.HeartbeatResponse(error=cv.OK, known=r)
+
+    # ------------------------------------------------------------------ writes
+    async def PutStart(self, request: pb.PutStartRequest, context: Ctx) -> pb.PutStartResponse:
+        cfg = cv.config_from_pb(request.config)
+        r = await self._svc.call(
+            "PutStart",
+            lambda now: self._st.put_start(request.key, request.size, request.client_id, now, cfg),
+        )
+        return _put_response(r)
+
+    async def Upsert(self, request: pb.PutStartRequest, context: Ctx) -> pb.PutStartResponse:
+        cfg = cv.config_from_pb(request.config)
+        r = await self._svc.call(
+            "Upsert",
+            lambda now: self._st.upsert_start(
+                request.key, request.size, request.client_id, now, cfg
+            ),
+        )
+        return _put_response(r)
+
+    async def PutEnd(self, request: pb.KeyRequest, context: Ctx) -> pb.KeyResponse:
+        r = await self._svc.call("PutEnd", lambda now: self._st.put_end(request.key, now))
+        return pb.KeyResponse(error=_err(r))
+
+    async def PutRevoke(self, request: pb.KeyRequest, context: Ctx) -> pb.KeyResponse:
+        r = await self._svc.call("PutRevoke", lambda now: self._st.put_revoke(request.key, now))
+        return pb.KeyResponse(error=_err(r))
+
+    async def BatchPutStart(
+        self, request: pb.BatchPutStartRequest, context: Ctx
+    ) -> pb.BatchPutStartResponse:
+        return await self._batch_put("BatchPutStart", request, upsert=False)
+
+    async def BatchUpsert(
+        self, request: pb.BatchPutStartRequest, context: Ctx
+    ) -> pb.BatchPutStartResponse:
+        return await self._batch_put("BatchUpsert", request, upsert=True)
+
+    async def _batch_put(
+        self, rpc: str, request: pb.BatchPutStartRequest, *, upsert: bool
+    ) -> pb.BatchPutStartResponse:
+        cfg = cv.config_from_pb(request.config)
+        items = [(i.key, i.size) for i in request.items]
+        fn = self._st.batch_upsert_start if upsert else self._st.batch_put_start
+        r = await self._svc.call(rpc, lambda now: fn(items, request.client_id, now, cfg))
+        if isinstance(r, StoreError):  # not expected: batch calls report per item
+            return pb.BatchPutStartResponse(
+                results=[pb.PutStartResponse(error=cv.error_to_pb(r)) for _ in items]
+            )
+        self._svc.count_item_failures(rpc, r)
+        return pb.BatchPutStartResponse(results=[_put_response(x) for x in r])
+
+    async def BatchPutEnd(self, request: pb.BatchKeysRequest, context: Ctx) -> pb.BatchKeyResponse:
+        keys = list(request.keys)
+        return await self._batch_keys(
+            "BatchPutEnd", keys, lambda now: self._st.batch_put_end(keys, now)
+        )
+
+    async def BatchPutRevoke(
+        self, request: pb.BatchKeysRequest, context: Ctx
+    ) -> pb.BatchKeyResponse:
+        keys = list(request.keys)
+        return await self._batch_keys(
+            "BatchPutRevoke", keys, lambda now: self._st.batch_put_revoke(keys, now)
+        )
+
+    async def _batch_keys(self, rpc: str, keys: list[str], fn: Any) -> pb.BatchKeyResponse:
+        r = await self._svc.call(rpc, fn)
+        if isinstance(r, StoreError):
+            return pb.BatchKeyResponse(errors=[cv.error_to_pb(r) for _ in keys])
+        self._svc.count_item_failures(rpc, r)
+        return pb.BatchKeyResponse(errors=cv.batch_errors_to_pb(r))
+
+    # ------------------------------------------------------------------- reads
+    async def GetReplicaList(
+        self, request: pb.GetReplicaListRequest, context: Ctx
+    ) -> pb.GetReplicaListResponse:
+        r = await self._svc.call(
+            "GetReplicaList", lambda now: self._st.get_replica_list(request.key, now)
+        )
+        return _get_response(r)
+
+    async def BatchGetReplicaList(
+        self, request: pb.BatchKeysRequest, context: Ctx
+    ) -> pb.BatchGetReplicaListResponse:
+        keys = list(request.keys)
+        r = await self._svc.call(
+            "BatchGetReplicaList", lambda now: self._st.batch_get_replica_list(keys, now)
+        )
+        if isinstance(r, StoreError):
+            return pb.BatchGetReplicaListResponse(results=[_get_response(r) for _ in keys])
+        self._svc.count_item_failures("BatchGetReplicaList", r)
+        return pb.BatchGetReplicaListResponse(results=[_get_response(x) for x in r])
+
+    async def Exist(self, request: pb.ExistRequest, context: Ctx) -> pb.ExistResponse:
+        r = await self._svc.call("Exist", lambda now: self._st.exist(request.key, now))
+        if isinstance(r, StoreError):
+            return pb.ExistResponse(error=cv.error_to_pb(r))
+        return pb.ExistResponse(error=cv.OK, exists=r)
+
+    async def BatchExist(self, request: pb.BatchKeysRequest, context: Ctx) -> pb.BatchExistResponse:
+        keys = list(request.keys)
+        r = await self._svc.call("BatchExist", lambda now: self._st.batch_exist(keys, now))
+        return pb.BatchExistResponse(exists=[] if isinstance(r, StoreError) else r)
+
+    async def Stat(self, request: pb.StatRequest, context: Ctx) -> pb.StatResponse:
+        r = await self._svc.call("Stat", lambda now: self._st.stat(request.key, now))
+        if isinstance(r, StoreError):
+            return pb.StatResponse(error=cv.error_to_pb(r))
+        return cv.stat_to_pb(r)
+
+    async def ListKeys(self, request: pb.ListKeysRequest, context: Ctx) -> pb.ListKeysResponse:
+        r = await self._svc.call(
+            "ListKeys",
+            lambda now: self._st.list_keys(
+                request.prefix, request.start_after, request.limit or 1000
+            ),
+        )
+        if isinstance(r, StoreError):
+            return pb.ListKeysResponse(error=cv.error_to_pb(r))
+        return cv.list_to_pb(r)
+
+    # ---------------------------------------------------------------- removals
+    async def Remove(self, request: pb.RemoveRequest, context: Ctx) -> pb.KeyResponse:
+        r = await self._svc.call(
+            "Remove", lambda now: self._st.remove(request.key, now, force=request.force)
+        )
+        return pb.KeyResponse(error=_err(r))
+
+    async def BatchRemove(self, request: pb.BatchKeysRequest, context: Ctx) -> pb.BatchKeyResponse:
+        keys = list(request.keys)
+        return await self._batch_keys(
+            "BatchRemove", keys, lambda now: self._st.batch_remove(keys, now, force=request.force)
+        )
+
+    async def RemoveByPrefix(
+        self, request: pb.RemoveByPrefixRequest, context: Ctx
+    ) -> pb.RemoveManyResponse:
+        r = await self._svc.call_bulk(
+            "RemoveByPrefix",
+            lambda now: self._st.remove_by_prefix(request.prefix, now, force=request.force),
+        )
+        return _many(r)
+
+    async def RemoveByRegex(
+        self, request: pb.RemoveByRegexRequest, context: Ctx
+    ) -> pb.RemoveManyResponse:
+        r = await self._svc.call_bulk(
+            "RemoveByRegex",
+            lambda now: self._st.remove_by_regex(request.pattern, now, force=request.force),
+        )
+        return _many(r)
+
+    async def RemoveAll(self, request: pb.RemoveAllRequest, context: Ctx) -> pb.RemoveManyResponse:
+        r = await self._svc.call_bulk(
+            "RemoveAll", lambda now: self._st.remove_all(now, force=request.force)
+        )
+        return _many(r)
+
+    # -------------------------------------------------------------------- pins
+    async def Pin(self, request: pb.PinRequest, context: Ctx) -> pb.PinResponse:
+        ttl = request.ttl_s if request.HasField("ttl_s") else None
+        r = await self._svc.call(
+            "Pin",
+            lambda now: (
+                self._st.pin(
+                    request.target, now, prefix=request.prefix, hard=request.hard, ttl_s=ttl
+                ),
+                now,
+            ),
+        )
+        if isinstance(r, StoreError):
+            return pb.PinResponse(error=cv.error_to_pb(r))
+        return pb.PinResponse(error=cv.OK, pin=cv.pin_to_pb(*r))
+
+    async def Unpin(self, request: pb.UnpinRequest, context: Ctx) -> pb.PinResponse:
+        r = await self._svc.call(
+            "Unpin",
+            lambda now: (self._st.unpin(request.target, now, prefix=request.prefix), now),
+        )
+        if isinstance(r, StoreError):
+            return pb.PinResponse(error=cv.error_to_pb(r))
+        return pb.PinResponse(error=cv.OK, pin=cv.pin_to_pb(*r))
+
+    async def ListPins(self, request: pb.ListPinsRequest, context: Ctx) -> pb.ListPinsResponse:
+        r = await self._svc.call("ListPins", lambda now: (self._st.list_pins(now), now))
+        if isinstance(r, StoreError):
+            return pb.ListPinsResponse()
+        pins, now = r
+        return pb.ListPinsResponse(pins=[cv.pin_to_pb(p, now) for p in pins])
+
+    # -------------------------------------------------------- read-model, events
+    async def GetSnapshot(self, request: pb.SnapshotRequest, context: Ctx) -> pb.Snapshot:
+        r = await self._svc.call("GetSnapshot", lambda now: self._st.snapshot())
+        if isinstance(r, StoreError):
+            await context.abort(grpc.StatusCode.INTERNAL, r.message)
+        return cv.snapshot_to_pb(r)
+
+    async def WatchEvents(
+        self, request: pb.WatchEventsRequest, context: Ctx
+    ) -> AsyncIterator[pb.Event]:
+        self._svc.metrics.requests.labels("WatchEvents").inc()
+        q = self._svc.subscribe()
+        try:
+            while True:
+                item = await q.get()
+                if self._svc.is_closed(item):
+                    return
+                if self._svc.is_overflow(item):
+                    self._svc.metrics.failures.labels("WatchEvents", "OVERFLOW").inc()
+                    await context.abort(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        "event subscriber fell behind; resubscribe and resync with ListKeys",
+                    )
+                assert isinstance(item, pb.Event)
+                yield item
+        finally:
+            self._svc.unsubscribe(q)
+
+
+def _err(r: object) -> pb.Error:
+    return cv.error_to_pb(r) if isinstance(r, StoreError) else cv.OK
+
+
+def _put_response(r: object) -> pb.PutStartResponse:
+    if isinstance(r, StoreError):
+        return pb.PutStartResponse(error=cv.error_to_pb(r))
+    assert isinstance(r, tuple)
+    return pb.PutStartResponse(error=cv.OK, replicas=cv.replicas_to_pb(r))
+
+
+def _get_response(r: GetResult | StoreError) -> pb.GetReplicaListResponse:
+    if isinstance(r, StoreError):
+        return pb.GetReplicaListResponse(error=cv.error_to_pb(r))
+    return cv.get_result_to_pb(r)
+
+
+def _many(r: object) -> pb.RemoveManyResponse:
+    if isinstance(r, StoreError):
+        return pb.RemoveManyResponse(error=cv.error_to_pb(r))
+    return pb.RemoveManyResponse(error=cv.OK, removed=r.removed, skipped=r.skipped)  # type: ignore[attr-defined]
