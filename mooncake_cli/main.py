@@ -7,7 +7,7 @@ import typer
 
 from mooncake_core import __version__
 
-from . import audit_cmd, config_cmd, db_cmd, sim_cmd, topo_cmd
+from . import audit_cmd, config_cmd, db_cmd, master_cmd, sim_cmd, topo_cmd
 
 app = typer.Typer(
     name="mooncake",
@@ -21,6 +21,7 @@ app.add_typer(topo_cmd.app, name="topo")
 app.add_typer(audit_cmd.app, name="audit")
 app.add_typer(db_cmd.app, name="db")
 app.add_typer(sim_cmd.app, name="sim")
+app.add_typer(master_cmd.app, name="master")
 
 
 def _version(value: bool) -> None:
