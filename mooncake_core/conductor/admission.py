@@ -26,7 +26,7 @@ Every strategy rejects at decode join when no instance has room, except ``none``
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -70,7 +70,7 @@ class AdmissionContext:
     ttft_slo_s: float
     tbt_slo_s: float
     decode: Sequence[DecodeInstanceState]
-    prefill_finishes: Sequence[float]
+    prefill_finishes: Collection[float]
     decode_time_s: float
     load_threshold: float = 1.0
     min_retry_s: float = 0.5

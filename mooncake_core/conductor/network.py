@@ -135,10 +135,29 @@ class NetworkModel:
         for loc in {source, target}:
             self._backlog[loc] = (self.backlog(loc, now) + nbytes, now)
 
+    def source_time(
+        self, source: str, nbytes: float, now: float, tier: Tier | None = None
+    ) -> float:
+        """Seconds the source side needs for ``nbytes``: its NIC backlog, or its tier's read rate."""
+        t = (self.backlog(source, now) + nbytes) / self._bw.get(source, self.default_bandwidth_bps)
+        if tier is not None:
+            bw_tier = self._tier_bw.get(tier)
+            if bw_tier is not None and nbytes / bw_tier > t:
+                t = nbytes / bw_tier
+        return t
+
+    def sink_time(self, target: str, nbytes: float, now: float) -> float:
+        """Seconds the target side needs to take in ``nbytes`` behind its NIC backlog."""
+        return (self.backlog(target, now) + nbytes) / self._bw.get(
+            target, self.default_bandwidth_bps
+        )
+
     def transfer_time(
         self, source: str, target: str, nbytes: float, now: float, tier: Tier | None = None
     ) -> float:
         """Predicted seconds to move ``nbytes`` from ``source`` to ``target`` starting at ``now``.
+
+        Equals ``latency + max(source_time, sink_time)`` between distinct locations.
 
         Args:
             source: holder location.
@@ -153,14 +172,9 @@ class NetworkModel:
             # Local tier promotion (e.g. SSD -> HBM on the same host): no NIC on the path.
             bw_tier = self._tier_bw.get(tier) if tier is not None else None
             return nbytes / bw_tier if bw_tier else 0.0
-        t_src = (self.backlog(source, now) + nbytes) / self.bandwidth(source)
-        t_dst = (self.backlog(target, now) + nbytes) / self.bandwidth(target)
-        t = t_src if t_src > t_dst else t_dst
-        if tier is not None:
-            bw_tier = self._tier_bw.get(tier)
-            if bw_tier is not None and nbytes / bw_tier > t:
-                t = nbytes / bw_tier
-        return self.latency_s + t
+        t_src = self.source_time(source, nbytes, now, tier)
+        t_dst = self.sink_time(target, nbytes, now)
+        return self.latency_s + (t_src if t_src > t_dst else t_dst)
 
     def snapshot(self, now: float) -> NetworkSnapshot:
         """Bandwidth and backlog of every known location at ``now``."""

@@ -119,6 +119,8 @@ class Conductor:
         self._decode_by_name = {s.name: s for s in self._decode}
         self._bytes_per_block = self.block_size * self.options.bytes_per_token
         self._tracked: dict[str, _Tracked] = {}
+        # Predicted prefill finish of admitted requests not yet in decode (for admission).
+        self._finishes: dict[str, float] = {}
         self._done: OrderedDict[str, tuple[float, float]] = OrderedDict()
         self._decode_time = self.options.uniform_decode_time_s
         self._counts = {"decisions": 0, "admitted": 0, "migrations": 0, "join_rejected": 0}
@@ -227,7 +229,6 @@ class Conductor:
         plan = choice.plans[choice.chosen]
         d_idx, tbts, d_why = self._choose_decode(request)
         decode = self._decode[d_idx]
-        finishes = [t.prefill_finish for t in self._tracked.values() if t.joined_at is None]
         adm_ctx = AdmissionContext(
             now,
             plan.ttft_s,
@@ -235,7 +236,7 @@ class Conductor:
             self.config.ttft_slo_s,
             self.config.tbt_slo_s,
             self._decode,
-            finishes,
+            self._finishes.values(),
             self._decode_time_estimate(request, tbts[d_idx]),
             self.options.decode_load_threshold,
             self.options.min_retry_after_s,
@@ -290,6 +291,7 @@ class Conductor:
         self._tracked[request.request_id] = _Tracked(
             decision, plan, alt, choice.ratio, raw, now + plan.ttft_s, decode=decode.name
         )
+        self._finishes[request.request_id] = now + plan.ttft_s
         return decision
 
     def _decision(
@@ -372,6 +374,7 @@ class Conductor:
         self._prefill_by_name[t.plan.instance].start(request_id, now)
         t.started_at = now
         t.prefill_finish = now + t.raw[0] + t.raw[1]
+        self._finishes[request_id] = t.prefill_finish
         self._now = now
 
     def on_prefill_done(
@@ -390,6 +393,7 @@ class Conductor:
         t = self._get(request_id)
         self._prefill_by_name[t.plan.instance].finish(request_id)
         t.prefill_finish = now
+        self._finishes[request_id] = now
         self._now = now
         d = t.decision
         if self.options.cache_on_prefill_done and d.block_keys:
@@ -433,6 +437,7 @@ class Conductor:
             self._forget(request_id)
             return JoinResult(False, None, "decode_full")
         target.join(request_id, t.decision.input_len, now)
+        self._finishes.pop(request_id, None)
         t.decode = target.name
         t.joined_at = now
         return JoinResult(True, target.name)
@@ -472,6 +477,7 @@ class Conductor:
         return True
 
     def _forget(self, request_id: str) -> None:
+        self._finishes.pop(request_id, None)
         t = self._tracked.pop(request_id, None)
         if t is None:
             return

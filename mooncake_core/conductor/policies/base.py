@@ -122,6 +122,8 @@ class PolicyContext:
 
     __slots__ = (
         "_best_holders",
+        "_predicted",
+        "_sources",
         "block_size",
         "bytes_per_block",
         "instances",
@@ -158,14 +160,22 @@ class PolicyContext:
         self.prefill_scale = prefill_scale
         self.transfer_scale = transfer_scale
         self._best_holders: list[Holder] | None = None
+        self._sources: dict[int, list[tuple[float, Holder]]] = {}
+        self._predicted: dict[int, float] = {}
 
     def local_blocks(self, instance: str) -> int:
         """Prefix blocks ``instance`` holds in any of its own tiers."""
         return self.match.by_location.get(instance, 0)
 
-    def _prefix_tokens(self, blocks: int) -> int:
-        t = blocks * self.block_size
-        return t if t < self.request.input_len else self.request.input_len
+    def prefill_time(self, blocks: int) -> float:
+        """Corrected ``T_prefill`` of this request with ``blocks`` prefix blocks cached (memoised)."""
+        t = self._predicted.get(blocks)
+        if t is None:
+            tokens = blocks * self.block_size
+            n = self.request.input_len
+            t = self.prefill_model.predict(n, tokens if tokens < n else n) * self.prefill_scale
+            self._predicted[blocks] = t
+        return t
 
     def local_plan(self, state: PrefillInstanceState) -> PrefillPlan:
         """Serve from the instance's own prefix only."""
@@ -177,38 +187,56 @@ class PolicyContext:
             None,
             state.queue_time(self.now) * self.prefill_scale,
             0.0,
-            self.prefill_model.predict(self.request.input_len, self._prefix_tokens(local))
-            * self.prefill_scale,
+            self.prefill_time(local),
         )
+
+    def _two_best_sources(self, nbytes: int) -> list[tuple[float, Holder]]:
+        # The source side of a transfer does not depend on the target, so the cheapest
+        # holder is the same for every candidate (the runner-up covers the candidate that
+        # is itself the cheapest holder): one pass over the holders per transfer size.
+        cached = self._sources.get(nbytes)
+        if cached is not None:
+            return cached
+        if self._best_holders is None:
+            self._best_holders = self.match.holders_with(self.match.best_len)
+        net, now = self.network, self.now
+        timed = [(net.source_time(h[0], nbytes, now, h[1]), h) for h in self._best_holders]
+        ranked: list[tuple[float, Holder]] = []
+        if timed:
+            first = min(timed, key=lambda x: x[0])
+            ranked.append(first)
+            others = [x for x in timed if x[1][0] != first[1][0]]
+            if others:
+                ranked.append(min(others, key=lambda x: x[0]))
+        self._sources[nbytes] = ranked
+        return ranked
 
     def fetch_plan(self, state: PrefillInstanceState) -> PrefillPlan:
         """Fetch the best prefix from its cheapest holder first; local plan if nothing to fetch."""
         best = self.match.best_len
-        local = self.match.by_location.get(state.name, 0)
+        name = state.name
+        local = self.match.by_location.get(name, 0)
         if best <= local:
             return self.local_plan(state)
-        if self._best_holders is None:
-            self._best_holders = self.match.holders_with(best)
         nbytes = (best - local) * self.bytes_per_block
         source: Holder | None = None
-        transfer = float("inf")
-        for holder in self._best_holders:
-            if holder[0] == state.name:
-                continue
-            t = self.network.transfer_time(holder[0], state.name, nbytes, self.now, holder[1])
-            if t < transfer:
-                transfer, source = t, holder
+        src_t = 0.0
+        for t, holder in self._two_best_sources(nbytes):
+            if holder[0] != name:
+                src_t, source = t, holder
+                break
         if source is None:
             return self.local_plan(state)
+        sink_t = self.network.sink_time(name, nbytes, self.now)
+        transfer = self.network.latency_s + (src_t if src_t > sink_t else sink_t)
         return PrefillPlan(
-            state.name,
+            name,
             local,
             best,
             source,
             state.queue_time(self.now) * self.prefill_scale,
             transfer * self.transfer_scale,
-            self.prefill_model.predict(self.request.input_len, self._prefix_tokens(best))
-            * self.prefill_scale,
+            self.prefill_time(best),
         )
 
     def all_local_plans(self) -> tuple[PrefillPlan, ...]:
