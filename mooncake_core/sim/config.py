@@ -27,6 +27,8 @@ class SimConfig:
         store_pool_tokens: capacity of a separate global store pool that every prefill
             writes its blocks to and every instance may fetch from (0: none).
         store_nodes: nodes the store pool is spread over (sets its NIC bandwidth).
+        decode_max_batch: what-if override of the profile's decode batch limit (slots);
+            the Conductor's decode admission counts these slots.
         profile: cost profile name or path.
         conductor: scheduler settings (policy, threshold, admission, SLOs).
         seed: seed for the random policy and any sampling.
@@ -42,6 +44,7 @@ class SimConfig:
     local_cache_tokens: int | None = None
     store_pool_tokens: int = 0
     store_nodes: int = 1
+    decode_max_batch: int | None = None
     profile: str = "llama3_70b_a800"
     conductor: ConductorConfig = field(
         default_factory=lambda: ConductorConfig(admission="none", policy="kvcache_centric")
@@ -70,6 +73,8 @@ class SimConfig:
                 f"store_pool_tokens must be >= 0 and store_nodes >= 1, got "
                 f"{self.store_pool_tokens}, {self.store_nodes}"
             )
+        if self.decode_max_batch is not None and self.decode_max_batch < 1:
+            raise ValueError(f"decode_max_batch must be >= 1, got {self.decode_max_batch}")
         if not self.load_sample_interval_s > 0:
             raise ValueError(
                 f"load_sample_interval_s must be > 0, got {self.load_sample_interval_s}"

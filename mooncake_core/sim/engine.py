@@ -100,6 +100,7 @@ class Simulator:
         cap = None if lct == -1 else g * lct // TRACE_BLOCK_TOKENS
         self.caches = {n: BlockLRU(cap) for n in self.prefill_names}
         self.pool: BlockLRU | None = None
+        slots = config.decode_max_batch or c.decode_max_batch
         bw = {n: g * c.node_bandwidth_bps for n in self.prefill_names}
         if config.store_pool_tokens:
             self.pool = BlockLRU(config.store_pool_tokens // TRACE_BLOCK_TOKENS)
@@ -111,7 +112,7 @@ class Simulator:
         self.conductor = Conductor(
             config.conductor,
             self.prefill_names,
-            {n: c.decode_max_batch for n in self.decode_names},
+            {n: slots for n in self.decode_names},
             hashing=HashingConfig(block_size=TRACE_BLOCK_TOKENS),
             prefill_model=c.prefill,
             decode_model=c.decode,
@@ -123,8 +124,7 @@ class Simulator:
             ),
         )
         self.decoders = {
-            n: DecodeSim(n, c.decode, c.decode_max_batch, c.decode_kv_capacity_tokens)
-            for n in self.decode_names
+            n: DecodeSim(n, c.decode, slots, c.decode_kv_capacity_tokens) for n in self.decode_names
         }
         self._queues: dict[str, deque[int]] = {n: deque() for n in self.prefill_names}
         self._busy: dict[str, int | None] = dict.fromkeys(self.prefill_names)
