@@ -19,7 +19,6 @@ import math
 import random
 import re
 from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import TypeVar
 
 from mooncake_core.config.models import MasterConfig
 
@@ -53,12 +52,8 @@ from .strategies import (
     PreferredStrategy,
     make_strategy,
 )
+from .validation import check_key, check_name, each, pin_expiry, validate_put
 
-T = TypeVar("T")
-I = TypeVar("I")  # noqa: E741
-
-MAX_REPLICA_NUM = 16
-MAX_SEGMENT_NAME = 256
 MAX_LIST_LIMIT = 100_000
 
 
@@ -114,7 +109,7 @@ class MasterState:
             False when the master did not know the client (it expired, or the master
             restarted): the client must mount its segments again.
         """
-        _check_name("client_id", client_id)
+        check_name("client_id", client_id)
         known = client_id in self._clients
         self._clients[client_id] = now
         return known
@@ -138,8 +133,8 @@ class MasterState:
             InvalidArgumentError: empty/long names, capacity not positive.
             ConflictError: the name is taken by another client or is still unmounting.
         """
-        _check_name("segment name", name)
-        _check_name("client_id", client_id)
+        check_name("segment name", name)
+        check_name("client_id", client_id)
         if not isinstance(capacity, int) or capacity <= 0:
             raise InvalidArgumentError(
                 ErrorCode.INVALID_PARAMS, f"segment capacity must be positive, got {capacity!r}"
@@ -255,7 +250,7 @@ class MasterState:
             CapacityError: fewer usable segments than replicas, or no space after eviction.
         """
         cfg = config or ReplicateConfig()
-        replica_num = self._validate_put(key, size, client_id, cfg)
+        replica_num = validate_put(self.config, key, size, client_id, cfg, self._usable())
         existing = self._objects.get(key)
         if existing is not None:
             raise ConflictError(
@@ -284,7 +279,7 @@ class MasterState:
             Others: as :meth:`put_start`.
         """
         cfg = config or ReplicateConfig()
-        replica_num = self._validate_put(key, size, client_id, cfg)
+        replica_num = validate_put(self.config, key, size, client_id, cfg, self._usable())
         old = self._objects.get(key)
         if old is None:
             return self.put_start(key, size, client_id, now, cfg)
@@ -493,9 +488,9 @@ class MasterState:
                     ErrorCode.INVALID_PARAMS, "empty prefix would pin every object"
                 )
         else:
-            _check_key(target, self.config.max_key_length)
+            check_key(target, self.config.max_key_length)
             self._object(target)
-        expires = self._pin_expiry(hard, ttl_s, now)
+        expires = pin_expiry(self.config, hard, ttl_s, now)
         pin = self._pins.set(target, is_prefix=prefix, hard=hard, expires_at=expires)
         self._events.append(ev.ObjectPinned(now, target, prefix, hard, expires))
         return pin
@@ -552,7 +547,7 @@ class MasterState:
         config: ReplicateConfig | None = None,
     ) -> list[tuple[Replica, ...] | StoreError]:
         """:meth:`put_start` for each ``(key, size)``; each item succeeds or fails alone."""
-        return _each(items, lambda it: self.put_start(it[0], it[1], client_id, now, config))
+        return each(items, lambda it: self.put_start(it[0], it[1], client_id, now, config))
 
     def batch_upsert_start(
         self,
@@ -562,21 +557,21 @@ class MasterState:
         config: ReplicateConfig | None = None,
     ) -> list[tuple[Replica, ...] | StoreError]:
         """:meth:`upsert_start` for each ``(key, size)``."""
-        return _each(items, lambda it: self.upsert_start(it[0], it[1], client_id, now, config))
+        return each(items, lambda it: self.upsert_start(it[0], it[1], client_id, now, config))
 
     def batch_put_end(self, keys: Sequence[str], now: float) -> list[StoreError | None]:
         """:meth:`put_end` for each key."""
-        return _each(keys, lambda k: self.put_end(k, now))
+        return each(keys, lambda k: self.put_end(k, now))
 
     def batch_put_revoke(self, keys: Sequence[str], now: float) -> list[StoreError | None]:
         """:meth:`put_revoke` for each key."""
-        return _each(keys, lambda k: self.put_revoke(k, now))
+        return each(keys, lambda k: self.put_revoke(k, now))
 
     def batch_get_replica_list(
         self, keys: Sequence[str], now: float
     ) -> list[GetResult | StoreError]:
         """:meth:`get_replica_list` for each key."""
-        return _each(keys, lambda k: self.get_replica_list(k, now))
+        return each(keys, lambda k: self.get_replica_list(k, now))
 
     def batch_exist(self, keys: Sequence[str], now: float) -> list[bool]:
         """:meth:`exist` for each key."""
@@ -586,7 +581,7 @@ class MasterState:
         self, keys: Sequence[str], now: float, *, force: bool = False
     ) -> list[StoreError | None]:
         """:meth:`remove` for each key."""
-        return _each(keys, lambda k: self.remove(k, now, force=force))
+        return each(keys, lambda k: self.remove(k, now, force=force))
 
     # ------------------------------------------------------------ maintenance
     def tick(self, now: float) -> None:
@@ -639,50 +634,8 @@ class MasterState:
         del self._objects[key]
         self._objects[key] = obj
 
-    def _pin_expiry(self, hard: bool, ttl_s: float | None, now: float) -> float | None:
-        if hard:
-            if ttl_s is not None:
-                raise InvalidArgumentError(
-                    ErrorCode.INVALID_PARAMS, "a hard pin has no TTL; drop ttl or use a soft pin"
-                )
-            return None
-        ttl = self.config.soft_pin_ttl_s if ttl_s is None else ttl_s
-        if not ttl > 0 or math.isinf(ttl):
-            raise InvalidArgumentError(
-                ErrorCode.INVALID_PARAMS, f"pin TTL must be a positive number, got {ttl_s!r}"
-            )
-        return now + ttl
-
-    def _validate_put(self, key: str, size: int, client_id: str, cfg: ReplicateConfig) -> int:
-        _check_key(key, self.config.max_key_length)
-        _check_name("client_id", client_id)
-        if not isinstance(size, int) or size <= 0:
-            raise InvalidArgumentError(
-                ErrorCode.INVALID_PARAMS, f"object size must be positive, got {size!r}"
-            )
-        if size > self.config.max_object_size:
-            raise InvalidArgumentError(
-                ErrorCode.OBJECT_TOO_LARGE,
-                f"object of {size} bytes exceeds max_object_size {self.config.max_object_size}",
-            )
-        n = self.config.default_replica_num if cfg.replica_num is None else cfg.replica_num
-        if not 1 <= n <= MAX_REPLICA_NUM:
-            raise InvalidArgumentError(
-                ErrorCode.INVALID_PARAMS, f"replica_num must be in 1..{MAX_REPLICA_NUM}, got {n}"
-            )
-        if cfg.soft_pin and cfg.hard_pin:
-            raise InvalidArgumentError(
-                ErrorCode.INVALID_PARAMS, "soft_pin and hard_pin are exclusive; choose one"
-            )
-        if cfg.soft_pin:
-            self._pin_expiry(False, cfg.soft_pin_ttl_s, 0.0)
-        usable = sum(1 for s in self._order if s.allocatable)
-        if n > usable:
-            raise CapacityError(
-                ErrorCode.NO_AVAILABLE_SEGMENT,
-                f"replica_num {n} needs {n} distinct segments; {usable} usable",
-            )
-        return n
+    def _usable(self) -> int:
+        return sum(1 for s in self._order if s.allocatable)
 
     def _strategy_for(self, cfg: ReplicateConfig) -> AllocationStrategy:
         if cfg.preferred_segments:
@@ -741,7 +694,7 @@ class MasterState:
             for sl in replica:
                 self._segments[sl.segment].keys.add(key)
         if cfg.hard_pin or cfg.soft_pin:
-            expires = self._pin_expiry(cfg.hard_pin, cfg.soft_pin_ttl_s, now)
+            expires = pin_expiry(self.config, cfg.hard_pin, cfg.soft_pin_ttl_s, now)
             self._pins.set(key, is_prefix=False, hard=cfg.hard_pin, expires_at=expires)
             self._events.append(ev.ObjectPinned(now, key, False, cfg.hard_pin, expires))
 
@@ -855,33 +808,3 @@ class MasterState:
         if seg.state == SegmentState.DRAINING and not seg.keys:
             seg.state = SegmentState.DRAINED
             self._events.append(ev.SegmentStateChanged(now, seg.name, seg.state.name))
-
-
-def _check_key(key: str, max_len: int) -> None:
-    if not isinstance(key, str) or not key:
-        raise InvalidArgumentError(
-            ErrorCode.INVALID_KEY, f"key must be a non-empty string, got {key!r}"
-        )
-    n = len(key.encode("utf-8", "surrogatepass"))
-    if n > max_len:
-        raise InvalidArgumentError(
-            ErrorCode.INVALID_KEY, f"key of {n} bytes exceeds max_key_length {max_len}"
-        )
-
-
-def _check_name(what: str, value: str) -> None:
-    if not isinstance(value, str) or not value or len(value) > MAX_SEGMENT_NAME:
-        raise InvalidArgumentError(
-            ErrorCode.INVALID_PARAMS,
-            f"{what} must be 1..{MAX_SEGMENT_NAME} characters, got {value!r}",
-        )
-
-
-def _each(items: Sequence[I], fn: Callable[[I], T]) -> list[T | StoreError]:
-    out: list[T | StoreError] = []
-    for item in items:
-        try:
-            out.append(fn(item))
-        except StoreError as exc:
-            out.append(exc)
-    return out

@@ -1,0 +1,120 @@
+"""Input checks of the master core: each raises a clear error before anything changes."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from mooncake_core.config.models import MasterConfig
+
+from .errors import CapacityError, ErrorCode, InvalidArgumentError, StoreError
+from .results import ReplicateConfig
+
+T = TypeVar("T")
+I = TypeVar("I")  # noqa: E741
+
+MAX_REPLICA_NUM = 16
+"""Most replicas of one object."""
+MAX_NAME = 256
+"""Longest segment name or client id."""
+
+
+def check_key(key: str, max_len: int) -> None:
+    """Raise INVALID_KEY unless ``key`` is a non-empty string of at most ``max_len`` UTF-8 bytes."""
+    if not isinstance(key, str) or not key:
+        raise InvalidArgumentError(
+            ErrorCode.INVALID_KEY, f"key must be a non-empty string, got {key!r}"
+        )
+    n = len(key.encode("utf-8", "surrogatepass"))
+    if n > max_len:
+        raise InvalidArgumentError(
+            ErrorCode.INVALID_KEY, f"key of {n} bytes exceeds max_key_length {max_len}"
+        )
+
+
+def check_name(what: str, value: str) -> None:
+    """Raise INVALID_PARAMS unless ``value`` is a name of 1..256 characters."""
+    if not isinstance(value, str) or not value or len(value) > MAX_NAME:
+        raise InvalidArgumentError(
+            ErrorCode.INVALID_PARAMS,
+            f"{what} must be 1..{MAX_NAME} characters, got {value!r}",
+        )
+
+
+def pin_expiry(config: MasterConfig, hard: bool, ttl_s: float | None, now: float) -> float | None:
+    """When a new pin ends: ``None`` for hard pins, else ``now + ttl`` (default TTL if None).
+
+    Raises:
+        InvalidArgumentError: a TTL on a hard pin, or a TTL that is not a positive number.
+    """
+    if hard:
+        if ttl_s is not None:
+            raise InvalidArgumentError(
+                ErrorCode.INVALID_PARAMS, "a hard pin has no TTL; drop ttl or use a soft pin"
+            )
+        return None
+    ttl = config.soft_pin_ttl_s if ttl_s is None else ttl_s
+    if not ttl > 0 or math.isinf(ttl):
+        raise InvalidArgumentError(
+            ErrorCode.INVALID_PARAMS, f"pin TTL must be a positive number, got {ttl_s!r}"
+        )
+    return now + ttl
+
+
+def validate_put(
+    config: MasterConfig,
+    key: str,
+    size: int,
+    client_id: str,
+    cfg: ReplicateConfig,
+    usable_segments: int,
+) -> int:
+    """Check a PutStart/Upsert request.
+
+    Returns:
+        The replica count to allocate.
+
+    Raises:
+        InvalidArgumentError: bad key, client id, size, replica_num or pin options.
+        CapacityError: NO_AVAILABLE_SEGMENT, fewer usable segments than replicas.
+    """
+    check_key(key, config.max_key_length)
+    check_name("client_id", client_id)
+    if not isinstance(size, int) or size <= 0:
+        raise InvalidArgumentError(
+            ErrorCode.INVALID_PARAMS, f"object size must be positive, got {size!r}"
+        )
+    if size > config.max_object_size:
+        raise InvalidArgumentError(
+            ErrorCode.OBJECT_TOO_LARGE,
+            f"object of {size} bytes exceeds max_object_size {config.max_object_size}",
+        )
+    n = config.default_replica_num if cfg.replica_num is None else cfg.replica_num
+    if not 1 <= n <= MAX_REPLICA_NUM:
+        raise InvalidArgumentError(
+            ErrorCode.INVALID_PARAMS, f"replica_num must be in 1..{MAX_REPLICA_NUM}, got {n}"
+        )
+    if cfg.soft_pin and cfg.hard_pin:
+        raise InvalidArgumentError(
+            ErrorCode.INVALID_PARAMS, "soft_pin and hard_pin are exclusive; choose one"
+        )
+    if cfg.soft_pin:
+        pin_expiry(config, False, cfg.soft_pin_ttl_s, 0.0)
+    if n > usable_segments:
+        raise CapacityError(
+            ErrorCode.NO_AVAILABLE_SEGMENT,
+            f"replica_num {n} needs {n} distinct segments; {usable_segments} usable",
+        )
+    return n
+
+
+def each(items: Sequence[I], fn: Callable[[I], T]) -> list[T | StoreError]:
+    """Apply ``fn`` to every item; a StoreError becomes that item's result (batch calls)."""
+    out: list[T | StoreError] = []
+    for item in items:
+        try:
+            out.append(fn(item))
+        except StoreError as exc:
+            out.append(exc)
+    return out
