@@ -15,7 +15,7 @@ service and the simulator both drive it the same way::
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from mooncake_core.conductor.admission import AdmissionContext, make_admission
@@ -150,7 +150,7 @@ class Conductor:
         """Feed one cache event to the prefix index."""
         self.index.apply(event)
 
-    def resync(self, location: str, tier: Tier, keys: list[int] | set[int]) -> tuple[int, int]:
+    def resync(self, location: str, tier: Tier, keys: Iterable[int]) -> tuple[int, int]:
         """Replace one holder's view in the index; returns ``(added, removed)`` drift."""
         return self.index.resync(location, tier, keys)
 
