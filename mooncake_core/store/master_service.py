@@ -239,12 +239,18 @@ class MasterService:
             The result, or the :class:`StoreError` it raised (bugs become INTERNAL).
         """
         async with self._lock:
-            return self._call_locked(rpc, fn)
+            result = self._invoke(rpc, fn, self._clock())
+            self._publish()
+            return result
 
     async def call_bulk(self, rpc: str, fn: Callable[[float], T]) -> T | StoreError:
-        """Like :meth:`call`, for calls that walk every key: run in a worker thread."""
+        """Like :meth:`call`, for calls that walk every key: the core call runs in a
+        worker thread (the lock keeps everything else out meanwhile); events are
+        published back on the loop, because asyncio queues are not thread-safe."""
         async with self._lock:
-            return await asyncio.to_thread(self._call_locked, rpc, fn)
+            result = await asyncio.to_thread(self._invoke, rpc, fn, self._clock())
+            self._publish()
+            return result
 
     def count_item_failures(self, rpc: str, results: list[Any]) -> None:
         """Count the failed items of a batch call."""
@@ -252,19 +258,17 @@ class MasterService:
             if isinstance(r, StoreError):
                 self.metrics.failures.labels(rpc, r.code.name).inc()
 
-    def _call_locked(self, rpc: str, fn: Callable[[float], T]) -> T | StoreError:
+    def _invoke(self, rpc: str, fn: Callable[[float], T], now: float) -> T | StoreError:
         self.metrics.requests.labels(rpc).inc()
         try:
-            result: T | StoreError = fn(self._clock())
+            return fn(now)
         except StoreError as exc:
             self.metrics.failures.labels(rpc, exc.code.name).inc()
-            result = exc
+            return exc
         except Exception as exc:
             log.exception("%s failed unexpectedly", rpc)
             self.metrics.failures.labels(rpc, ErrorCode.INTERNAL.name).inc()
-            result = StoreError(ErrorCode.INTERNAL, f"{rpc}: {type(exc).__name__}: {exc}")
-        self._publish()
-        return result
+            return StoreError(ErrorCode.INTERNAL, f"{rpc}: {type(exc).__name__}: {exc}")
 
     def now(self) -> float:
         """The core's clock."""

@@ -125,6 +125,9 @@ async def test_heartbeat_expiry_and_event_stream(start_master: StartMaster) -> N
             got = await a.get_replica_list("both")
             assert [r[0].segment for r in got.replicas] == ["a/dram"]
             assert await b.heartbeat() is False  # b must remount
+            removed_many = await a.remove_by_prefix("bo")  # runs in the master's worker thread
+            assert (removed_many.removed, removed_many.skipped) == (0, 1)  # leased by our get
+            assert (await a.remove_by_prefix("bo", force=True)).removed == 1
         finally:
             beating.cancel()
         await asyncio.sleep(0.3)
@@ -134,7 +137,10 @@ async def test_heartbeat_expiry_and_event_stream(start_master: StartMaster) -> N
     assert stored == ["both", "only-b"]
     assert next(e for e in kinds if isinstance(e, ReplicaDropped)).key == "both"
     removed = [e for e in kinds if isinstance(e, ObjectRemoved)]
-    assert [(e.key, e.reason) for e in removed] == [("only-b", RemoveReason.SEGMENT_LOST)]
+    assert [(e.key, e.reason) for e in removed] == [
+        ("only-b", RemoveReason.SEGMENT_LOST),
+        ("both", RemoveReason.REMOVED),
+    ]
     assert any(
         isinstance(e, SegmentUnmounted) and e.reason == UnmountReason.CLIENT_EXPIRED for e in kinds
     )
