@@ -21,9 +21,9 @@
 #define _GNU_SOURCE
 #include <Python.h>
 #include <errno.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -32,6 +32,8 @@
 #define MC_VERSION 1
 #define MC_HDR 40
 #define MC_MAX_DATA (1ULL << 31) /* larger lengths are malformed, never allocated */
+#define IOV_BATCH 64             /* iovecs per sendmsg (well under IOV_MAX) */
+#define ACK_BATCH 64             /* acks the server may hold before flushing */
 
 enum { OP_READ = 1, OP_WRITE = 2, OP_READ_RESP = 3, OP_WRITE_ACK = 4 };
 enum { ST_OK = 0, ST_UNKNOWN_SEGMENT = 1, ST_OUT_OF_BOUNDS = 2 };
@@ -118,18 +120,65 @@ static int recv_exact(int fd, char *p, size_t n, int eof_ok) {
     return 0;
 }
 
-/* Send header + optional payload with one sendmsg per attempt, handling partial sends. */
-static int send_hdr_data(int fd, const unsigned char *hdr, const char *data, size_t n) {
-    struct iovec iov[2];
-    int cnt = 0;
-    iov[cnt].iov_base = (void *)hdr; iov[cnt].iov_len = MC_HDR; cnt++;
-    if (n) { iov[cnt].iov_base = (void *)data; iov[cnt].iov_len = n; cnt++; }
-    struct iovec *v = iov;
+/* Buffered reader: small frames (headers, acks) arrive many per recv() instead of one
+ * syscall each; payloads bigger than what is buffered go straight into their
+ * destination with recv(), so at most RB bytes per frame are copied twice. */
+#define RB 8192
+typedef struct { char buf[RB]; size_t off, len; } rbuf_t;
+
+/* Read exactly n bytes. idle_ok: at a frame boundary (nothing buffered), a receive
+ * timeout means "idle", not an error: keep waiting (returns 0 with *idle set to 1 so
+ * the caller can flush and retry). EOF at a boundary returns 1. Errors: -errno. */
+static int rb_read(int fd, rbuf_t *rb, char *dst, size_t n, int boundary) {
+    size_t avail = rb->len - rb->off;
+    if (avail >= n) {
+        memcpy(dst, rb->buf + rb->off, n);
+        rb->off += n;
+        return 0;
+    }
+    int at_start = boundary && avail == 0;
+    memcpy(dst, rb->buf + rb->off, avail);
+    dst += avail;
+    n -= avail;
+    rb->off = rb->len = 0;
+    if (n >= RB / 2) {
+        int r = recv_exact(fd, dst, n, 0);
+        return r;
+    }
+    while (rb->len < n) {
+        ssize_t r = recv(fd, rb->buf + rb->len, RB - rb->len, 0);
+        if (r > 0) { rb->len += (size_t)r; continue; }
+        if (r == 0) return (at_start && rb->len == 0) ? 1 : -ECONNRESET;
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN && at_start && rb->len == 0) continue; /* idle connection */
+        return -errno;
+    }
+    memcpy(dst, rb->buf, n);
+    rb->off = n;
+    return 0;
+}
+
+/* Whether a whole header is already buffered (then no flush is needed before reading). */
+static int rb_has(const rbuf_t *rb, size_t n) { return rb->len - rb->off >= n; }
+
+static int drain(int fd, rbuf_t *rb, uint64_t n) {
+    char scratch[65536];
+    while (n > 0) {
+        size_t k = n > sizeof scratch ? sizeof scratch : (size_t)n;
+        int r = rb_read(fd, rb, scratch, k, 0);
+        if (r) return r;
+        n -= k;
+    }
+    return 0;
+}
+
+/* Send an iovec array completely (partial sends resumed). */
+static int send_iov(int fd, struct iovec *v, int cnt) {
     while (cnt > 0) {
         struct msghdr m;
         memset(&m, 0, sizeof m);
         m.msg_iov = v;
-        m.msg_iovlen = (size_t)cnt;
+        m.msg_iovlen = (size_t)(cnt > IOV_BATCH ? IOV_BATCH : cnt);
         ssize_t r = sendmsg(fd, &m, MSG_NOSIGNAL);
         if (r < 0) {
             if (errno == EINTR) continue;
@@ -138,17 +187,6 @@ static int send_hdr_data(int fd, const unsigned char *hdr, const char *data, siz
         size_t left = (size_t)r;
         while (cnt > 0 && left >= v->iov_len) { left -= v->iov_len; v++; cnt--; }
         if (cnt > 0) { v->iov_base = (char *)v->iov_base + left; v->iov_len -= left; }
-    }
-    return 0;
-}
-
-static int drain(int fd, uint64_t n) {
-    char scratch[65536];
-    while (n > 0) {
-        size_t k = n > sizeof scratch ? sizeof scratch : (size_t)n;
-        int r = recv_exact(fd, scratch, k, 0);
-        if (r) return r;
-        n -= k;
     }
     return 0;
 }
@@ -378,15 +416,24 @@ static PyObject *segtable_serve(SegTable *self, PyObject *args) {
     uint64_t *ctr = (uint64_t *)cb.buf;
     int code = 0, err = 0, ph = 0;
     Py_BEGIN_ALLOW_THREADS
-    unsigned char in[MC_HDR], out[MC_HDR];
+    rbuf_t *rb = malloc(sizeof(rbuf_t));
+    /* Acks (and refusals) are held while more requests are already buffered and go out
+     * together, in front of the next READ response or before we would block. */
+    unsigned char (*acks)[MC_HDR] = malloc((size_t)ACK_BATCH * MC_HDR);
+    int nacks = 0;
+    struct iovec iov[ACK_BATCH + 2];
+    if (!rb || !acks) { code = 2; err = ENOMEM; goto out; }
+    rb->off = rb->len = 0;
     for (;;) {
-        /* An idle pooled connection may wait forever for its next request (the socket's
-         * receive timeout only bounds a request already started); closing the server
-         * shuts the socket down, which ends this wait. */
-        struct pollfd pfd = {fd, POLLIN, 0};
-        int pr;
-        do pr = poll(&pfd, 1, -1); while (pr < 0 && errno == EINTR);
-        int r = recv_exact(fd, (char *)in, MC_HDR, 1);
+        unsigned char in[MC_HDR];
+        int r;
+        if (nacks && (!rb_has(rb, MC_HDR) || nacks == ACK_BATCH)) {
+            for (int i = 0; i < nacks; i++) { iov[i].iov_base = acks[i]; iov[i].iov_len = MC_HDR; }
+            r = send_iov(fd, iov, nacks);
+            nacks = 0;
+            if (r < 0) { code = 2; err = -r; break; }
+        }
+        r = rb_read(fd, rb, (char *)in, MC_HDR, 1);
         if (r == 1) { code = 0; break; }
         if (r < 0) { code = 2; err = -r; break; }
         hdr_t h;
@@ -397,41 +444,52 @@ static PyObject *segtable_serve(SegTable *self, PyObject *args) {
         resp.flags = 0;
         resp.status = ST_OK;
         pthread_rwlock_rdlock(&self->lock);
-        seg_t *s = NULL;
+        seg_t *sg = NULL;
         for (size_t i = 0; i < self->n; i++)
-            if (self->segs[i].id == h.seg) { s = &self->segs[i]; break; }
-        if (!s) { resp.status = ST_UNKNOWN_SEGMENT; ctr_add(ctr, C_UNKNOWN_SEG, 1); }
-        else if (h.offset > s->len || h.length > s->len - h.offset) {
+            if (self->segs[i].id == h.seg) { sg = &self->segs[i]; break; }
+        if (!sg) { resp.status = ST_UNKNOWN_SEGMENT; ctr_add(ctr, C_UNKNOWN_SEG, 1); }
+        else if (h.offset > sg->len || h.length > sg->len - h.offset) {
             resp.status = ST_OUT_OF_BOUNDS;
             ctr_add(ctr, C_BOUNDS, 1);
         }
-        if (h.op == OP_READ) {
+        if (h.op == OP_READ && resp.status == ST_OK) {
             resp.op = OP_READ_RESP;
-            resp.length = resp.status == ST_OK ? h.length : 0;
+            unsigned char out[MC_HDR];
             encode_hdr(out, &resp);
-            r = send_hdr_data(fd, out, resp.status == ST_OK ? s->base + h.offset : NULL,
-                              (size_t)resp.length);
-            if (r == 0 && resp.status == ST_OK) {
+            int k = 0;
+            for (int i = 0; i < nacks; i++) { iov[k].iov_base = acks[i]; iov[k].iov_len = MC_HDR; k++; }
+            nacks = 0;
+            iov[k].iov_base = out; iov[k].iov_len = MC_HDR; k++;
+            if (h.length) { iov[k].iov_base = sg->base + h.offset; iov[k].iov_len = (size_t)h.length; k++; }
+            r = send_iov(fd, iov, k);
+            if (r == 0) {
                 ctr_add(ctr, C_BYTES_TX, h.length);
                 ctr_add(ctr, C_SLICES_TX, 1);
             }
+        } else if (h.op == OP_READ) {
+            resp.op = OP_READ_RESP;
+            resp.length = 0;
+            encode_hdr(acks[nacks++], &resp);
+            r = 0;
         } else {
             resp.op = OP_WRITE_ACK;
             resp.length = 0;
-            if (resp.status == ST_OK) r = recv_exact(fd, s->base + h.offset, (size_t)h.length, 0);
-            else r = drain(fd, h.length); /* keep the stream in sync; length is bounded */
+            if (resp.status == ST_OK) r = rb_read(fd, rb, sg->base + h.offset, (size_t)h.length, 0);
+            else r = drain(fd, rb, h.length); /* keep the stream in sync; length is bounded */
             if (r == 0) {
                 if (resp.status == ST_OK) {
                     ctr_add(ctr, C_BYTES_RX, h.length);
                     ctr_add(ctr, C_SLICES_RX, 1);
                 }
-                encode_hdr(out, &resp);
-                r = send_hdr_data(fd, out, NULL, 0);
+                encode_hdr(acks[nacks++], &resp);
             }
         }
         pthread_rwlock_unlock(&self->lock);
         if (r < 0) { code = 2; err = -r; break; }
     }
+out:
+    free(rb);
+    free(acks);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&cb);
     if (code == 0) return Py_BuildValue("(is)", 0, "peer closed");
@@ -489,21 +547,37 @@ static PyObject *py_transfer(PyObject *self, PyObject *args) {
     int err = 0;
     const char *msg = "";
     Py_BEGIN_ALLOW_THREADS
-    unsigned char hb[MC_HDR];
+    rbuf_t *in = malloc(sizeof(rbuf_t));
+    /* Requests that fit the window go out together: headers (and WRITE payloads) of up
+     * to IOV_BATCH/2 requests in one sendmsg. */
+    unsigned char (*hdrs)[MC_HDR] = malloc((size_t)(IOV_BATCH / 2) * MC_HDR);
+    struct iovec iov[IOV_BATCH];
+    if (!in || !hdrs) { err = ENOMEM; msg = "out of memory"; goto out; }
+    in->off = in->len = 0;
     while (done < n) {
         if (sent < n && sent - done < (size_t)window) {
-            const slice_t *s = &sl[sent];
-            hdr_t h = {MC_MAGIC, MC_VERSION, (uint8_t)s->op, 0, s->seg, 0,
-                       s->req_id, s->remote_off, s->len};
-            encode_hdr(hb, &h);
-            int r = send_hdr_data(fd, hb, (const char *)(uintptr_t)s->local_addr,
-                                  s->op == OP_WRITE ? (size_t)s->len : 0);
+            int k = 0, m = 0;
+            while (sent < n && sent - done < (size_t)window && m < IOV_BATCH / 2) {
+                const slice_t *s = &sl[sent];
+                hdr_t h = {MC_MAGIC, MC_VERSION, (uint8_t)s->op, 0, s->seg, 0,
+                           s->req_id, s->remote_off, s->len};
+                encode_hdr(hdrs[m], &h);
+                iov[k].iov_base = hdrs[m]; iov[k].iov_len = MC_HDR; k++;
+                if (s->op == OP_WRITE && s->len) {
+                    iov[k].iov_base = (void *)(uintptr_t)s->local_addr;
+                    iov[k].iov_len = (size_t)s->len;
+                    k++;
+                }
+                m++;
+                sent++;
+            }
+            int r = send_iov(fd, iov, k);
             if (r < 0) { err = -r; msg = "send failed"; break; }
-            sent++;
             continue;
         }
         const slice_t *s = &sl[done];
-        int r = recv_exact(fd, (char *)hb, MC_HDR, 0);
+        unsigned char hb[MC_HDR];
+        int r = rb_read(fd, in, (char *)hb, MC_HDR, 0);
         if (r < 0) { err = -r; msg = "receive failed"; break; }
         hdr_t h;
         if (decode_hdr(hb, &h) != PH_OK || h.req_id != s->req_id ||
@@ -514,11 +588,14 @@ static PyObject *py_transfer(PyObject *self, PyObject *args) {
             break;
         }
         if (h.length) {
-            r = recv_exact(fd, (char *)(uintptr_t)s->local_addr, (size_t)h.length, 0);
+            r = rb_read(fd, in, (char *)(uintptr_t)s->local_addr, (size_t)h.length, 0);
             if (r < 0) { err = -r; msg = "receive failed"; break; }
         }
         res[done++] = (int32_t)h.status;
     }
+out:
+    free(in);
+    free(hdrs);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&sb);
     PyBuffer_Release(&rb);

@@ -68,6 +68,7 @@ class Endpoint:
         self._queue: deque[Slice] = deque()
         self._cv = threading.Condition()
         self._closed = False
+        self._idle = 0
         self._threads: list[threading.Thread] = []
         self._socks: set[socket.socket] = set()
 
@@ -121,12 +122,16 @@ class Endpoint:
 
     def _take(self) -> list[Slice] | None:
         with self._cv:
+            self._idle += 1
             while not self._queue and not self._closed:
                 self._cv.wait()
+            # Share the queue with the other idle connections (a busy one takes its
+            # share when it comes back; halving per taker would leave 1-slice chunks).
+            idle = self._idle
+            self._idle -= 1
             if self._closed:
                 return None
-            # Share the queue between this endpoint's connections.
-            k = min(MAX_CHUNK, max(1, -(-len(self._queue) // self._n)))
+            k = min(MAX_CHUNK, max(1, -(-len(self._queue) // idle)))
             return [self._queue.popleft() for _ in range(min(k, len(self._queue)))]
 
     def _worker(self) -> None:

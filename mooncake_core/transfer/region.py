@@ -141,7 +141,12 @@ def allocate_shm(length: int) -> tuple[mmap.mmap, str]:
         raise TransferError(f"allocate_memory: cannot create {path}: {exc}") from exc
     try:
         os.ftruncate(fd, length)
-        buf = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        buf = mmap.mmap(
+            fd,
+            length,
+            mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
+            mmap.PROT_READ | mmap.PROT_WRITE,
+        )
     except OSError as exc:
         os.unlink(path)
         raise TransferError(f"allocate_memory: cannot map {length} bytes: {exc}") from exc

@@ -60,6 +60,9 @@ class DataServer:
         self._native_counters = bytearray(8 * _native.COUNTERS)
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Buffers set before listen() are inherited by accepted sockets and size the
+        # window scale negotiated in the SYN; set after accept() they come too late.
+        handshake.tune(self._listener)
         try:
             self._listener.bind((address, port))
         except OSError:

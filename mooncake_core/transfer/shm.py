@@ -24,6 +24,10 @@ COPY_THREADS = 2
 SPLIT_MIN = 2 << 20
 """Batches below this are copied by one thread: creating a thread costs more."""
 
+# Fault the whole mapping in at open: otherwise the first pass over a segment pays one
+# page fault per 4 KiB inside the copy loop (measured 10x slower).
+_MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+
 Job = tuple[Any, int, int, int]
 """(request state, destination address, source address, length)."""
 
@@ -63,7 +67,7 @@ class ShmTransport:
                 actual = os.fstat(fd).st_size
                 if actual < size:
                     raise TransferError(f"shm: {path} has {actual} bytes, segment says {size}")
-                m = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+                m = mmap.mmap(fd, size, _MAP_FLAGS, mmap.PROT_READ | mmap.PROT_WRITE)
             except OSError as exc:
                 raise TransferError(f"shm: cannot map {path}: {exc}") from exc
             finally:

@@ -88,19 +88,29 @@ class TcpInitiator:
         """Slice and dispatch requests (states already counted and bounds-checked)."""
         per_path: dict[Path, list[Slice]] = defaultdict(list)
         slice_size = int(self._cfg.slice_size)
+        cursor = self._cursor
+        routes: dict[tuple[str, int], list[Path]] = {}  # paths computed once per submit
         for st in states:
             req = st.request
-            paths = self.paths(st)
-            pieces = plan(req.length, slice_size, len(paths), next(self._cursor) % len(paths))
+            key = (req.local.location, id(req.segment))
+            paths = routes.get(key)
+            if paths is None:
+                paths = routes[key] = self.paths(st)
+            seg_id = req.segment.info.segment_id
+            op = int(Op.READ if req.op == OpCode.READ else Op.WRITE)
+            base = req.local.address + req.local_offset
+            if req.length <= slice_size:  # the common case: one slice, no plan objects
+                st.pending = 1
+                req.local.acquire(1)
+                s = Slice(st, op, seg_id, req.target_offset, base, req.length)
+                s.path = paths[next(cursor) % len(paths)]
+                per_path[s.path].append(s)
+                continue
+            pieces = plan(req.length, slice_size, len(paths), next(cursor) % len(paths))
             st.pending = len(pieces)
             req.local.acquire(len(pieces))
-            base = req.local.address + req.local_offset
-            seg_id = req.segment.info.segment_id
-            op = Op.READ if req.op == OpCode.READ else Op.WRITE
             for p in pieces:
-                s = Slice(
-                    st, int(op), seg_id, req.target_offset + p.offset, base + p.offset, p.length
-                )
+                s = Slice(st, op, seg_id, req.target_offset + p.offset, base + p.offset, p.length)
                 s.path = paths[p.path]
                 per_path[s.path].append(s)
         self._dispatch(per_path)
