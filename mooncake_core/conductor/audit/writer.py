@@ -23,6 +23,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+from itertools import chain
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
@@ -406,13 +407,37 @@ class AuditWriter:
                 conn.execute(update(decisions).where(decisions.c.id == latest).values(**values))
 
 
+_ROWS_PER_STATEMENT = 256
+"""Rows per multi-row INSERT on SQLite (19 columns x 256 stays far below its 32766
+bound-parameter limit)."""
+
+
 def _executemany(
     conn: Connection, table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]
 ) -> None:
-    """Insert tuples with the driver's executemany (no per-row ORM or dict overhead)."""
-    if conn.dialect.name == "sqlite":
-        marks = ",".join("?" * len(columns))
-        conn.exec_driver_sql(f"INSERT INTO {table} ({','.join(columns)}) VALUES ({marks})", rows)
-    else:
+    """Insert tuples without per-row ORM or dict overhead.
+
+    On SQLite, rows go out as multi-row ``INSERT ... VALUES (...), (...)`` statements of
+    up to 256 rows. The sqlite3 module releases the GIL around every statement step; one
+    step per row (plain ``executemany``) means one GIL hand-off per row, which lets this
+    thread interrupt the decision thread hundreds of thousands of times a second.
+    """
+    if conn.dialect.name != "sqlite":
         tbl = decisions if table == "decisions" else candidates
         conn.execute(tbl.insert(), [dict(zip(columns, r, strict=True)) for r in rows])
+        return
+    head = f"INSERT INTO {table} ({','.join(columns)}) VALUES "
+    one = "(" + ",".join("?" * len(columns)) + ")"
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    try:
+        full = None
+        for start in range(0, len(rows), _ROWS_PER_STATEMENT):
+            part = rows[start : start + _ROWS_PER_STATEMENT]
+            if len(part) == _ROWS_PER_STATEMENT:
+                full = full or head + ",".join([one] * _ROWS_PER_STATEMENT)
+                sql = full
+            else:
+                sql = head + ",".join([one] * len(part))
+            cursor.execute(sql, list(chain.from_iterable(part)))
+    finally:
+        cursor.close()

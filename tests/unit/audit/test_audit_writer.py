@@ -192,3 +192,22 @@ def test_options_validation_and_from_config() -> None:
     opts = WriterOptions.from_config(cfg, queue_max=10)
     assert (opts.batch_size, opts.flush_interval_s, opts.retention_days) == (64, 0.25, 7)
     assert (opts.retention_rows, opts.queue_max) == (5000, 10)
+
+
+def test_large_batch_spans_several_multirow_statements(db_url: str) -> None:
+    # 300 decisions x 3 candidates: 256 + 44 decision rows and 256*3 + 132 candidate rows.
+    w = AuditWriter.open(db_url, WriterOptions(batch_size=300))
+    for i in range(300):
+        cands = tuple(
+            CandidateRecord(instance=f"p{i}-{k}", role="prefill", matched_prefix_blocks=k)
+            for k in range(3)
+        )
+        w.submit(_dec(i), cands)
+    w.close()
+    assert w.snapshot().batches == 1
+    assert _rows(db_url, "SELECT count(*), min(id), max(id) FROM decisions") == [(300, 1, 300)]
+    assert _rows(
+        db_url,
+        "SELECT d.request_id, c.instance, c.matched_prefix_blocks FROM candidates c "
+        "JOIN decisions d ON d.id = c.decision_id WHERE d.id IN (1, 257, 300) ORDER BY c.id",
+    ) == [(f"r{i}", f"p{i}-{k}", k) for i in (0, 256, 299) for k in range(3)]

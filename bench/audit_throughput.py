@@ -1,0 +1,233 @@
+"""Audit throughput: can the writer keep up, and what does it cost the decision loop?
+
+Four measurements; 1-3 use decisions with 4 candidates (3 prefill + 1 decode):
+
+1. ``submit`` cost alone (writer not started): ns per call.
+2. Maximum write rate: submit N prebuilt decisions as fast as possible, then wait until
+   all are on disk; decisions/s and rows/s.
+3. Sustained rate: a producer paced at ``--rate`` decisions/s for ``--seconds``; reports
+   the achieved rate, drops, peak queue depth and how long the final drain took.
+4. Decision-loop slowdown: the real sans-IO ``Conductor.schedule`` (3 prefill + 1 decode
+   instances, i.e. 4 candidates per decision, and 16 + 16) alone, with ``to_record()``,
+   and with ``to_record()`` + ``submit`` to a running writer. Loops alternate and the
+   best of ``--repeat`` runs is kept to reduce noise.
+
+The database is SQLite in a temporary folder (WAL, synchronous=NORMAL), upgraded with the
+real migrations. Run: ``python bench/audit_throughput.py [--decisions 200000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import tempfile
+import time
+from pathlib import Path
+
+from mooncake_core.conductor.audit import AuditWriter, WriterOptions, sample, upgrade
+from mooncake_core.config import AuditConfig
+
+
+def fresh_db(folder: Path, name: str) -> str:
+    url = f"sqlite:///{folder / name}"
+    upgrade(url)
+    return url
+
+
+def options(**kw: object) -> WriterOptions:
+    return WriterOptions.from_config(AuditConfig(), **kw)
+
+
+def bench_submit(folder: Path, n: int) -> float:
+    pairs = list(sample.synthetic(n, t0=1.8e9))
+    w = AuditWriter.open(fresh_db(folder, "submit.db"), options(queue_max=n + 1))
+    t = time.perf_counter()
+    for d, c in pairs:
+        w.submit(d, c)
+    dt = time.perf_counter() - t
+    w._q.clear()  # not written: only the call cost is measured here
+    w.close()
+    return dt / n * 1e9
+
+
+def bench_max_rate(folder: Path, n: int) -> tuple[float, float, int]:
+    pairs = list(sample.synthetic(n, t0=1.8e9))
+    rows = n + sum(len(c) for _, c in pairs)
+    w = AuditWriter.open(fresh_db(folder, "max.db"), options(queue_max=n + 1))
+    w.start()
+    t = time.perf_counter()
+    for d, c in pairs:
+        w.submit(d, c)
+    w.close()
+    dt = time.perf_counter() - t
+    snap = w.snapshot()
+    assert snap.written == n, snap
+    return n / dt, rows / dt, snap.batches
+
+
+def bench_sustained(folder: Path, rate: float, seconds: float) -> dict[str, float]:
+    n = int(rate * seconds)
+    pairs = list(sample.synthetic(n, t0=1.8e9))
+    w = AuditWriter.open(fresh_db(folder, "sustained.db"), options())
+    w.start()
+    peak = 0
+    tick = 0.01
+    per_tick = max(1, int(rate * tick))
+    t0 = time.perf_counter()
+    i = 0
+    while i < n:
+        for d, c in pairs[i : i + per_tick]:
+            w.submit(d, c)
+        i += per_tick
+        peak = max(peak, w.snapshot().queue_depth)
+        target = t0 + i / rate
+        delay = target - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+    t_sub = time.perf_counter()
+    w.close()
+    t_end = time.perf_counter()
+    snap = w.snapshot()
+    return {
+        "achieved": n / (t_sub - t0),
+        "written": snap.written,
+        "dropped": snap.dropped,
+        "peak_queue": peak,
+        "drain_s": t_end - t_sub,
+    }
+
+
+def build_conductor(seed: int, n_prefill: int, n_decode: int):  # type: ignore[no-untyped-def]
+    from mooncake_core.conductor import BlockStored, Conductor, ConductorOptions, Tier
+    from mooncake_core.config.models import ConductorConfig, HashingConfig
+
+    rng = random.Random(seed)
+    prefill = [f"prefill-{i}" for i in range(n_prefill)]
+    c = Conductor(
+        ConductorConfig(  # type: ignore[call-arg]
+            policy="kvcache_centric",
+            admission="early_reject_predictive",
+            ttft_slo_s=86_400,
+            tbt_slo_s=86_400,
+        ),
+        prefill,
+        {f"decode-{i}": 64 for i in range(n_decode)},
+        hashing=HashingConfig(block_size=512),
+        options=ConductorOptions(seed=seed),
+    )
+    chains = []
+    key = 1
+    for _ in range(1000):
+        chain = list(range(key, key + 25))
+        key += 25
+        chains.append(chain)
+        for inst in rng.sample(prefill, rng.randint(1, min(3, n_prefill))):
+            c.apply(BlockStored(inst, Tier.HBM, tuple(chain[: rng.randint(1, 25)])))
+    return c, chains
+
+
+def decision_loop(
+    m: int, writer: AuditWriter | None, seed: int, records: bool, shape: tuple[int, int]
+) -> float:
+    """Mean seconds per decision of schedule (+ to_record + submit when asked)."""
+    from collections import deque
+
+    from mooncake_core.conductor import ScheduleRequest
+
+    c, chains = build_conductor(seed, *shape)
+    rng = random.Random(seed + 1)
+    reqs = []
+    fresh = 10**9
+    for i in range(m):
+        chain = chains[min(int(rng.paretovariate(1.2)) - 1, len(chains) - 1)]
+        keys = (*chain[: rng.randint(5, 25)], *range(fresh, fresh + rng.randint(0, 4)))
+        fresh += 5
+        reqs.append(ScheduleRequest(f"r{seed}-{i}", keys, len(keys) * 512 + 100, 300))
+    inflight: deque[str] = deque()
+    now = 1.8e9
+    total = 0.0
+    for req in reqs:
+        t = time.perf_counter()
+        d = c.schedule(req, now)
+        if records:
+            rec, cands = d.to_record()
+            if writer is not None:
+                writer.submit(rec, cands)
+        total += time.perf_counter() - t
+        now += 0.01
+        if d.admitted:
+            inflight.append(req.request_id)
+        while len(inflight) > 64:
+            rid = inflight.popleft()
+            c.on_prefill_start(rid, now)
+            c.on_prefill_done(rid, now)
+            c.on_decode_join(rid, now)
+            c.on_decode_done(rid, now)
+    return total / m
+
+
+def bench_slowdown(folder: Path, m: int, repeat: int, shape: tuple[int, int]) -> dict[str, float]:
+    base: list[float] = []
+    rec: list[float] = []
+    full: list[float] = []
+    for r in range(repeat):
+        # Interleaved, best of `repeat`: this machine is shared, so noise only adds time.
+        base.append(decision_loop(m, None, r, records=False, shape=shape))
+        rec.append(decision_loop(m, None, r, records=True, shape=shape))
+        w = AuditWriter.open(fresh_db(folder, f"loop{shape}{r}.db"), options())
+        w.start()
+        full.append(decision_loop(m, w, r, records=True, shape=shape))
+        w.close()
+        assert w.snapshot().written == m, w.snapshot()
+    b, rc, f = min(base), min(rec), min(full)
+    return {
+        "base_us": b * 1e6,
+        "records_us": rc * 1e6,
+        "audit_us": f * 1e6,
+        "slowdown_pct": (f / b - 1) * 100,
+        "submit_path_pct": (f / rc - 1) * 100,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--decisions", type=int, default=200_000, help="for the max-rate run")
+    ap.add_argument("--rate", type=float, default=20_000.0, help="paced producer, decisions/s")
+    ap.add_argument("--seconds", type=float, default=10.0, help="paced run length")
+    ap.add_argument("--loop", type=int, default=3000, help="decisions per conductor loop")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument(
+        "--shapes", nargs="+", default=["3x1", "16x16"], help="PREFILLxDECODE instance counts"
+    )
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        ns = bench_submit(folder, 100_000)
+        print(f"submit() alone                      {ns:10.0f} ns/call")
+        dps, rps, batches = bench_max_rate(folder, args.decisions)
+        print(
+            f"max write rate ({args.decisions} decisions)   {dps:10.0f} decisions/s "
+            f"({rps:.0f} rows/s, {batches} transactions)"
+        )
+        s = bench_sustained(folder, args.rate, args.seconds)
+        print(
+            f"paced {args.rate:.0f}/s for {args.seconds:.0f}s          achieved {s['achieved']:.0f}/s, "
+            f"written {s['written']:.0f}, dropped {s['dropped']:.0f}, peak queue "
+            f"{s['peak_queue']:.0f}, final drain {s['drain_s'] * 1000:.0f} ms"
+        )
+        for shape in args.shapes:
+            p, d = (int(x) for x in shape.split("x"))
+            sl = bench_slowdown(folder, args.loop, args.repeat, (p, d))
+            print(
+                f"conductor loop ({p} prefill + {d} decode: {p + d} candidates/decision, "
+                f"kvcache_centric), best of {args.repeat} x {args.loop} decisions:"
+            )
+            print(f"  schedule only                      {sl['base_us']:8.1f} us/decision")
+            print(f"  + to_record()                      {sl['records_us']:8.1f} us/decision")
+            print(f"  + to_record() + submit, writer on  {sl['audit_us']:8.1f} us/decision")
+            print(f"  audit cost vs schedule only        {sl['slowdown_pct']:8.1f} %")
+            print(f"  submit + writer vs to_record only  {sl['submit_path_pct']:8.1f} %")
+
+
+if __name__ == "__main__":
+    main()
