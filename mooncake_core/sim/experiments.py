@@ -55,17 +55,19 @@ _ADMISSIONS = ("baseline", "early_reject", "early_reject_predictive")
 
 
 def default_trace() -> Path | None:
-    """The shared conversation trace, if one is found.
+    """The trace to use when none is given, or ``None``.
 
-    Looks at ``$MOONCAKE_TRACE``, then ``../shared/traces/conversation_trace.jsonl``
-    relative to the working directory and to the repository, then ``/work/shared``.
+    ``$MOONCAKE_TRACE`` when set (only it: a wrong path is not silently replaced);
+    otherwise the shared conversation trace at ``../shared/traces/`` relative to the
+    working directory or to the repository, or under ``/work/shared``.
     """
     env = os.environ.get("MOONCAKE_TRACE")
-    here = Path(__file__).resolve().parents[3]
-    candidates = [Path(env)] if env else []
-    candidates += [
+    if env:
+        return Path(env) if Path(env).is_file() else None
+    here = Path(__file__).resolve().parents[2]
+    candidates = [
         Path.cwd().parent / "shared/traces/conversation_trace.jsonl",
-        here / "shared/traces/conversation_trace.jsonl",
+        here.parent / "shared/traces/conversation_trace.jsonl",
         Path("/work/shared/traces/conversation_trace.jsonl"),
     ]
     return next((p for p in candidates if p.is_file()), None)

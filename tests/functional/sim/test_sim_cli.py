@@ -1,0 +1,165 @@
+"""`mooncake sim ...` as a user runs it: real subprocesses on a small generated trace."""
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mooncake_cli", "sim", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """120 multi-turn requests over two minutes, in the public format."""
+    rng = random.Random(5)
+    p = tmp_path_factory.mktemp("trace") / "small.jsonl"
+    sessions: list[list[int]] = []
+    nxt = 0
+    lines = []
+    for i in range(120):
+        if sessions and rng.random() < 0.5:
+            s = rng.choice(sessions)
+        else:
+            s = []
+            sessions.append(s)
+        for _ in range(rng.randint(1, 8)):
+            nxt += 1
+            s.append(nxt)
+        inp = len(s) * 512 - rng.randint(0, 300)
+        lines.append(
+            json.dumps(
+                {
+                    "timestamp": i * 1000,
+                    "input_length": inp,
+                    "output_length": rng.randint(2, 60),
+                    "hash_ids": s,
+                }
+            )
+        )
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def test_run_prints_json_summary(trace: Path) -> None:
+    res = run(
+        "run",
+        "--trace",
+        str(trace),
+        "--prefill",
+        "2",
+        "--decode",
+        "2",
+        "--policy",
+        "cache_aware",
+        "--json",
+    )
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["requests"] == 120 and data["served"] == 120
+    assert 0 < data["avg_ttft_s"] < 60
+    assert data["hit_rate"] > 0
+
+
+def test_fig5_writes_table_and_plots(trace: Path, tmp_path: Path) -> None:
+    res = run("fig5", "--trace", str(trace), "--out", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    md = (tmp_path / "fig5.md").read_text()
+    for policy in ("random", "load_balance", "cache_aware", "kvcache_centric", "adaptive"):
+        assert f"| {policy} |" in md
+    assert (tmp_path / "fig5_ttft.png").read_bytes()[:4] == b"\x89PNG"
+    rows = json.loads((tmp_path / "results.json").read_text())
+    assert rows[0]["run"] == "random" and rows[0]["paper_avg_ttft_s"] == 19.65
+
+
+def test_sweep_any_field_and_bad_field(trace: Path, tmp_path: Path) -> None:
+    res = run(
+        "sweep",
+        "--trace",
+        str(trace),
+        "--out",
+        str(tmp_path),
+        "--prefill",
+        "2",
+        "--decode",
+        "1",
+        "--field",
+        "conductor.kvcache_balancing_threshold",
+        "--values",
+        "1,4",
+        "--json",
+    )
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)
+    assert [r["value"] for r in rows] == ["1", "4"]
+    assert (tmp_path / "sweep_ttft.png").exists()
+    bad = run("sweep", "--trace", str(trace), "--field", "conductor.nope", "--values", "1")
+    assert bad.returncode == 1 and "unknown field 'conductor.nope'" in bad.stderr
+
+
+def test_rejection_and_pd_ratio_small(trace: Path, tmp_path: Path) -> None:
+    res = run("rejection", "--trace", str(trace), "--out", str(tmp_path / "r"))
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "r" / "rejection_load.png").exists()
+    assert "| early_reject_predictive |" in res.stdout
+    res = run("pd_ratio", "--trace", str(trace), "--nodes", "4", "--out", str(tmp_path / "p"))
+    assert res.returncode == 0, res.stderr
+    assert "| 2P:2D |" in res.stdout
+
+
+def test_hitrate_small(trace: Path, tmp_path: Path) -> None:
+    res = run(
+        "hitrate",
+        "--trace",
+        str(trace),
+        "--capacities",
+        "0,5000,1e7",
+        "--instances",
+        "2",
+        "--out",
+        str(tmp_path),
+        "--json",
+    )
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)
+    ideal = [r["global_pool_ideal"] for r in rows]
+    assert ideal[0] == 0 and ideal == sorted(ideal)
+    assert rows[-1]["global_pool_ideal"] == pytest.approx(rows[-1]["unlimited"])
+
+
+def test_errors_name_the_flag_and_the_line(trace: Path, tmp_path: Path) -> None:
+    missing = run("run", "--trace", str(tmp_path / "none.jsonl"))
+    assert missing.returncode == 1 and "--trace" in missing.stderr
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(trace.read_text().splitlines()[0] + '\n{"timestamp": 5}\n')
+    res = run("run", "--trace", str(bad))
+    assert res.returncode == 1 and "bad.jsonl:2" in res.stderr and "input_length" in res.stderr
+    res = run("run", "--trace", str(trace), "--sample", "first:0")
+    assert res.returncode == 1 and "--sample" in res.stderr
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "MOONCAKE_TRACE": str(tmp_path / "nope.jsonl"),
+    }
+    res = subprocess.run(
+        [sys.executable, "-m", "mooncake_cli", "sim", "run"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert res.returncode == 1 and "no trace found: pass --trace" in res.stderr
