@@ -7,7 +7,7 @@ import typer
 
 from mooncake_core import __version__
 
-from . import audit_cmd, config_cmd, db_cmd, master_cmd, sim_cmd, topo_cmd
+from . import audit_cmd, bench_cmd, config_cmd, db_cmd, master_cmd, sim_cmd, topo_cmd
 
 app = typer.Typer(
     name="mooncake",
@@ -17,6 +17,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(config_cmd.app, name="config")
+app.add_typer(bench_cmd.app, name="bench")
 app.add_typer(topo_cmd.app, name="topo")
 app.add_typer(audit_cmd.app, name="audit")
 app.add_typer(db_cmd.app, name="db")

@@ -1,0 +1,514 @@
+#!/usr/bin/env python3
+"""Transfer Engine side by side with the real Mooncake, in one run, on loopback.
+
+What runs (every point: batch 128, 1 submitting thread, ``--duration`` seconds, repeated
+``--repeats`` times, median reported; ours and upstream alternate inside each repeat so
+drift on this shared machine hits both alike):
+
+* tcp, {4 KiB, 64 KiB, 1 MiB} x {read, write}: upstream ``transfer_engine_bench
+  --protocol=tcp`` (the method of ``shared/bench/upstream/te_bench.py``: its own
+  ``mooncake_http_metadata_server`` on 127.0.0.1, ``MC_TCP_BIND_ADDRESS=127.0.0.1``,
+  ``--buffer_size=2 GiB``, GB/s = batch_count * 128 * block / duration) against
+  ``mooncake bench transfer --protocol tcp`` with the same shape.
+* tcp, 4 MiB x {read, write}: ours against one plain Python TCP connection moving 4 MiB
+  ``sendall``/``recv_into`` buffers between two processes (``phys_limits.py``'s method).
+* shm, {1 MiB, 4 MiB} x {read, write}: ours (target and initiator are two processes on
+  this host) against a single-thread numpy ``copyto`` of the same blocks between two
+  pre-faulted buffers of the same span, and the 1 GiB single-copy figure for reference.
+
+Writes ``results.json`` (every repeat) and ``table.md`` to ``--out`` and prints the table.
+GB = 1e9 bytes. Run it through ``bench/run_transfer_side_by_side.sh``, which also builds
+the upstream venv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+BATCH = 128
+OURS = [sys.executable, "-m", "mooncake_cli", "bench", "transfer"]
+
+TARGETS = {
+    ("tcp", 64 * KiB): 1.2,
+    ("tcp", MiB): 1.5,
+    ("tcp", 4 * MiB): 0.8,
+    ("shm", MiB): 0.8,
+    ("shm", 4 * MiB): 0.8,
+}
+"""Minimum ratio ours/baseline per (protocol, block size), from issue 3."""
+
+
+def log(*args: Any) -> None:
+    print(*args, file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def stop(proc: subprocess.Popen[Any], timeout: float = 15) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# ---------------------------------------------------------------------------- upstream
+
+
+class Upstream:
+    """Upstream's metadata server and one ``transfer_engine_bench`` target, started once."""
+
+    def __init__(self, venv: Path, logdir: Path) -> None:
+        py = venv / "bin" / "python"
+        pkg = subprocess.run(
+            [str(py), "-c", "import mooncake, os; print(os.path.dirname(mooncake.__file__))"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        # The real binary, not $VENV/bin's wrapper: signalling the wrapper orphans it.
+        self.teb = os.path.join(pkg, "transfer_engine_bench")
+        self.logdir = logdir
+        self.env = dict(os.environ, MC_TCP_BIND_ADDRESS="127.0.0.1")
+        meta_port = free_port()
+        self.meta = f"http://127.0.0.1:{meta_port}/metadata"
+        self.hms = subprocess.Popen(
+            [
+                str(venv / "bin" / "mooncake_http_metadata_server"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(meta_port),
+                "--log-level",
+                "WARNING",
+            ],
+            stdout=open(logdir / "upstream_hms.log", "w"),  # noqa: SIM115 (outlives this call: the child writes it)
+            stderr=subprocess.STDOUT,
+        )
+        time.sleep(1.5)
+        self.target_port = free_port()
+        self.target_cmd = [
+            self.teb,
+            "--mode=target",
+            "--protocol=tcp",
+            f"--metadata_server={self.meta}",
+            f"--local_server_name=127.0.0.1:{self.target_port}",
+            f"--buffer_size={2 * GiB}",
+        ]
+        self.target = subprocess.Popen(
+            self.target_cmd,
+            env=self.env,
+            stdout=open(logdir / "upstream_target.log", "w"),  # noqa: SIM115 (child writes it)
+            stderr=subprocess.STDOUT,
+        )
+        time.sleep(3)
+        self.runs = 0
+
+    def point(self, op: str, block: int, duration: int) -> dict[str, Any]:
+        self.runs += 1
+        cmd = [
+            self.teb,
+            "--mode=initiator",
+            "--protocol=tcp",
+            f"--metadata_server={self.meta}",
+            f"--local_server_name=127.0.0.1:{free_port()}",
+            f"--segment_id=127.0.0.1:{self.target_port}",
+            f"--operation={op}",
+            f"--block_size={block}",
+            f"--batch_size={BATCH}",
+            "--threads=1",
+            f"--duration={duration}",
+            f"--buffer_size={2 * GiB}",
+        ]
+        logf = self.logdir / f"upstream_{op}_{block}_{self.runs}.log"
+        with open(logf, "w") as fh:
+            proc = subprocess.run(
+                cmd, env=self.env, stdout=fh, stderr=subprocess.STDOUT, timeout=duration + 60
+            )
+        text = logf.read_text(errors="replace")
+        m = re.search(r"Test completed: duration ([\d.]+), batch count (\d+)", text)
+        if proc.returncode != 0 or m is None:
+            return {"GBps": None, "rc": proc.returncode, "log": str(logf)}
+        dur, batches = float(m.group(1)), int(m.group(2))
+        return {
+            "GBps": batches * BATCH * block / dur / 1e9,
+            "iops": batches * BATCH / dur,
+            "duration": dur,
+            "batches": batches,
+        }
+
+    def close(self) -> None:
+        stop(self.target)
+        stop(self.hms)
+
+    def command_lines(self) -> list[str]:
+        return [
+            " ".join(self.target_cmd).replace(self.meta, "http://127.0.0.1:META/metadata"),
+            f"{self.teb} --mode=initiator --protocol=tcp --metadata_server=http://127.0.0.1:META/metadata "
+            "--local_server_name=127.0.0.1:PORT --segment_id=127.0.0.1:TARGET --operation={read|write} "
+            f"--block_size=BLOCK --batch_size={BATCH} --threads=1 --duration=D --buffer_size={2 * GiB}",
+        ]
+
+
+# ---------------------------------------------------------------------------- ours
+
+
+class Ours:
+    """``mooncake bench transfer`` targets (one per protocol) and initiator runs."""
+
+    def __init__(self, logdir: Path, buffer_size: int) -> None:
+        self.logdir = logdir
+        self.buffer_size = buffer_size
+        self.targets: dict[str, tuple[subprocess.Popen[str], str]] = {}
+        self.runs = 0
+
+    def target(self, protocol: str) -> str:
+        if protocol not in self.targets:
+            cmd = [
+                *OURS,
+                "--mode",
+                "target",
+                "--protocol",
+                protocol,
+                "--buffer-size",
+                str(self.buffer_size),
+                "--json",
+            ]
+            proc = subprocess.Popen(
+                cmd,
+                stdout=subprocess.PIPE,
+                text=True,
+                stderr=open(self.logdir / f"ours_target_{protocol}.log", "w"),  # noqa: SIM115 (child writes it)
+            )
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"our {protocol} target died; see ours_target_{protocol}.log")
+            self.targets[protocol] = (proc, json.loads(line)["segment"])
+        return self.targets[protocol][1]
+
+    def point(self, protocol: str, op: str, block: int, duration: int) -> dict[str, Any]:
+        self.runs += 1
+        segment = self.target(protocol)
+        cmd = [
+            *OURS,
+            "--mode",
+            "initiator",
+            "--protocol",
+            protocol,
+            "--segment",
+            segment,
+            "--operation",
+            op,
+            "--block-size",
+            str(block),
+            "--batch-size",
+            str(BATCH),
+            "--threads",
+            "1",
+            "--duration",
+            str(duration),
+            "--buffer-size",
+            str(self.buffer_size),
+            "--json",
+        ]
+        logf = self.logdir / f"ours_{protocol}_{op}_{block}_{self.runs}.log"
+        with open(logf, "w") as fh:
+            proc = subprocess.run(
+                cmd, stdout=subprocess.PIPE, stderr=fh, text=True, timeout=duration + 120
+            )
+        if proc.returncode != 0:
+            return {"GBps": None, "rc": proc.returncode, "log": str(logf)}
+        res = json.loads(proc.stdout.strip().splitlines()[-1])
+        return {
+            "GBps": res["gbps"],
+            "iops": res["iops"],
+            "duration": res["duration_s"],
+            "batches": res["batches"],
+            "verified": res["verified"],
+        }
+
+    def close(self) -> None:
+        for proc, _ in self.targets.values():
+            stop(proc)
+
+
+# ---------------------------------------------------------------------------- baselines
+
+
+def _sock_sink(port_q: Any, result_q: Any, bufsize: int) -> None:
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port_q.put(srv.getsockname()[1])
+    conn, _ = srv.accept()
+    view = memoryview(bytearray(bufsize))
+    total, t0 = 0, None
+    while True:
+        n = conn.recv_into(view, bufsize)
+        if n == 0:
+            break
+        if t0 is None:
+            t0 = time.perf_counter()
+        total += n
+    result_q.put((total, time.perf_counter() - (t0 or 0.0)))
+    conn.close()
+    srv.close()
+
+
+def python_socket(seconds: float, bufsize: int = 4 * MiB) -> float:
+    """One connection, 4 MiB sendall -> recv_into in another process (phys_limits.py)."""
+    ctx = mp.get_context("fork")
+    port_q, result_q = ctx.Queue(), ctx.Queue()
+    sink = ctx.Process(target=_sock_sink, args=(port_q, result_q, bufsize))
+    sink.start()
+    conn = socket.create_connection(("127.0.0.1", port_q.get()))
+    payload = memoryview(bytearray(os.urandom(bufsize)))
+    t = time.perf_counter()
+    while time.perf_counter() - t < seconds:
+        conn.sendall(payload)
+    conn.shutdown(socket.SHUT_WR)
+    conn.close()
+    total, dt = result_q.get()
+    sink.join()
+    return float(total / dt / 1e9)
+
+
+def memcpy_blocks(block: int, seconds: float) -> float:
+    """Single-thread numpy copyto of BATCH blocks between two pre-faulted spans."""
+    src = np.full(block * BATCH, 0x5A, dtype=np.uint8)
+    dst = np.zeros(block * BATCH, dtype=np.uint8)
+    np.copyto(dst, src)
+    moved, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for i in range(BATCH):
+            np.copyto(dst[i * block : (i + 1) * block], src[i * block : (i + 1) * block])
+        moved += block * BATCH
+    return moved / (time.perf_counter() - t0) / 1e9
+
+
+def memcpy_1gib() -> float:
+    src = np.full(GiB, 1, dtype=np.uint8)
+    dst = np.zeros(GiB, dtype=np.uint8)
+    np.copyto(dst, src)
+    best = []
+    for _ in range(3):
+        t = time.perf_counter()
+        np.copyto(dst, src)
+        best.append(GiB / (time.perf_counter() - t) / 1e9)
+    return statistics.median(best)
+
+
+# ---------------------------------------------------------------------------- report
+
+
+def med(values: list[float | None]) -> float | None:
+    good = [v for v in values if v is not None]
+    return statistics.median(good) if good else None
+
+
+def fmt(x: float | None, digits: int = 2) -> str:
+    return "FAILED" if x is None else f"{x:.{digits}f}"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| protocol | op | block | baseline | baseline GB/s | ours GB/s | ratio | target | met |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        base, ours = r["baseline_GBps"], r["ours_GBps"]
+        ratio = ours / base if base and ours else None
+        target = TARGETS.get((r["protocol"], r["block"]))
+        met = "-" if target is None or ratio is None else ("yes" if ratio >= target else "**no**")
+        lines.append(
+            f"| {r['protocol']} | {r['op']} | {human(r['block'])} | {r['baseline']} | "
+            f"{fmt(base)} | {fmt(ours)} | {fmt(ratio)}x | "
+            f"{'-' if target is None else f'>= {target}x'} | {met} |"
+        )
+    iops = [r for r in rows if r["block"] == 4 * KiB]
+    if iops:
+        lines += [
+            "",
+            "| 4 KiB, batch 128 | upstream IOPS | ours IOPS | ratio |",
+            "|---|---|---|---|",
+        ]
+        for r in iops:
+            ratio = (
+                r["ours_iops"] / r["baseline_iops"]
+                if r["ours_iops"] and r["baseline_iops"]
+                else None
+            )
+            lines.append(
+                f"| tcp {r['op']} | {fmt(r['baseline_iops'], 0)} | {fmt(r['ours_iops'], 0)} | {fmt(ratio)}x |"
+            )
+    return "\n".join(lines)
+
+
+def human(n: int) -> str:
+    return f"{n // MiB} MiB" if n >= MiB else f"{n // KiB} KiB"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--upstream-venv", type=Path, default=Path("/tmp/mooncake-upstream-venv"))
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=Path("bench/out") / time.strftime("transfer_%Y%m%dT%H%M%SZ", time.gmtime()),
+    )
+    ap.add_argument("--duration", type=int, default=3, help="seconds per point (upstream: 3)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--only",
+        choices=["tcp", "sock", "shm"],
+        action="append",
+        help="run only these sections (default: all)",
+    )
+    ap.add_argument("--no-upstream", action="store_true", help="skip upstream (ours only)")
+    args = ap.parse_args()
+    sections = set(args.only or ["tcp", "sock", "shm"])
+    args.out.mkdir(parents=True, exist_ok=True)
+    raw: dict[str, list[Any]] = {}
+
+    def record(key: str, value: dict[str, Any]) -> None:
+        raw.setdefault(key, []).append(value)
+        log(f"{key}: {fmt(value.get('GBps'), 3)} GB/s")
+
+    ours = Ours(args.out, buffer_size=520 * MiB)  # 128 x 4 MiB plus room for the check
+    upstream = None
+    rows: list[dict[str, Any]] = []
+    try:
+        if "tcp" in sections and not args.no_upstream:
+            upstream = Upstream(args.upstream_venv, args.out)
+        for rep in range(args.repeats):
+            if "tcp" in sections:
+                for block in (4 * KiB, 64 * KiB, MiB):
+                    for op in ("read", "write"):
+                        order = ("ours", "upstream") if rep % 2 == 0 else ("upstream", "ours")
+                        for who in order:
+                            if who == "ours":
+                                record(
+                                    f"ours/tcp/{op}/{block}",
+                                    ours.point("tcp", op, block, args.duration),
+                                )
+                            elif upstream is not None:
+                                record(
+                                    f"upstream/tcp/{op}/{block}",
+                                    upstream.point(op, block, args.duration),
+                                )
+            if "sock" in sections:
+                record("socket/4MiB", {"GBps": python_socket(args.duration)})
+                for op in ("read", "write"):
+                    record(
+                        f"ours/tcp/{op}/{4 * MiB}", ours.point("tcp", op, 4 * MiB, args.duration)
+                    )
+            if "shm" in sections:
+                for block in (MiB, 4 * MiB):
+                    record(f"memcpy/{block}", {"GBps": memcpy_blocks(block, args.duration)})
+                    for op in ("read", "write"):
+                        record(
+                            f"ours/shm/{op}/{block}", ours.point("shm", op, block, args.duration)
+                        )
+        if "shm" in sections:
+            raw["memcpy/1GiB"] = [{"GBps": memcpy_1gib()}]
+    finally:
+        ours.close()
+        if upstream is not None:
+            upstream.close()
+
+    def m(key: str, field: str = "GBps") -> float | None:
+        return med([v.get(field) for v in raw.get(key, [])])
+
+    for block in (4 * KiB, 64 * KiB, MiB):
+        for op in ("read", "write"):
+            if f"ours/tcp/{op}/{block}" in raw:
+                rows.append(
+                    {
+                        "protocol": "tcp",
+                        "op": op,
+                        "block": block,
+                        "baseline": "upstream TE bench tcp",
+                        "baseline_GBps": m(f"upstream/tcp/{op}/{block}"),
+                        "ours_GBps": m(f"ours/tcp/{op}/{block}"),
+                        "baseline_iops": m(f"upstream/tcp/{op}/{block}", "iops"),
+                        "ours_iops": m(f"ours/tcp/{op}/{block}", "iops"),
+                    }
+                )
+    for op in ("read", "write"):
+        if f"ours/tcp/{op}/{4 * MiB}" in raw:
+            rows.append(
+                {
+                    "protocol": "tcp",
+                    "op": op,
+                    "block": 4 * MiB,
+                    "baseline": "Python socket 4 MiB",
+                    "baseline_GBps": m("socket/4MiB"),
+                    "ours_GBps": m(f"ours/tcp/{op}/{4 * MiB}"),
+                }
+            )
+    for block in (MiB, 4 * MiB):
+        for op in ("read", "write"):
+            if f"ours/shm/{op}/{block}" in raw:
+                rows.append(
+                    {
+                        "protocol": "shm",
+                        "op": op,
+                        "block": block,
+                        "baseline": "memcpy 1 thread",
+                        "baseline_GBps": m(f"memcpy/{block}"),
+                        "ours_GBps": m(f"ours/shm/{op}/{block}"),
+                    }
+                )
+    md = table(rows)
+    notes = [
+        "",
+        f"Medians of {args.repeats} runs of {args.duration} s per point; batch {BATCH}, 1 thread; GB = 1e9 bytes.",
+    ]
+    if "memcpy/1GiB" in raw:
+        notes.append(
+            f"Single-thread memcpy of one 1 GiB buffer in the same run: {raw['memcpy/1GiB'][0]['GBps']:.2f} GB/s."
+        )
+    if upstream is not None:
+        notes += ["", "Upstream commands:", "```", *upstream.command_lines(), "```"]
+    notes += [
+        "",
+        "Ours:",
+        "```",
+        " ".join(OURS[2:]) + " --mode target --protocol {tcp|shm} --buffer-size 545259520 --json",
+        " ".join(OURS[2:])
+        + " --mode initiator --protocol {tcp|shm} --segment SEG --operation {read|write} "
+        f"--block-size BLOCK --batch-size {BATCH} --threads 1 --duration D --buffer-size 545259520 --json",
+        "```",
+    ]
+    md += "\n".join(notes) + "\n"
+    (args.out / "results.json").write_text(json.dumps({"rows": rows, "raw": raw}, indent=1))
+    (args.out / "table.md").write_text(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
