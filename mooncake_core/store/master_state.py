@@ -45,6 +45,7 @@ from .results import (
     ReplicateConfig,
 )
 from .segment import Segment, SegmentSnapshot, SegmentState
+from .segment_table import SegmentTable
 from .strategies import (
     AllocationStrategy,
     AllocContext,
@@ -79,13 +80,10 @@ class MasterState:
         self._rng = rng if rng is not None else random.Random(0)
         self._strategy = make_strategy(self.config.allocation_strategy, self._rng)
         self._eviction: EvictionPolicy = eviction or LruEviction()
-        self._alignment = alignment
         self._objects: dict[str, ObjectMeta] = {}  # least recently used first
         self._processing: dict[str, float] = {}  # key -> PutStart time, oldest first
         self._keys = SortedKeys()
-        self._segments: dict[str, Segment] = {}
-        self._order: list[Segment] = []  # segments sorted by name (deterministic choices)
-        self._clients: dict[str, float] = {}  # client id -> last heartbeat
+        self._segments = SegmentTable(alignment)
         self._pins = PinTable()
         self._events: list[ev.Event] = []
         self._evicted_objects = 0
@@ -110,9 +108,7 @@ class MasterState:
             restarted): the client must mount its segments again.
         """
         check_name("client_id", client_id)
-        known = client_id in self._clients
-        self._clients[client_id] = now
-        return known
+        return self._segments.touch_client(client_id, now)
 
     def mount_segment(
         self,
@@ -139,24 +135,22 @@ class MasterState:
             raise InvalidArgumentError(
                 ErrorCode.INVALID_PARAMS, f"segment capacity must be positive, got {capacity!r}"
             )
-        seg = self._segments.get(name)
+        seg = self._segments.find(name)
         if seg is not None:
             if (
                 seg.client_id == client_id
                 and seg.capacity == capacity
                 and seg.state == SegmentState.MOUNTED
             ):
-                self._clients[client_id] = now
+                self._segments.touch_client(client_id, now)
                 return seg.snapshot()
             raise ConflictError(
                 ErrorCode.SEGMENT_ALREADY_EXISTS,
                 f"segment {name!r} is already mounted by client {seg.client_id!r} "
                 f"({seg.state.name}, {seg.capacity} bytes)",
             )
-        seg = Segment(name, client_id, capacity, transport_address, location, self._alignment)
-        self._segments[name] = seg
-        self._order = sorted(self._segments.values(), key=lambda s: s.name)
-        self._clients[client_id] = now
+        seg = self._segments.add(name, client_id, capacity, transport_address, location)
+        self._segments.touch_client(client_id, now)
         self._events.append(ev.SegmentMounted(now, name, client_id, capacity))
         return seg.snapshot()
 
@@ -167,7 +161,7 @@ class MasterState:
             NotFoundError: no such segment.
             ConflictError: ``client_id`` given and it does not own the segment.
         """
-        seg = self._segment(name)
+        seg = self._segments.get(name)
         if client_id is not None and seg.client_id != client_id:
             raise ConflictError(
                 ErrorCode.INVALID_STATE,
@@ -191,7 +185,7 @@ class MasterState:
             NotFoundError: no such segment.
             ConflictError: the segment is unmounting.
         """
-        seg = self._segment(name)
+        seg = self._segments.get(name)
         if seg.state in (SegmentState.DRAINING, SegmentState.DRAINED):
             return
         if seg.state != SegmentState.MOUNTED:
@@ -209,21 +203,17 @@ class MasterState:
             The expired client ids, sorted.
         """
         ttl = self.config.client_ttl_s
-        dead = sorted(c for c, seen in self._clients.items() if seen + ttl <= now)
+        dead = self._segments.silent_clients(now, ttl)
         for client in dead:
-            del self._clients[client]
-            for seg in [s for s in self._order if s.client_id == client]:
+            self._segments.forget_client(client)
+            for seg in self._segments.owned_by(client):
                 self._remove_segment(seg, ev.UnmountReason.CLIENT_EXPIRED, now)
             self._events.append(ev.ClientExpired(now, client))
         return dead
 
     def finish_unmounts(self, now: float) -> list[str]:
         """Remove segments whose unmount grace period has ended; returns their names."""
-        done = [
-            s
-            for s in self._order
-            if s.state == SegmentState.UNMOUNTING and s.unmount_deadline <= now
-        ]
+        done = self._segments.due_unmounts(now)
         for seg in done:
             self._remove_segment(seg, ev.UnmountReason.UNMOUNTED, now)
         return [s.name for s in done]
@@ -591,20 +581,20 @@ class MasterState:
         self.finish_unmounts(now)
         self.discard_stale_puts(now)
         self.expire_pins(now)
-        for seg in self._order:
+        for seg in self._segments:
             self._update_drain(seg, now)
         self.evict_if_needed(now)
 
     def snapshot(self) -> MasterSnapshot:
         """Immutable read-model; O(segments), never O(objects)."""
-        segs = tuple(s.snapshot() for s in self._order)
+        segs = tuple(s.snapshot() for s in self._segments)
         return MasterSnapshot(
             key_count=len(self._objects),
             complete_count=len(self._objects) - len(self._processing),
             processing_count=len(self._processing),
             allocated_bytes=sum(s.used for s in segs),
             total_capacity_bytes=sum(s.capacity for s in segs),
-            client_count=len(self._clients),
+            client_count=self._segments.client_count,
             segments=segs,
             key_pins=self._pins.key_pins,
             prefix_pins=self._pins.prefix_pins,
@@ -617,12 +607,6 @@ class MasterState:
         )
 
     # --------------------------------------------------------------- private
-    def _segment(self, name: str) -> Segment:
-        seg = self._segments.get(name)
-        if seg is None:
-            raise NotFoundError(ErrorCode.SEGMENT_NOT_FOUND, f"no segment named {name!r}")
-        return seg
-
     def _object(self, key: str) -> ObjectMeta:
         obj = self._objects.get(key)
         if obj is None:
@@ -635,7 +619,7 @@ class MasterState:
         self._objects[key] = obj
 
     def _usable(self) -> int:
-        return sum(1 for s in self._order if s.allocatable)
+        return len(self._segments.allocatable())
 
     def _strategy_for(self, cfg: ReplicateConfig) -> AllocationStrategy:
         if cfg.preferred_segments:
@@ -654,7 +638,7 @@ class MasterState:
         now: float,
         protected: Collection[str],
     ) -> tuple[Replica, ...]:
-        segs = [s for s in self._order if s.allocatable]
+        segs = self._segments.allocatable()
         lengths = slice_lengths(size, self.config.max_slice_size)
         biggest = max(s.capacity for s in segs)
         if max(lengths) > biggest or size * replica_num > sum(s.capacity for s in segs):
@@ -692,7 +676,7 @@ class MasterState:
         self._keys.add(key)
         for replica in replicas:
             for sl in replica:
-                self._segments[sl.segment].keys.add(key)
+                self._segments.get(sl.segment).keys.add(key)
         if cfg.hard_pin or cfg.soft_pin:
             expires = pin_expiry(self.config, cfg.hard_pin, cfg.soft_pin_ttl_s, now)
             self._pins.set(key, is_prefix=False, hard=cfg.hard_pin, expires_at=expires)
@@ -702,12 +686,12 @@ class MasterState:
         touched: set[str] = set()
         for replica in replicas:
             for sl in replica:
-                seg = self._segments.get(sl.segment)
+                seg = self._segments.find(sl.segment)
                 if seg is not None:
                     seg.allocator.release(sl.offset, sl.length)
                     touched.add(sl.segment)
         for name in touched - set(keep):
-            self._segments[name].keys.discard(key)
+            self._segments.get(name).keys.discard(key)
 
     def _drop(
         self,
@@ -751,8 +735,8 @@ class MasterState:
         return RemoveManyResult(removed, skipped)
 
     def _over_watermark(self) -> bool:
-        total = sum(s.capacity for s in self._order)
-        used = sum(s.used for s in self._order)
+        total = self._segments.capacity()
+        used = self._segments.used()
         return total > 0 and used > self.config.eviction_high_watermark * total
 
     def _evict_round(
@@ -800,8 +784,7 @@ class MasterState:
             else:
                 self._drop(key, obj, ev.RemoveReason.SEGMENT_LOST, now)
                 self._lost += 1
-        del self._segments[name]
-        self._order = [s for s in self._order if s.name != name]
+        self._segments.remove(name)
         self._events.append(ev.SegmentUnmounted(now, name, reason))
 
     def _update_drain(self, seg: Segment, now: float) -> None:
