@@ -135,6 +135,14 @@ class NetworkModel:
         for loc in {source, target}:
             self._backlog[loc] = (self.backlog(loc, now) + nbytes, now)
 
+    def cancel_transfer(self, source: str, target: str, nbytes: float, now: float) -> None:
+        """Take back a committed transfer that will not run (its request was dropped)."""
+        if not math.isfinite(nbytes) or nbytes <= 0:
+            return
+        for loc in {source, target}:
+            if loc in self._backlog:
+                self._backlog[loc] = (max(self.backlog(loc, now) - nbytes, 0.0), now)
+
     def source_time(
         self, source: str, nbytes: float, now: float, tier: Tier | None = None
     ) -> float:

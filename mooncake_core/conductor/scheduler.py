@@ -462,14 +462,22 @@ class Conductor:
             )
         self._forget(request_id)
 
-    def cancel(self, request_id: str) -> bool:
-        """Drop a request wherever it is (client gone, worker failed); returns whether it was known."""
+    def cancel(self, request_id: str, now: float | None = None) -> bool:
+        """Drop a request wherever it is (client gone, worker failed); returns whether it was known.
+
+        A migration it issued and had not started is taken back from the index (pending
+        replica) and from the NIC backlogs.
+        """
+        if now is not None:
+            self._now = now
         t = self._tracked.get(request_id)
         if t is None:
             return False
         self._prefill_by_name[t.plan.instance].finish(request_id)
-        if t.decision.migration is not None and t.started_at is None:
-            self.index.cancel(t.plan.instance, Tier.HBM, t.decision.migration.keys)
+        mig = t.decision.migration
+        if mig is not None and t.started_at is None:
+            self.index.cancel(t.plan.instance, Tier.HBM, mig.keys)
+            self.network.cancel_transfer(mig.source, mig.target, mig.nbytes, self._now)
         for d in self._decode:
             d.unreserve(request_id)
             d.leave(request_id)

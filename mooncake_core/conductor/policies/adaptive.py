@@ -126,6 +126,10 @@ class AdaptivePolicy(KVCacheCentricPolicy):
             return
         # Corrections: learn from the plan that ran.
         if fb.plan.fetches:
+            if fb.actual_transfer_s is not None and fb.actual_transfer_s <= 0:
+                # Nothing was fetched (the source lost the blocks meanwhile): this run says
+                # nothing about transfer speed or about the threshold.
+                return
             if fb.actual_transfer_s is not None and fb.raw_transfer_s > 0:
                 self.rho_transfer = self._blend(
                     self.rho_transfer, fb.actual_transfer_s / fb.raw_transfer_s

@@ -233,3 +233,31 @@ def test_adaptive_threshold_rises_when_transfers_are_slower_than_predicted() -> 
     assert c.policy.transfer_scale > 1.0
     # Once above the 1.5 ratio, it stops fetching.
     assert c.schedule(req("last", (1, 2, 3, 5)), t).migration is None
+
+
+def test_adaptive_ignores_fetch_that_did_not_happen() -> None:
+    from mooncake_core.conductor.policies import AdaptivePolicy, PrefillFeedback, PrefillPlan
+
+    pol = AdaptivePolicy(threshold=1.5)
+    fetch = PrefillPlan("p0", 2, 3, ("s", DRAM), 0.0, 0.001, 0.010)
+    local = PrefillPlan("p0", 2, 2, None, 0.0, 0.0, 0.020)
+    pol.observe(PrefillFeedback("r", fetch, local, 1.6, 1.5, 0.001, 0.010, 0.0, 0.020, 0.020, 0.0))
+    assert (pol.threshold, pol.rho_transfer, pol.rho_prefill) == (1.5, 1.0, 1.0)
+
+
+def test_issued_migration_loads_the_source_nic_for_the_next_decision() -> None:
+    c = make("kvcache_centric", prefills=["p0", "p1"])
+    c.apply(BlockStored("store-0", DRAM, (1, 2, 3, 4, 5)))
+    first = c.schedule(req("a", (1, 2, 3, 4, 5)), 0.0)
+    assert first.prefill == "p0"
+    assert first.predicted_transfer_s == pytest.approx(0.005)
+    load(c, "p0", 1.0, "busy")
+    # 5000 bytes now queued on store-0's NIC (and on p0's, whose replica is pending):
+    # the next fetch, to p1, waits behind them.
+    second = c.schedule(req("b", (1, 2, 3, 4, 5, 6)), 0.0)
+    assert second.prefill == "p1" and second.migration is not None
+    assert second.predicted_transfer_s == pytest.approx(0.010)
+    # Cancelling b takes its 5000 bytes back; 0.5 ms later 500 more bytes have drained.
+    c.cancel("b", now=0.0005)
+    again = c.schedule(req("b", (1, 2, 3, 4, 5, 6)), 0.0005)
+    assert again.predicted_transfer_s == pytest.approx(0.0095)
