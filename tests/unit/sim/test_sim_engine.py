@@ -125,3 +125,28 @@ def test_ttft_slo_rejection_through_conductor_admission() -> None:
     assert not res.requests[0].rejected
     assert res.requests[1].rejected and res.requests[1].reason == "ttft_slo"
     assert res.summary(30.0, 0.2).rejected_by_reason == {"ttft_slo": 1}
+
+
+def test_store_pool_serves_prefix_when_instances_cache_nothing() -> None:
+    # Instances keep nothing locally; every prefill writes its blocks to the store pool.
+    # r1 shares r0's 4 blocks: kvcache_centric fetches them from the pool (4 blocks x
+    # 512 tokens x 1000 B = 2.048 MB at 1.024 GB/s = 2 ms) and computes 512 new tokens.
+    cost = linear_cost(bw=1.024e9, kv=1000)
+    trace = [req(0, 0.0, [1, 2, 3, 4]), req(1, 5.0, [1, 2, 3, 4, 5])]
+    c = cfg("kvcache_centric", p=2, local_cache_tokens=0, store_pool_tokens=1_000_000)
+    res = simulate(trace, c, cost)
+    r1 = res.requests[1]
+    assert r1.local_hit_blocks == 0 and r1.fetched_blocks == 4
+    assert r1.ttft_s == pytest.approx(0.002 + 0.512)
+    # Without the pool nothing is cached anywhere.
+    res = simulate(trace, cfg("kvcache_centric", p=2, local_cache_tokens=0), cost)
+    assert res.requests[1].prefix_hit_blocks == 0
+
+
+def test_cpp_group_splits_long_prompt_compute() -> None:
+    # 4 nodes in one CPP group: 8 blocks = 4096 new tokens >= 4 chunks of 1024, so the
+    # compute is 4.096 s / (4 * 0.9); a 1-block prompt runs unsplit.
+    trace = [req(0, 0.0, list(range(8))), req(1, 100.0, [99])]
+    res = simulate(trace, cfg(p=4, cpp_group=4), linear_cost())
+    assert res.requests[0].ttft_s == pytest.approx(4.096 / 3.6)
+    assert res.requests[1].ttft_s == pytest.approx(0.512)
