@@ -153,6 +153,9 @@ class AuditWriter:
         self._next_id: int | None = None
         self._last_retention = 0.0
         self._closed = False
+        # Queue bound checked by submit; 0 after close, so late records are dropped and
+        # counted instead of waiting forever in a queue nobody drains.
+        self._limit = self._opts.queue_max
         self._submitted = 0
         self._written = 0
         self._dropped = 0
@@ -190,10 +193,14 @@ class AuditWriter:
                 or a list you will not modify).
 
         Returns:
-            ``False`` when the queue is full and the record was dropped (counted).
+            ``False`` when the queue is full, or the writer is closed, and the record
+            was dropped (counted in ``dropped``).
+
+        Thread safety: the deque is safe from any thread; the counters assume one
+        submitting thread (the conductor's) and may under-count with several.
         """
         q = self._q
-        if len(q) >= self._opts.queue_max:
+        if len(q) >= self._limit:
             self._dropped += 1
             return False
         q.append((decision, candidate_records))
@@ -211,7 +218,7 @@ class AuditWriter:
         Returns:
             ``False`` when the queue is full and the update was dropped (counted).
         """
-        if len(self._q) >= self._opts.queue_max:
+        if len(self._q) >= self._limit:
             self._updates_dropped += 1
             return False
         self._q.append(_Update(request_id, ttft_s, tbt_s))
@@ -239,6 +246,7 @@ class AuditWriter:
         """Stop the thread, write what is left, and release the engine if owned."""
         if self._closed:
             return
+        self._limit = 0
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
@@ -300,14 +308,19 @@ class AuditWriter:
             while self._q and not self._stop.is_set():
                 with self._io_lock:
                     self._write_batch_locked()
-            mono = time.monotonic()
-            if mono - self._last_retention >= opts.retention_interval_s:
-                self._last_retention = mono
-                try:
-                    self.run_retention()
-                except Exception as exc:  # keep the thread alive; report via snapshot
-                    self._last_error = f"retention: {exc}"
-                    log.warning("audit retention failed: %s", exc)
+                self._maybe_retention()  # also under sustained load, when the queue never empties
+            self._maybe_retention()
+
+    def _maybe_retention(self) -> None:
+        mono = time.monotonic()
+        if mono - self._last_retention < self._opts.retention_interval_s:
+            return
+        self._last_retention = mono
+        try:
+            self.run_retention()
+        except Exception as exc:  # keep the thread alive; report via snapshot
+            self._last_error = f"retention: {exc}"
+            log.warning("audit retention failed: %s", exc)
 
     def _write_batch_locked(self) -> int:
         """Pop up to one batch and write it in one transaction; returns items taken."""

@@ -211,3 +211,31 @@ def test_large_batch_spans_several_multirow_statements(db_url: str) -> None:
         "SELECT d.request_id, c.instance, c.matched_prefix_blocks FROM candidates c "
         "JOIN decisions d ON d.id = c.decision_id WHERE d.id IN (1, 257, 300) ORDER BY c.id",
     ) == [(f"r{i}", f"p{i}-{k}", k) for i in (0, 256, 299) for k in range(3)]
+
+
+def test_background_thread_runs_retention_periodically(db_url: str) -> None:
+    opts = WriterOptions(
+        batch_size=5, flush_interval_s=0.02, retention_rows=3, retention_interval_s=0.02
+    )
+    w = AuditWriter.open(db_url, opts)
+    for i in range(10):
+        w.submit(_dec(i), _cands())
+    w.start()
+    deadline = time.monotonic() + 10
+    while w.snapshot().retention_deleted < 7 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    w.close()
+    assert w.snapshot().retention_deleted == 7
+    assert _rows(db_url, "SELECT id FROM decisions ORDER BY id") == [(8,), (9,), (10,)]
+
+
+def test_submit_after_close_is_dropped_and_counted(db_url: str) -> None:
+    w = AuditWriter.open(db_url)
+    w.submit(_dec(0), _cands())
+    w.close()
+    assert w.submit(_dec(1), _cands()) is False
+    assert w.update_actual("r0", 1.0, 1.0) is False
+    snap = w.snapshot()
+    assert (snap.written, snap.dropped, snap.updates_dropped, snap.queue_depth) == (1, 1, 1, 0)
+    with pytest.raises(RuntimeError, match="closed"):
+        w.start()
