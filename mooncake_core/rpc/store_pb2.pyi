@@ -500,7 +500,7 @@ class WatchEventsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ("seq", "unix_time", "stored", "removed", "replica_dropped", "pinned", "unpinned", "segment_mounted", "segment_state", "segment_unmounted", "client_expired")
+    __slots__ = ("seq", "unix_time", "stored", "removed", "replica_dropped", "pinned", "unpinned", "segment_mounted", "segment_state", "segment_unmounted", "client_expired", "started")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     UNIX_TIME_FIELD_NUMBER: _ClassVar[int]
     STORED_FIELD_NUMBER: _ClassVar[int]
@@ -512,6 +512,7 @@ class Event(_message.Message):
     SEGMENT_STATE_FIELD_NUMBER: _ClassVar[int]
     SEGMENT_UNMOUNTED_FIELD_NUMBER: _ClassVar[int]
     CLIENT_EXPIRED_FIELD_NUMBER: _ClassVar[int]
+    STARTED_FIELD_NUMBER: _ClassVar[int]
     seq: int
     unix_time: float
     stored: ObjectStoredEvent
@@ -523,7 +524,8 @@ class Event(_message.Message):
     segment_state: SegmentStateEvent
     segment_unmounted: SegmentUnmountedEvent
     client_expired: ClientExpiredEvent
-    def __init__(self, seq: _Optional[int] = ..., unix_time: _Optional[float] = ..., stored: _Optional[_Union[ObjectStoredEvent, _Mapping]] = ..., removed: _Optional[_Union[ObjectRemovedEvent, _Mapping]] = ..., replica_dropped: _Optional[_Union[ReplicaDroppedEvent, _Mapping]] = ..., pinned: _Optional[_Union[PinEvent, _Mapping]] = ..., unpinned: _Optional[_Union[UnpinEvent, _Mapping]] = ..., segment_mounted: _Optional[_Union[SegmentMountedEvent, _Mapping]] = ..., segment_state: _Optional[_Union[SegmentStateEvent, _Mapping]] = ..., segment_unmounted: _Optional[_Union[SegmentUnmountedEvent, _Mapping]] = ..., client_expired: _Optional[_Union[ClientExpiredEvent, _Mapping]] = ...) -> None: ...
+    started: WatchStartedEvent
+    def __init__(self, seq: _Optional[int] = ..., unix_time: _Optional[float] = ..., stored: _Optional[_Union[ObjectStoredEvent, _Mapping]] = ..., removed: _Optional[_Union[ObjectRemovedEvent, _Mapping]] = ..., replica_dropped: _Optional[_Union[ReplicaDroppedEvent, _Mapping]] = ..., pinned: _Optional[_Union[PinEvent, _Mapping]] = ..., unpinned: _Optional[_Union[UnpinEvent, _Mapping]] = ..., segment_mounted: _Optional[_Union[SegmentMountedEvent, _Mapping]] = ..., segment_state: _Optional[_Union[SegmentStateEvent, _Mapping]] = ..., segment_unmounted: _Optional[_Union[SegmentUnmountedEvent, _Mapping]] = ..., client_expired: _Optional[_Union[ClientExpiredEvent, _Mapping]] = ..., started: _Optional[_Union[WatchStartedEvent, _Mapping]] = ...) -> None: ...
 
 class ObjectStoredEvent(_message.Message):
     __slots__ = ("key", "size", "replicas")
@@ -602,6 +604,12 @@ class SegmentUnmountedEvent(_message.Message):
     name: str
     reason: str
     def __init__(self, name: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class WatchStartedEvent(_message.Message):
+    __slots__ = ("last_seq",)
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    last_seq: int
+    def __init__(self, last_seq: _Optional[int] = ...) -> None: ...
 
 class ClientExpiredEvent(_message.Message):
     __slots__ = ("client_id",)

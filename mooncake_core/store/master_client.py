@@ -16,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import time
@@ -78,6 +79,8 @@ class MasterClient:
         self._timeout = timeout_s
         self._channel = grpc.aio.insecure_channel(address)
         self._stub = pb_grpc.MasterServiceStub(self._channel)
+        self.watch_start_seq: int | None = None
+        """Sequence number after which the last ``watch_events`` stream started."""
 
     async def __aenter__(self) -> MasterClient:
         return self
@@ -325,8 +328,15 @@ class MasterClient:
         r = await self._call(self._stub.GetSnapshot(pb.SnapshotRequest(), **self._kw))
         return cv.snapshot_from_pb(r)
 
-    async def watch_events(self) -> AsyncIterator[WatchedEvent]:
+    async def watch_events(
+        self, started: asyncio.Event | None = None
+    ) -> AsyncIterator[WatchedEvent]:
         """Every event from now on, until the master stops (then the iterator ends).
+
+        Args:
+            started: set once the master has registered the subscription; events
+                from then on are delivered (and ``self.watch_start_seq`` says where
+                the stream starts: resync with ListKeys, then apply what follows).
 
         Raises:
             UnavailableError: the stream broke or this subscriber fell behind.
@@ -335,6 +345,11 @@ class MasterClient:
         call = self._stub.WatchEvents(pb.WatchEventsRequest(), metadata=self._metadata)
         try:
             async for msg in call:
+                if msg.WhichOneof("kind") == "started":
+                    self.watch_start_seq = msg.started.last_seq
+                    if started is not None:
+                        started.set()
+                    continue
                 yield WatchedEvent(msg.seq, cv.event_from_pb(msg))
         except grpc.aio.AioRpcError as exc:
             raise self._transport_error(exc) from None

@@ -285,6 +285,11 @@ class MasterService:
         """Stop delivering to ``q``."""
         self._watchers.discard(q)
 
+    @property
+    def last_seq(self) -> int:
+        """Sequence number of the last event published (0 before the first)."""
+        return self._seq
+
     @staticmethod
     def is_overflow(item: object) -> bool:
         """Whether a queue item says the subscriber fell behind."""

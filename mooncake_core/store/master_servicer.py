@@ -276,6 +276,8 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
         self._svc.metrics.requests.labels("WatchEvents").inc()
         q = self._svc.subscribe()
         try:
+            last = self._svc.last_seq
+            yield pb.Event(seq=last, started=pb.WatchStartedEvent(last_seq=last))
             while True:
                 item = await q.get()
                 if self._svc.is_closed(item):

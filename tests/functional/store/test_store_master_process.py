@@ -40,9 +40,7 @@ def http_get(url: str) -> bytes:
 
 
 async def collect(mc: MasterClient, out: list[WatchedEvent], ready: asyncio.Event) -> None:
-    agen = mc.watch_events()
-    ready.set()
-    async for e in agen:
+    async for e in mc.watch_events(started=ready):
         out.append(e)
 
 
@@ -101,8 +99,8 @@ async def test_heartbeat_expiry_and_event_stream(start_master: StartMaster) -> N
     ):
         ready = asyncio.Event()
         watcher = asyncio.create_task(collect(w, events, ready))
-        await ready.wait()
-        await asyncio.sleep(0.3)  # the stream is open on the master before we act
+        await asyncio.wait_for(ready.wait(), 10)  # the master registered the stream
+        assert w.watch_start_seq == 0
         await a.mount_segment("a/dram", 1 << 20)
         await b.mount_segment("b/dram", 1 << 20)
         await a.put_start("both", 100, ReplicateConfig(replica_num=2))
