@@ -53,7 +53,7 @@ class EndpointOwner(Protocol):
         self, ep: Endpoint, chunk: list[Slice], results: array, done: int, err: int, msg: str
     ) -> None: ...
 
-    def connect_failed(self, ep: Endpoint, chunk: list[Slice], reason: str) -> None: ...
+    def connect_failed(self, ep: Endpoint, chunk: list[Slice], exc: Exception) -> None: ...
 
 
 class Endpoint:
@@ -145,9 +145,7 @@ class Endpoint:
                     try:
                         sock = self._owner.open_data_connection(self.local_ip, self.remote)
                     except Exception as exc:  # any connect/handshake failure fails the chunk
-                        self._owner.connect_failed(
-                            self, chunk, f"connect to {self.remote} from {self.local_ip}: {exc}"
-                        )
+                        self._owner.connect_failed(self, chunk, exc)
                         return
                     with self._cv:
                         self._socks.add(sock)

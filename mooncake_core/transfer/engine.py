@@ -582,7 +582,15 @@ class TransferEngine:
                 if r.state is TransferState.WAITING
             )
         name = self.segment_name if self._servers else ""
-        return TransferSnapshot(name, now, tuple(nics), transports, len(self._tcp.pool), pending)
+        return TransferSnapshot(
+            name,
+            now,
+            tuple(nics),
+            transports,
+            len(self._tcp.pool),
+            pending,
+            self._tcp.paused_remotes(),
+        )
 
 
 def _native_address(buf: Any) -> int:

@@ -35,6 +35,10 @@ class AuthError(TransferError):
     """The peer refused our credentials or failed to prove its own."""
 
 
+class LocalNicError(OSError):
+    """The local NIC address cannot be used (bind failed): a local, not a remote, fault."""
+
+
 def recv_exact(sock: socket.socket, n: int) -> bytes:
     """Read exactly ``n`` bytes.
 
@@ -102,7 +106,10 @@ def connect(
         tune(sock)
         sock.settimeout(timeout)
         if local_ip is not None:
-            sock.bind((local_ip, 0))
+            try:
+                sock.bind((local_ip, 0))
+            except OSError as exc:
+                raise LocalNicError(exc.errno, f"cannot bind local NIC {local_ip}: {exc}") from exc
         sock.connect((host, port))
         hello = recv_frame(sock)
         if hello.header.op != Op.HELLO or len(hello.payload) != auth.NONCE_SIZE:

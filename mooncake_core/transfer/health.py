@@ -98,6 +98,10 @@ class NicHealth:
             return True
         return False
 
+    def known(self) -> list[str]:
+        """NICs that ever recorded an outcome."""
+        return list(self._nics)
+
     def state(self, nic: str, now: float) -> NicHealthState:
         """Read-only view of ``nic`` (does not start a probe)."""
         entry = self._nics.get(nic)

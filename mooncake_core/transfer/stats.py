@@ -62,6 +62,8 @@ class TransferSnapshot:
     transports: tuple[TransportStats, ...]
     endpoints: int
     pending_requests: int
+    paused_remotes: tuple[str, ...] = ()
+    """Remote data servers (``host:port``) paused after repeated failures."""
 
     def nic(self, address: str) -> NicStats:
         """The stats of one NIC.

@@ -172,15 +172,25 @@ class TcpInitiator:
             raise
         return sock
 
-    def connect_failed(self, ep: Endpoint, chunk: list[Slice], reason: str) -> None:
-        """A connection could not be opened: blame the remote server, retry elsewhere."""
+    def connect_failed(self, ep: Endpoint, chunk: list[Slice], exc: Exception) -> None:
+        """A connection could not be opened: blame the side at fault, retry elsewhere."""
         now = time.monotonic()
         with self._hlock:
-            self.remote_health.record_failure(ep.remote, now)
+            if isinstance(exc, handshake.LocalNicError):
+                self.local_health.record_failure(ep.local_ip, now)
+            else:
+                self.remote_health.record_failure(ep.remote, now)
         self._stats.add(f"{ep.local_ip}|errors", len(chunk))
         left = self.pool.drop(ep)
-        self._retry(chunk, ep.key, reason)
+        self._retry(chunk, ep.key, f"connect {ep.local_ip} -> {ep.remote}: {exc}")
         self._reroute(left)
+
+    def paused_remotes(self) -> tuple[str, ...]:
+        """Remote servers paused now after repeated failures."""
+        now = time.monotonic()
+        with self._hlock:
+            names = list(self.remote_health.known())
+            return tuple(n for n in names if self.remote_health.state(n, now).paused)
 
     def chunk_done(
         self, ep: Endpoint, chunk: list[Slice], results: array, done: int, err: int, msg: str

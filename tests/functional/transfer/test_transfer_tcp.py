@@ -1,0 +1,162 @@
+"""tcp transport between two real processes on loopback: data, batches, striping."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+
+import numpy as np
+import pytest
+import torch
+from transfer_target_proc import pattern
+
+from mooncake_core.transfer import (
+    OpCode,
+    SegmentInfo,
+    TransferError,
+    TransferRequest,
+    TransferState,
+)
+
+pytestmark = pytest.mark.integration
+
+MiB = 1 << 20
+
+
+def test_read_and_write_roundtrip(start_target, make_engine):
+    target = start_target(size=4 * MiB)
+    eng = make_engine()
+    seg = eng.open_segment(target.name)
+    assert seg.transport == "tcp" and seg.size == 4 * MiB
+    local = eng.register_memory(bytearray(4 * MiB))
+    eng.read(local, 0, seg, 0, 4 * MiB)
+    assert bytes(local.view()) == pattern(4 * MiB)
+
+    data = bytes(reversed(pattern(3 * MiB + 17)))
+    local.view()[: len(data)] = data
+    eng.write(local, 0, seg, 1000, len(data))
+    assert target.sha256(1000, len(data)) == hashlib.sha256(data).hexdigest()
+
+
+def test_batch_status_wait_and_free(start_target, make_engine):
+    target = start_target(size=2 * MiB)
+    eng = make_engine()
+    seg = eng.open_segment(target.segment_name)  # host:port alone: its only segment
+    buf = np.zeros(2 * MiB, dtype=np.uint8)
+    local = eng.register_memory(buf)
+    batch = eng.allocate_batch(64)
+    reqs = [
+        TransferRequest(OpCode.READ, local, i * 32768, seg, i * 32768, 32768) for i in range(64)
+    ]
+    eng.submit(batch, reqs)
+    statuses = eng.wait(batch, timeout=30)
+    assert [s.state for s in statuses] == [TransferState.COMPLETED] * 64
+    assert all(s.transferred == 32768 and s.reason is None for s in statuses)
+    assert eng.status(batch, 5) == statuses[5]
+    assert buf.tobytes() == pattern(2 * MiB)
+    with pytest.raises(TransferError, match="capacity"):
+        eng.submit(batch, reqs[:1])
+    eng.free_batch(batch)
+    with pytest.raises(TransferError, match="not allocated"):
+        eng.submit(batch, reqs[:1])
+
+
+class _FixedDirectory:
+    """A SegmentDirectory that answers from a table (what the Store master will do)."""
+
+    def __init__(self, infos):
+        self.infos = {i.name: i for i in infos}
+
+    def resolve(self, name):
+        return self.infos[name]
+
+
+def test_free_batch_refused_while_pending(make_engine):
+    # A server that accepts connections but never speaks keeps requests WAITING until
+    # the connect timeout: deterministic "pending" without racing a fast transfer.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    addr = f"127.0.0.1:{silent.getsockname()[1]}"
+    info = SegmentInfo(name=f"{addr}/s", segment_id=1, size=MiB, nics=(addr,))
+    eng = make_engine(
+        directory=_FixedDirectory([info]),
+        config={"connect_timeout_s": 0.5, "max_retries": 0, "request_timeout_s": 10},
+    )
+    seg = eng.open_segment(f"{addr}/s")
+    local = eng.register_memory(bytearray(MiB))
+    batch = eng.allocate_batch(1)
+    eng.submit(batch, [TransferRequest(OpCode.READ, local, 0, seg, 0, MiB)])
+    with pytest.raises(TransferError, match="pending"):
+        eng.free_batch(batch)
+    with pytest.raises(TransferError, match="in flight"):
+        eng.unregister_memory(local)
+    (status,) = eng.wait(batch, timeout=30)
+    assert status.state is TransferState.FAILED
+    assert "timed out" in (status.reason or "")
+    eng.free_batch(batch)
+    eng.unregister_memory(local)
+    silent.close()
+
+
+def test_invalid_requests_are_refused_before_sending(start_target, make_engine):
+    target = start_target(size=MiB)
+    eng = make_engine()
+    seg = eng.open_segment(target.name)
+    local = eng.register_memory(bytearray(MiB))
+    batch = eng.allocate_batch(4)
+    cases = [
+        (TransferRequest(OpCode.READ, local, 0, seg, MiB - 10, 11), "outside segment"),
+        (TransferRequest(OpCode.READ, local, MiB, seg, 0, 1), "outside region"),
+        (TransferRequest(OpCode.WRITE, local, -1, seg, 0, 1), "negative"),
+    ]
+    for req, match in cases:
+        with pytest.raises(TransferError, match=match):
+            eng.submit(batch, [req])
+    assert eng.batch_status(batch) == []
+    with pytest.raises(TransferError, match="no segment 'nope'"):
+        eng.open_segment(target.segment_name + "/nope")
+
+
+def test_register_numpy_torch_and_raw_address(start_target, make_engine):
+    target = start_target(size=MiB)
+    eng = make_engine()
+    seg = eng.open_segment(target.name)
+    t = torch.zeros(MiB // 4, dtype=torch.int32)
+    r1 = eng.register_memory(t)
+    eng.read(r1, 0, seg, 0, MiB)
+    assert t.numpy().tobytes() == pattern(MiB)
+    arr = np.zeros(MiB, dtype=np.uint8)
+    r2 = eng.register_memory(arr.ctypes.data, MiB)
+    eng.read(r2, 0, seg, 0, MiB)
+    assert arr.tobytes() == pattern(MiB)
+    with pytest.raises(TransferError, match="read-only"):
+        eng.register_memory(b"immutable")
+    with pytest.raises(TransferError, match="GPU"):
+        eng.register_memory(bytearray(10), location="cuda:0")
+
+
+def test_64mib_striped_over_three_nics_checksum(start_target, make_engine):
+    nics = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
+    size = 64 * MiB
+    target = start_target(size=size, nics=nics)
+    eng = make_engine(nics=nics)
+    seg = eng.open_segment(target.name)
+    assert len(seg.info.nics) == 3
+    local = eng.register_memory(bytearray(size))
+    eng.read(local, 0, seg, 0, size)  # one request: must use every NIC
+    assert hashlib.sha256(local.view()).digest() == hashlib.sha256(pattern(size)).digest()
+    snap = eng.snapshot()
+    for nic in nics:
+        assert snap.nic(nic).bytes_received > 0, snap.nic(nic)
+    got = sum(snap.nic(n).bytes_received for n in nics)
+    assert got == size
+
+    data = pattern(size, seed=99)
+    local.view()[:] = data
+    eng.write(local, 0, seg, 0, size)
+    assert target.sha256(0, size) == hashlib.sha256(data).hexdigest()
+    remote = {n["nic"]: n for n in target.snapshot()["nics"]}
+    for nic in nics:
+        assert remote[nic]["bytes_received"] > 0 and remote[nic]["bytes_sent"] > 0
+    assert eng.snapshot().transport("tcp").requests_completed == 2
