@@ -12,6 +12,7 @@ from mooncake_core.worker.cpp import (
     split_layers,
 )
 from mooncake_core.worker.engine import (
+    EngineSnapshot,
     EngineStats,
     InferenceEngine,
     LayerKVEvent,
@@ -35,6 +36,7 @@ __all__ = [
     "CppOptions",
     "CppPrefillGroup",
     "CppResult",
+    "EngineSnapshot",
     "EngineStats",
     "InferenceEngine",
     "LayerKVEvent",

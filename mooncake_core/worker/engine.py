@@ -26,12 +26,13 @@ import torch
 from mooncake_core.conductor.events import CacheEvent
 from mooncake_core.conductor.hashing import BlockHasher
 from mooncake_core.config.models import HashingConfig, ModelConfig
-from mooncake_core.worker.kvcache import PagedKVCache
+from mooncake_core.worker.kvcache import CacheSnapshot, PagedKVCache
 from mooncake_core.worker.model import KVPair, TinyLlama, as_token_tensor
 from mooncake_core.worker.sampling import Sampler, SamplingParams
 from mooncake_core.worker.tokenizer import EOS
 
 __all__ = [
+    "EngineSnapshot",
     "EngineStats",
     "InferenceEngine",
     "LayerKVEvent",
@@ -117,6 +118,31 @@ class EngineStats:
     reused_tokens: int = 0
     decode_steps: int = 0
     decoded_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSnapshot:
+    """Read-model of an engine: counters, live sequences and the cache.
+
+    Attributes:
+        location: instance name.
+        device: torch device the model runs on.
+        sequences: live sequences.
+        context_tokens: tokens with KV over all live sequences (decode load).
+        prefills, computed_tokens, reused_tokens, decode_steps, decoded_tokens: totals.
+        cache: the paged cache's snapshot.
+    """
+
+    location: str
+    device: str
+    sequences: int
+    context_tokens: int
+    prefills: int
+    computed_tokens: int
+    reused_tokens: int
+    decode_steps: int
+    decoded_tokens: int
+    cache: CacheSnapshot
 
 
 @dataclass(slots=True)
@@ -469,6 +495,22 @@ class InferenceEngine:
     def take_events(self) -> list[CacheEvent]:
         """Cache events (tier HBM) for the conductor's index, oldest first."""
         return self.cache.take_events()
+
+    def snapshot(self) -> EngineSnapshot:
+        """Counters, load and cache state in one immutable record."""
+        st = self.stats
+        return EngineSnapshot(
+            location=self.cache.location,
+            device=str(self.device),
+            sequences=len(self._seqs),
+            context_tokens=sum(len(s.tokens) for s in self._seqs.values()),
+            prefills=st.prefills,
+            computed_tokens=st.computed_tokens,
+            reused_tokens=st.reused_tokens,
+            decode_steps=st.decode_steps,
+            decoded_tokens=st.decoded_tokens,
+            cache=self.cache.snapshot(),
+        )
 
     def sequences(self) -> tuple[str, ...]:
         """Ids of live sequences."""

@@ -168,3 +168,36 @@ def test_events_report_hbm_blocks(tiny: ModelConfig, hashing: HashingConfig) -> 
     events = eng.take_events()
     assert [e.keys for e in events] == [r.block_keys]
     assert events[0].location == "p0"
+
+
+def test_snapshot_reports_load_and_counters(tiny: ModelConfig, hashing: HashingConfig) -> None:
+    eng = _engine(tiny, hashing)
+    a = eng.prefill(_prompt(9))
+    eng.prefill(_prompt(5, 1))
+    eng.decode_step([a.seq_id])
+    snap = eng.snapshot()
+    assert (snap.location, snap.device, snap.sequences, snap.context_tokens) == ("p0", "cpu", 2, 15)
+    assert (snap.prefills, snap.computed_tokens, snap.decode_steps, snap.decoded_tokens) == (
+        2,
+        14,
+        1,
+        1,
+    )
+    assert snap.cache.sequences == 2 and snap.cache.used_blocks == 3 + 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_engine_matches_cpu(tiny: ModelConfig, hashing: HashingConfig) -> None:
+    prompts = [_prompt(20, 4), [*_prompt(20, 4)[:12], 7, 8, 9]]
+    cpu = _engine(tiny, hashing)
+    gpu = InferenceEngine(tiny, hashing, num_blocks=64, device="cuda")
+    assert gpu.cache.pool.is_cuda
+    assert gpu.generate(prompts, NO_EOS) == [
+        gpu.generate_reference(p, 8, sampling=NO_EOS) for p in prompts
+    ]
+    g, c = gpu.prefill(prompts[1]), cpu.prefill(prompts[1])
+    assert g.reused_tokens == 12
+    assert torch.allclose(g.logits.cpu(), c.logits, rtol=0, atol=1e-3)
+    # KV moves between devices as plain bytes.
+    sid = cpu.import_kv(gpu.export_kv(g.seq_id), seq_id="moved")
+    cpu.decode_step([sid])
