@@ -6,8 +6,9 @@ them without copying.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, overload
 
 from mooncake_core.conductor.events import Tier
 
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AdmissionResult",
     "Candidate",
+    "CandidateTable",
     "Decision",
     "JoinResult",
     "Migration",
@@ -148,6 +150,65 @@ class Candidate(NamedTuple):
     why_not: str
 
 
+class CandidateTable(Sequence[Candidate]):
+    """A decision's candidate rows, built on first read.
+
+    Building a row per instance, with its "why not" sentence, costs more than the
+    decision itself on large clusters, and most consumers (the simulator, the front
+    door) never read it. The table captures the immutable inputs at decision time and
+    formats the rows once, when first read; after that it is a plain tuple.
+
+    Args:
+        rows: the rows, or a zero-argument function producing them.
+    """
+
+    __slots__ = ("_build", "_rows")
+
+    def __init__(self, rows: Iterable[Candidate] | Callable[[], Iterable[Candidate]]) -> None:
+        self._rows: tuple[Candidate, ...] | None = None
+        self._build: Callable[[], Iterable[Candidate]] | None = None
+        if callable(rows):
+            self._build = rows
+        else:
+            self._rows = tuple(rows)
+
+    def rows(self) -> tuple[Candidate, ...]:
+        """All rows as a tuple (prefill rows in instance order, then decode rows)."""
+        rows = self._rows
+        if rows is None:
+            build = self._build
+            rows = self._rows = tuple(build()) if build is not None else ()
+            self._build = None
+        return rows
+
+    @overload
+    def __getitem__(self, index: int) -> Candidate: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Candidate, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> Candidate | tuple[Candidate, ...]:
+        return self.rows()[index]
+
+    def __len__(self) -> int:
+        return len(self.rows())
+
+    def __iter__(self) -> Iterator[Candidate]:
+        return iter(self.rows())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, CandidateTable):
+            return self.rows() == other.rows()
+        if isinstance(other, tuple):
+            return self.rows() == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"CandidateTable({self.rows()!r})"
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     """Everything decided for one request, and everything the decision was based on.
@@ -172,7 +233,7 @@ class Decision:
         predicted_tbt_s: predicted time between tokens on the chosen decode instance.
         admission: admission verdict, reason and retry hint.
         migration: hotspot migration issued, or ``None``.
-        candidates: prefill rows (instance order) then decode rows.
+        candidates: prefill rows (instance order) then decode rows, built on first read.
     """
 
     time: float
@@ -194,7 +255,7 @@ class Decision:
     predicted_tbt_s: float
     admission: AdmissionResult
     migration: Migration | None
-    candidates: tuple[Candidate, ...]
+    candidates: CandidateTable
 
     @property
     def admitted(self) -> bool:

@@ -22,6 +22,7 @@ from mooncake_core.conductor.admission import AdmissionContext, make_admission
 from mooncake_core.conductor.decision import (
     AdmissionResult,
     Candidate,
+    CandidateTable,
     Decision,
     JoinResult,
     Migration,
@@ -36,6 +37,7 @@ from mooncake_core.conductor.options import (
     default_prefill_model,
 )
 from mooncake_core.conductor.policies import (
+    PolicyChoice,
     PolicyContext,
     PrefillFeedback,
     PrefillPlan,
@@ -162,30 +164,20 @@ class Conductor:
             self._decode_time = guess if guess > 0 else 10.0
         return self._decode_time
 
-    def _choose_decode(self, request: ScheduleRequest) -> tuple[int, list[float], list[str]]:
-        tbts: list[float] = []
+    def _choose_decode(self, request: ScheduleRequest) -> tuple[int, list[float]]:
         slo = self.config.tbt_slo_s
+        joined = self.decode_model.tbt_if_joined
+        new = request.input_len
+        decoders = self._decode
+        tbts = [joined(d.batch, d.context_tokens, new) for d in decoders]
         best = -1
-        fallback = 0
-        for i, d in enumerate(self._decode):
-            t = self.decode_model.tbt_if_joined(d.batch, d.context_tokens, request.input_len)
-            tbts.append(t)
-            if t < tbts[fallback]:
-                fallback = i
-            if t <= slo and d.has_room() and (best < 0 or t < tbts[best]):
+        for i, d in enumerate(decoders):
+            t = tbts[i]
+            if t <= slo and (best < 0 or t < tbts[best]) and d.has_room():
                 best = i
-        chosen = best if best >= 0 else fallback
-        why = []
-        for i, d in enumerate(self._decode):
-            if i == chosen:
-                why.append("")
-            elif not d.has_room():
-                why.append(f"full ({d.batch}/{d.max_batch})")
-            elif tbts[i] > slo:
-                why.append(f"predicted TBT {tbts[i] * 1000:.1f}ms > SLO {slo * 1000:.1f}ms")
-            else:
-                why.append(f"predicted TBT {tbts[i] * 1000:.1f}ms >= {tbts[chosen] * 1000:.1f}ms")
-        return chosen, tbts, why
+        if best < 0:
+            best = min(range(len(tbts)), key=tbts.__getitem__)
+        return best, tbts
 
     def schedule(self, request: ScheduleRequest, now: float) -> Decision:
         """Choose a prefill/decode pair for ``request`` and admit or reject it.
@@ -227,7 +219,7 @@ class Conductor:
         )
         choice = policy.choose(ctx)
         plan = choice.plans[choice.chosen]
-        d_idx, tbts, d_why = self._choose_decode(request)
+        d_idx, tbts = self._choose_decode(request)
         decode = self._decode[d_idx]
         adm_ctx = AdmissionContext(
             now,
@@ -256,17 +248,7 @@ class Conductor:
                 plan.transfer_s,
             )
         decision = self._decision(
-            request,
-            now,
-            choice.plans,
-            choice.chosen,
-            choice.why_not,
-            d_idx,
-            tbts,
-            d_why,
-            match.best_len,
-            verdict,
-            migration,
+            request, now, choice, d_idx, tbts, match.best_len, verdict, migration
         )
         self._counts["decisions"] += 1
         if not verdict.admitted:
@@ -298,41 +280,54 @@ class Conductor:
         self,
         request: ScheduleRequest,
         now: float,
-        plans: tuple[PrefillPlan, ...],
-        chosen: int,
-        why_not: tuple[str, ...],
+        choice: PolicyChoice,
         d_idx: int,
         tbts: list[float],
-        d_why: list[str],
         best_len: int,
         verdict: AdmissionResult,
         migration: Migration | None,
     ) -> Decision:
-        rows = [
-            Candidate(
-                "prefill",
-                p.instance,
-                p.local_blocks,
-                p.used_blocks,
-                p.used_blocks - p.local_blocks if p.source is not None else 0,
-                p.source[0] if p.source is not None else None,
-                p.queue_s,
-                p.transfer_s,
-                p.prefill_s,
-                p.queue_s + p.transfer_s + p.prefill_s,
-                None,
-                i == chosen,
-                why_not[i],
-            )
-            for i, p in enumerate(plans)
-        ]
-        rows.extend(
-            Candidate(
-                "decode", d.name, 0, 0, 0, None, 0.0, 0.0, 0.0, 0.0, tbts[i], i == d_idx, d_why[i]
-            )
-            for i, d in enumerate(self._decode)
-        )
-        plan = plans[chosen]
+        plan = choice.plans[choice.chosen]
+        # The candidate table is formatted lazily; capture the decode state it needs now.
+        loads = [(d.name, d.batch, d.max_batch) for d in self._decode]
+        slo = self.config.tbt_slo_s
+
+        def rows() -> list[Candidate]:
+            why_not = choice.why_not()
+            out = [
+                Candidate(
+                    "prefill",
+                    p.instance,
+                    p.local_blocks,
+                    p.used_blocks,
+                    p.used_blocks - p.local_blocks if p.source is not None else 0,
+                    p.source[0] if p.source is not None else None,
+                    p.queue_s,
+                    p.transfer_s,
+                    p.prefill_s,
+                    p.queue_s + p.transfer_s + p.prefill_s,
+                    None,
+                    i == choice.chosen,
+                    why_not[i],
+                )
+                for i, p in enumerate(choice.plans)
+            ]
+            win = tbts[d_idx]
+            for i, (name, batch, max_batch) in enumerate(loads):
+                t = tbts[i]
+                if i == d_idx:
+                    why = ""
+                elif batch >= max_batch:
+                    why = f"full ({batch}/{max_batch})"
+                elif t > slo:
+                    why = f"predicted TBT {t * 1000:.1f}ms > SLO {slo * 1000:.1f}ms"
+                else:
+                    why = f"predicted TBT {t * 1000:.1f}ms >= {win * 1000:.1f}ms"
+                out.append(
+                    Candidate("decode", name, 0, 0, 0, None, 0.0, 0.0, 0.0, 0.0, t, i == d_idx, why)
+                )
+            return out
+
         return Decision(
             time=now,
             request_id=request.request_id,
@@ -353,7 +348,7 @@ class Conductor:
             predicted_tbt_s=tbts[d_idx],
             admission=verdict,
             migration=migration,
-            candidates=tuple(rows),
+            candidates=CandidateTable(rows),
         )
 
     # -- lifecycle hooks ---------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from mooncake_core.conductor.decision import ScheduleRequest
 from mooncake_core.conductor.index import Holder, PrefixMatch
@@ -20,9 +20,11 @@ from mooncake_core.conductor.state import PrefillInstanceState
 __all__ = ["Policy", "PolicyChoice", "PolicyContext", "PrefillFeedback", "PrefillPlan"]
 
 
-@dataclass(frozen=True, slots=True)
-class PrefillPlan:
+class PrefillPlan(NamedTuple):
     """How one prefill instance would serve the request, with predicted times.
+
+    A named tuple: every decision builds one per prefill instance, and tuples are
+    several times cheaper to create than frozen dataclasses.
 
     Attributes:
         instance: prefill instance.
@@ -60,7 +62,8 @@ class PolicyChoice:
     Attributes:
         chosen: index into ``plans`` of the winner.
         plans: one plan per prefill instance, in instance order.
-        why_not: for each loser (same order; ``""`` for the winner) a short reason.
+        basis: what the winner was picked on, which words explain the losers
+            (:func:`explain_losers`): ``"ttft"``, ``"queue"``, ``"draw"`` or ``"turn"``.
         alternative: for the winner, the plan it did *not* take (fetch vs local) when the
             best prefix lives elsewhere; feeds :class:`PrefillFeedback`.
         ratio: ``best_blocks / local_blocks`` of the winner (``inf`` when it held nothing).
@@ -68,9 +71,13 @@ class PolicyChoice:
 
     chosen: int
     plans: tuple[PrefillPlan, ...]
-    why_not: tuple[str, ...]
+    basis: str
     alternative: PrefillPlan | None = None
     ratio: float = 0.0
+
+    def why_not(self) -> tuple[str, ...]:
+        """For each plan (same order; ``""`` for the winner) why it lost, with the numbers."""
+        return explain_losers(self.plans, self.chosen, self.basis)
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,17 +251,37 @@ class PolicyContext:
         return tuple(self.local_plan(s) for s in self.instances)
 
 
-def ttft_why_not(plans: Sequence[PrefillPlan], chosen: int) -> tuple[str, ...]:
-    """Reasons for losers of a min-TTFT choice, with both numbers."""
-    best = plans[chosen].ttft_s
+def explain_losers(plans: Sequence[PrefillPlan], chosen: int, basis: str) -> tuple[str, ...]:
+    """Why each plan lost (``""`` for the winner).
+
+    Formatting is deferred to here, off the decision path: a decision only keeps the
+    plans, and the words are produced when someone reads the candidate table.
+
+    Args:
+        plans: the plans compared.
+        chosen: index of the winner.
+        basis: ``"ttft"`` (lowest predicted TTFT), ``"queue"`` (lowest queue),
+            ``"draw"`` (random) or ``"turn"`` (round robin).
+    """
+    win = plans[chosen]
     out = []
     for i, p in enumerate(plans):
         if i == chosen:
             out.append("")
-        elif p.ttft_s > best:
-            out.append(f"predicted TTFT {p.ttft_s:.3f}s > {best:.3f}s")
+        elif basis == "ttft":
+            if p.ttft_s > win.ttft_s:
+                out.append(f"predicted TTFT {p.ttft_s:.3f}s > {win.ttft_s:.3f}s")
+            else:
+                out.append(
+                    f"predicted TTFT {p.ttft_s:.3f}s ties {win.ttft_s:.3f}s; earlier instance wins"
+                )
+        elif basis == "queue":
+            if p.queue_s > win.queue_s:
+                out.append(f"queue {p.queue_s:.3f}s > {win.queue_s:.3f}s")
+            else:
+                out.append("queue ties; earlier instance wins")
         else:
-            out.append(f"predicted TTFT {p.ttft_s:.3f}s ties {best:.3f}s; earlier instance wins")
+            out.append("not drawn" if basis == "draw" else "not its turn")
     return tuple(out)
 
 

@@ -7,7 +7,6 @@ from mooncake_core.conductor.policies.base import (
     PolicyChoice,
     PolicyContext,
     argmin_ttft,
-    ttft_why_not,
 )
 
 __all__ = ["CacheAwarePolicy"]
@@ -27,4 +26,4 @@ class CacheAwarePolicy(Policy):
             raise ValueError("no prefill instance to schedule on")
         plans = ctx.all_local_plans()
         chosen = argmin_ttft(plans)
-        return PolicyChoice(chosen, plans, ttft_why_not(plans, chosen))
+        return PolicyChoice(chosen, plans, "ttft")

@@ -23,7 +23,6 @@ from mooncake_core.conductor.policies.base import (
     PolicyContext,
     PrefillPlan,
     argmin_ttft,
-    ttft_why_not,
 )
 
 __all__ = ["KVCacheCentricPolicy", "fetch_ratio"]
@@ -68,12 +67,17 @@ class KVCacheCentricPolicy(Policy):
         if not ctx.instances:
             raise ValueError("no prefill instance to schedule on")
         best = ctx.match.best_len
+        by_location = ctx.match.by_location
+        theta = self.threshold or 0.0
+        fetch_plan, local_plan = ctx.fetch_plan, ctx.local_plan
         plans: list[PrefillPlan] = []
         for state in ctx.instances:
-            local = ctx.local_blocks(state.name)
-            plans.append(
-                ctx.fetch_plan(state) if self.worth_fetching(best, local) else ctx.local_plan(state)
-            )
+            local = by_location.get(state.name, 0)
+            # worth_fetching(), inlined: this loop runs once per instance per request.
+            if best > local and (local <= 0 or best / local > theta):
+                plans.append(fetch_plan(state))
+            else:
+                plans.append(local_plan(state))
         chosen = argmin_ttft(plans)
         winner = plans[chosen]
         alternative = None
@@ -85,7 +89,7 @@ class KVCacheCentricPolicy(Policy):
         return PolicyChoice(
             chosen,
             tuple(plans),
-            ttft_why_not(plans, chosen),
+            "ttft",
             alternative,
             fetch_ratio(best, winner.local_blocks),
         )

@@ -24,15 +24,4 @@ class LoadBalancePolicy(Policy):
         for i in range(1, len(plans)):
             if plans[i].queue_s < plans[chosen].queue_s:
                 chosen = i
-        q = plans[chosen].queue_s
-        why = tuple(
-            ""
-            if i == chosen
-            else (
-                f"queue {p.queue_s:.3f}s > {q:.3f}s"
-                if p.queue_s > q
-                else "queue ties; earlier instance wins"
-            )
-            for i, p in enumerate(plans)
-        )
-        return PolicyChoice(chosen, plans, why)
+        return PolicyChoice(chosen, plans, "queue")

@@ -31,9 +31,7 @@ class RandomPolicy(Policy):
         _require(ctx)
         plans = ctx.all_local_plans()
         chosen = self._rng.randrange(len(plans))
-        return PolicyChoice(
-            chosen, plans, tuple("" if i == chosen else "not drawn" for i in range(len(plans)))
-        )
+        return PolicyChoice(chosen, plans, "draw")
 
 
 class RoundRobinPolicy(Policy):
@@ -51,6 +49,4 @@ class RoundRobinPolicy(Policy):
         plans = ctx.all_local_plans()
         chosen = self._next % len(plans)
         self._next = chosen + 1
-        return PolicyChoice(
-            chosen, plans, tuple("" if i == chosen else "not its turn" for i in range(len(plans)))
-        )
+        return PolicyChoice(chosen, plans, "turn")

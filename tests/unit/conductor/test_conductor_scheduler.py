@@ -207,3 +207,20 @@ def test_constructor_rejects_bad_clusters() -> None:
         Conductor(ConductorConfig(), [], {"d": 1})
     with pytest.raises(ValueError, match="duplicate prefill"):
         Conductor(ConductorConfig(), ["a", "a"], {"d": 1})
+
+
+def test_candidate_table_is_built_once_and_compares_by_rows() -> None:
+    c = make("load_balance")
+    c._prefill_by_name["p0"].enqueue("busy", 0.5)
+    d = c.schedule(req("a"), 0.0)
+    rows = d.candidates.rows()
+    assert d.candidates.rows() is rows
+    assert len(d.candidates) == 4 and d.candidates[0] is rows[0] and d.candidates == rows
+    assert d.candidates[0].why_not == "queue 0.500s > 0.000s"
+    # The table reflects the state at decision time, not later changes.
+    c2 = make("load_balance")
+    c2._prefill_by_name["p0"].enqueue("busy", 0.5)
+    d2 = c2.schedule(req("a"), 0.0)
+    c2.schedule(req("b"), 0.0)
+    c2.schedule(req("c"), 0.0)
+    assert d2.candidates == d.candidates
