@@ -240,14 +240,15 @@ class MasterState:
             CapacityError: fewer usable segments than replicas, or no space after eviction.
         """
         cfg = config or ReplicateConfig()
-        replica_num = validate_put(self.config, key, size, client_id, cfg, self._usable())
+        segs = self._segments.allocatable()
+        replica_num = validate_put(self.config, key, size, client_id, cfg, len(segs))
         existing = self._objects.get(key)
         if existing is not None:
             raise ConflictError(
                 ErrorCode.OBJECT_ALREADY_EXISTS,
                 f"object {key!r} already exists ({existing.state.name})",
             )
-        replicas = self._allocate(key, size, replica_num, client_id, cfg, now, protected=())
+        replicas = self._allocate(segs, key, size, replica_num, client_id, cfg, now, ())
         self._install(key, size, replicas, client_id, cfg, now)
         return replicas
 
@@ -269,7 +270,8 @@ class MasterState:
             Others: as :meth:`put_start`.
         """
         cfg = config or ReplicateConfig()
-        replica_num = validate_put(self.config, key, size, client_id, cfg, self._usable())
+        segs = self._segments.allocatable()
+        replica_num = validate_put(self.config, key, size, client_id, cfg, len(segs))
         old = self._objects.get(key)
         if old is None:
             return self.put_start(key, size, client_id, now, cfg)
@@ -282,7 +284,7 @@ class MasterState:
                 ErrorCode.OBJECT_LEASED,
                 f"object {key!r} is leased for {old.lease_expiry - now:.3f} s more",
             )
-        replicas = self._allocate(key, size, replica_num, client_id, cfg, now, protected=(key,))
+        replicas = self._allocate(segs, key, size, replica_num, client_id, cfg, now, (key,))
         self._drop(key, old, ev.RemoveReason.REPLACED, now, keep_pin=True)
         self._install(key, size, replicas, client_id, cfg, now)
         return replicas
@@ -618,9 +620,6 @@ class MasterState:
         del self._objects[key]
         self._objects[key] = obj
 
-    def _usable(self) -> int:
-        return len(self._segments.allocatable())
-
     def _strategy_for(self, cfg: ReplicateConfig) -> AllocationStrategy:
         if cfg.preferred_segments:
             return PreferredStrategy(self._strategy)
@@ -630,6 +629,7 @@ class MasterState:
 
     def _allocate(
         self,
+        segs: list[Segment],
         key: str,
         size: int,
         replica_num: int,
@@ -638,16 +638,16 @@ class MasterState:
         now: float,
         protected: Collection[str],
     ) -> tuple[Replica, ...]:
-        segs = self._segments.allocatable()
         lengths = slice_lengths(size, self.config.max_slice_size)
         biggest = max(s.capacity for s in segs)
-        if max(lengths) > biggest or size * replica_num > sum(s.capacity for s in segs):
+        total = sum(s.capacity for s in segs)
+        if lengths[0] > biggest or size * replica_num > total:
             # Hopeless even on an empty store: fail without evicting anything.
             raise CapacityError(
                 ErrorCode.STORE_FULL,
                 f"object {key!r} ({size} bytes x {replica_num} replicas, slices up to "
-                f"{max(lengths)} bytes) cannot fit the usable segments (largest {biggest} "
-                f"bytes, total {sum(s.capacity for s in segs)} bytes)",
+                f"{lengths[0]} bytes) cannot fit the usable segments (largest {biggest} "
+                f"bytes, total {total} bytes)",
             )
         strategy = self._strategy_for(cfg)
         ctx = AllocContext(client_id, cfg.preferred_segments)

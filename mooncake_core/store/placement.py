@@ -44,23 +44,21 @@ def place_replicas(
     Returns:
         The replicas, or ``None`` when they do not fit (nothing is left allocated then).
     """
-    by_name = {s.name: s for s in segments}
     taken: set[str] = set()
     replicas: list[Replica] = []
     done: list[Slice] = []
     for r in range(replica_num):
         still_to_place = replica_num - r - 1
+        pool = [s for s in segments if s.name not in taken] if taken else segments
         mine: set[str] = set()
         slices: list[Slice] = []
         for length in lengths:
-            pool = [s for s in segments if s.name not in taken]
             may_take_new = len(pool) - len(mine) - 1 >= still_to_place
             cands = [
-                s for s in pool if (s.name in mine or may_take_new) and s.allocator.fits(length)
+                s for s in pool if (may_take_new or s.name in mine) and s.allocator.fits(length)
             ]
             if not cands:
-                for sl in done + slices:
-                    by_name[sl.segment].allocator.release(sl.offset, sl.length)
+                _rollback(segments, done + slices)
                 return None
             seg = strategy.choose(cands, length, ctx)
             offset = seg.allocator.allocate(length)
@@ -72,3 +70,9 @@ def place_replicas(
         done.extend(slices)
         replicas.append(tuple(slices))
     return tuple(replicas)
+
+
+def _rollback(segments: Sequence[Segment], slices: list[Slice]) -> None:
+    by_name = {s.name: s for s in segments}
+    for sl in slices:
+        by_name[sl.segment].allocator.release(sl.offset, sl.length)
