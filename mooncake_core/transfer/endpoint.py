@@ -69,6 +69,7 @@ class Endpoint:
         self._cv = threading.Condition()
         self._closed = False
         self._idle = 0
+        self._hard = False
         self._threads: list[threading.Thread] = []
         self._socks: set[socket.socket] = set()
 
@@ -104,6 +105,7 @@ class Endpoint:
         """
         with self._cv:
             self._closed = True
+            self._hard = self._hard or hard
             left = list(self._queue)
             self._queue.clear()
             socks = list(self._socks)
@@ -149,7 +151,7 @@ class Endpoint:
                         return
                     with self._cv:
                         self._socks.add(sock)
-                        if self._closed:
+                        if self._hard:  # engine closing: interrupt; eviction lets it finish
                             sock.shutdown(socket.SHUT_RDWR)
                 buf = b"".join(
                     SLICE.pack(s.op, s.seg_id, i, s.remote_off, s.local_addr, s.length)
