@@ -164,7 +164,9 @@ class Upstream:
 
     def command_lines(self) -> list[str]:
         return [
-            " ".join(self.target_cmd).replace(self.meta, "http://127.0.0.1:META/metadata"),
+            " ".join(self.target_cmd)
+            .replace(self.meta, "http://127.0.0.1:META/metadata")
+            .replace(f":{self.target_port}", ":TARGET"),
             f"{self.teb} --mode=initiator --protocol=tcp --metadata_server=http://127.0.0.1:META/metadata "
             "--local_server_name=127.0.0.1:PORT --segment_id=127.0.0.1:TARGET --operation={read|write} "
             f"--block_size=BLOCK --batch_size={BATCH} --threads=1 --duration=D --buffer_size={2 * GiB}",
@@ -320,6 +322,53 @@ def memcpy_1gib() -> float:
     return statistics.median(best)
 
 
+# ---------------------------------------------------------------------------- namespaces
+
+
+NETNS_CONFIG = {
+    "protocol": "tcp",
+    "connect_timeout_s": 1.0,
+    "request_timeout_s": 10.0,
+    "nic_pause_s": 0.5,
+    "nic_pause_max_s": 1.0,
+    "nic_failure_threshold": 1,
+}
+
+
+def netns_section(size: int, repeats: int) -> dict[str, Any]:
+    """Two namespaces, two 1 Gbit/s veth NICs (tests/netns_util.py): one READ of ``size``
+    bytes over one NIC, over both, and over both with link 1 cut 0.3 s in."""
+    root = Path(__file__).resolve().parents[1]
+    sys.path[:0] = [str(root), str(root / "tests" / "functional" / "transfer_netns")]
+    from transfer_netns_agent import AgentClient  # type: ignore[import-not-found]
+
+    from tests.netns_util import netns_pair  # type: ignore[import-not-found]
+
+    res: dict[str, Any] = {"size": size, "single_s": [], "dual_s": [], "failover_s": []}
+    with netns_pair(2, rate="1gbit") as rig:
+        for key, nics in (("single_s", 1), ("dual_s", 2)):
+            tgt = AgentClient(rig, "a", "target", rig.nics("a")[:nics], NETNS_CONFIG, size=size)
+            seg = tgt.line()["segment"]
+            ini = AgentClient(rig, "b", "initiator", rig.nics("b")[:nics], NETNS_CONFIG)
+            for _ in range(repeats):
+                r = ini.call(cmd="read", segment=seg, length=size)
+                res[key].append(r["seconds"] if r["state"] == "COMPLETED" else None)
+            if nics == 2:
+                for _ in range(repeats):
+                    ini.send(cmd="read", segment=seg, length=size, timeout=30)
+                    ini.line()
+                    time.sleep(0.3)
+                    rig.link_down(1)
+                    r = ini.line(timeout=60)
+                    res["failover_s"].append(r["seconds"] if r["state"] == "COMPLETED" else None)
+                    rig.link_up(1)
+                    time.sleep(NETNS_CONFIG["nic_pause_max_s"] + 0.2)
+            ini.stop()
+            tgt.stop()
+    log(f"netns: {res}")
+    return res
+
+
 # ---------------------------------------------------------------------------- report
 
 
@@ -384,13 +433,16 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument(
         "--only",
-        choices=["tcp", "sock", "shm"],
+        choices=["tcp", "sock", "shm", "netns"],
         action="append",
         help="run only these sections (default: all)",
     )
+    ap.add_argument(
+        "--netns-size-mib", type=int, default=256, help="netns section: one READ of this size"
+    )
     ap.add_argument("--no-upstream", action="store_true", help="skip upstream (ours only)")
     args = ap.parse_args()
-    sections = set(args.only or ["tcp", "sock", "shm"])
+    sections = set(args.only or ["tcp", "sock", "shm", "netns"])
     args.out.mkdir(parents=True, exist_ok=True)
     raw: dict[str, list[Any]] = {}
 
@@ -435,6 +487,8 @@ def main() -> None:
                         )
         if "shm" in sections:
             raw["memcpy/1GiB"] = [{"GBps": memcpy_1gib()}]
+        if "netns" in sections:
+            raw["netns"] = [netns_section(args.netns_size_mib << 20, args.repeats)]
     finally:
         ours.close()
         if upstream is not None:
@@ -484,7 +538,19 @@ def main() -> None:
                     }
                 )
     md = table(rows)
+    if "netns" in raw:
+        n = raw["netns"][0]
+        single, dual, fail = med(n["single_s"]), med(n["dual_s"]), med(n["failover_s"])
+        mb = n["size"] / 1e6
+        md += (
+            "\n\n| two namespaces, 2 x 1 Gbit/s veth (tc tbf) | seconds | MB/s | vs one NIC |\n"
+            "|---|---|---|---|\n"
+            f"| one {n['size'] >> 20} MiB READ, one NIC | {fmt(single)} | {fmt(mb / single if single else None, 0)} | 1.00x |\n"
+            f"| the same over two NICs | {fmt(dual)} | {fmt(mb / dual if dual else None, 0)} | {fmt(single / dual if single and dual else None)}x |\n"
+            f"| two NICs, link 1 cut 0.3 s in (failover) | {fmt(fail)} | {fmt(mb / fail if fail else None, 0)} | {fmt(single / fail if single and fail else None)}x |"
+        )
     notes = [
+        "",
         "",
         f"Medians of {args.repeats} runs of {args.duration} s per point; batch {BATCH}, 1 thread; GB = 1e9 bytes.",
     ]
@@ -498,9 +564,8 @@ def main() -> None:
         "",
         "Ours:",
         "```",
-        " ".join(OURS[2:]) + " --mode target --protocol {tcp|shm} --buffer-size 545259520 --json",
-        " ".join(OURS[2:])
-        + " --mode initiator --protocol {tcp|shm} --segment SEG --operation {read|write} "
+        "mooncake bench transfer --mode target --protocol {tcp|shm} --buffer-size 545259520 --json",
+        "mooncake bench transfer --mode initiator --protocol {tcp|shm} --segment SEG --operation {read|write} "
         f"--block-size BLOCK --batch-size {BATCH} --threads 1 --duration D --buffer-size 545259520 --json",
         "```",
     ]

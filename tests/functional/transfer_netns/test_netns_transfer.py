@@ -11,22 +11,17 @@ whole module takes about 15 s with the default.
 
 from __future__ import annotations
 
-import json
 import os
-import queue
-import subprocess
-import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
+from transfer_netns_agent import AgentClient
 
 from tests.netns_util import NetnsPair
 
 pytestmark = [pytest.mark.privileged, pytest.mark.slow, pytest.mark.integration]
 
-AGENT = str(Path(__file__).with_name("transfer_netns_agent.py"))
 SIZE = int(os.environ.get("MC_NETNS_SIZE_MIB", "256")) << 20
 PORT = 17301
 # Short pauses and timeouts so faults resolve within the test's budget.
@@ -40,62 +35,17 @@ ENGINE_CONFIG = {
 }
 
 
-class Agent:
-    """One agent process in a namespace, spoken to in JSON lines."""
+class Agent(AgentClient):
+    """An agent with this module's engine config; a missing answer fails the test."""
 
-    def __init__(
-        self, rig: NetnsPair, side: str, mode: str, nics: tuple[str, ...], **kw: Any
-    ) -> None:
-        args = [AGENT, mode, "--nics", ",".join(nics), "--config", json.dumps(ENGINE_CONFIG)]
-        for key, value in kw.items():
-            args += [f"--{key}", str(value)]
-        self.proc = rig.python(
-            side,  # type: ignore[arg-type]
-            *args,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=dict(os.environ, PYTHONUNBUFFERED="1"),
-        )
-        # A reader thread, so waiting for a line can time out instead of hanging the run.
-        self._lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for text in self.proc.stdout:
-            self._lines.put(text)
-        self._lines.put("")
+    def __init__(self, rig: NetnsPair, side: str, mode: str, nics: tuple[str, ...], **kw: Any):
+        super().__init__(rig, side, mode, nics, ENGINE_CONFIG, **kw)  # type: ignore[arg-type]
 
     def line(self, timeout: float = 60) -> dict[str, Any]:
         try:
-            text = self._lines.get(timeout=timeout)
-        except queue.Empty:
-            pytest.fail(f"agent gave no answer within {timeout} s")
-        assert text, f"agent exited ({self.proc.poll()}) before answering"
-        return dict(json.loads(text))
-
-    def send(self, **msg: Any) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(msg) + "\n")
-        self.proc.stdin.flush()
-
-    def call(self, **msg: Any) -> dict[str, Any]:
-        self.send(**msg)
-        reply = self.line()
-        if reply.get("event") == "started":
-            reply = self.line()
-        assert reply["ok"], reply
-        return reply
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+            return super().line(timeout)
+        except (TimeoutError, RuntimeError) as exc:
+            pytest.fail(str(exc))
 
 
 def _target(rig: NetnsPair, nics: tuple[str, ...]) -> tuple[Agent, str, str]:

@@ -14,6 +14,9 @@ closes or it is killed.
 * ``{"cmd": "snapshot"}``: the NIC counters now.
 
 Engine settings come from ``--config`` (JSON of TransferConfig fields).
+
+:class:`AgentClient` starts an agent inside a rig namespace and talks to it; the tests
+and ``bench/transfer_bench.py --only netns`` share it.
 """
 
 from __future__ import annotations
@@ -21,16 +24,23 @@ from __future__ import annotations
 import argparse
 import json
 import mmap
+import os
+import queue
+import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import xxhash
 
 from mooncake_core.config import TransferConfig
 from mooncake_core.transfer import OpCode, TransferEngine, TransferRequest, TransferState
+
+if TYPE_CHECKING:
+    from tests.netns_util import NetnsPair
 
 
 def _engine(args: argparse.Namespace) -> TransferEngine:
@@ -122,6 +132,94 @@ def initiator(args: argparse.Namespace) -> None:
             print(json.dumps(reply), flush=True)
     finally:
         engine.close()
+
+
+class AgentClient:
+    """One agent process started in a rig namespace, spoken to in JSON lines.
+
+    Args:
+        rig: the namespace rig.
+        side: ``"a"`` or ``"b"``.
+        mode: ``"target"`` or ``"initiator"``.
+        nics: local NIC addresses for its engine.
+        config: TransferConfig fields.
+        **options: more agent flags (``port``, ``size``, ``seed``).
+    """
+
+    def __init__(
+        self,
+        rig: NetnsPair,
+        side: Literal["a", "b"],
+        mode: str,
+        nics: tuple[str, ...],
+        config: dict[str, Any],
+        **options: Any,
+    ) -> None:
+        args = [__file__, mode, "--nics", ",".join(nics), "--config", json.dumps(config)]
+        for key, value in options.items():
+            args += [f"--{key}", str(value)]
+        self.proc = rig.python(
+            side,
+            *args,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
+        # A reader thread, so waiting for a line can time out instead of hanging the run.
+        self._lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for text in self.proc.stdout:
+            self._lines.put(text)
+        self._lines.put("")
+
+    def line(self, timeout: float = 60) -> dict[str, Any]:
+        """The next JSON line.
+
+        Raises:
+            TimeoutError: none within ``timeout`` seconds.
+            RuntimeError: the agent exited.
+        """
+        try:
+            text = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError(f"agent gave no answer within {timeout} s") from None
+        if not text:
+            raise RuntimeError(f"agent exited ({self.proc.poll()}) before answering")
+        return dict(json.loads(text))
+
+    def send(self, **msg: Any) -> None:
+        """Send one command without waiting."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(msg) + "\n")
+        self.proc.stdin.flush()
+
+    def call(self, **msg: Any) -> dict[str, Any]:
+        """Send one command and return its final reply (skipping the "started" event).
+
+        Raises:
+            RuntimeError: the agent answered ``ok: false``.
+        """
+        self.send(**msg)
+        reply = self.line()
+        if reply.get("event") == "started":
+            reply = self.line()
+        if not reply.get("ok"):
+            raise RuntimeError(f"agent command {msg} failed: {reply}")
+        return reply
+
+    def stop(self) -> None:
+        """Close stdin (the agent exits), killing it if it does not."""
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
 
 
 def main() -> None:
