@@ -165,15 +165,17 @@ class Conductor:
         return self._decode_time
 
     def _choose_decode(self, request: ScheduleRequest) -> tuple[int, list[float]]:
+        # Requests admitted but still in prefill count as joined: they will be there by
+        # the time this one arrives, and counting them spreads a burst over instances.
         slo = self.config.tbt_slo_s
         joined = self.decode_model.tbt_if_joined
         new = request.input_len
         decoders = self._decode
-        tbts = [joined(d.batch, d.context_tokens, new) for d in decoders]
+        tbts = [joined(d.expected_batch, d.expected_context, new) for d in decoders]
         best = -1
         for i, d in enumerate(decoders):
             t = tbts[i]
-            if t <= slo and (best < 0 or t < tbts[best]) and d.has_room():
+            if t <= slo and (best < 0 or t < tbts[best]) and d.expected_batch < d.max_batch:
                 best = i
         if best < 0:
             best = min(range(len(tbts)), key=tbts.__getitem__)
@@ -289,7 +291,7 @@ class Conductor:
     ) -> Decision:
         plan = choice.plans[choice.chosen]
         # The candidate table is formatted lazily; capture the decode state it needs now.
-        loads = [(d.name, d.batch, d.max_batch) for d in self._decode]
+        loads = [(d.name, d.expected_batch, d.max_batch) for d in self._decode]
         slo = self.config.tbt_slo_s
 
         def rows() -> list[Candidate]:
@@ -422,7 +424,7 @@ class Conductor:
         if target is None:
             roomy = [d for d in self._decode if d.has_room()]
             if roomy:
-                target = min(roomy, key=lambda d: d.batch)
+                target = min(roomy, key=lambda d: d.expected_batch)
             elif self.admission.overflow_at_join:
                 target = wanted
         wanted.unreserve(request_id)

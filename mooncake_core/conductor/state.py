@@ -120,6 +120,7 @@ class DecodeInstanceState:
         self._active: dict[str, tuple[int, float]] = {}
         self._context = 0
         self._reserved: dict[str, int] = {}
+        self._reserved_context = 0
 
     @property
     def batch(self) -> int:
@@ -136,6 +137,16 @@ class DecodeInstanceState:
         """Requests admitted to this instance that have not joined yet."""
         return len(self._reserved)
 
+    @property
+    def expected_batch(self) -> int:
+        """Batch once the reserved requests have joined."""
+        return len(self._active) + len(self._reserved)
+
+    @property
+    def expected_context(self) -> int:
+        """Context tokens once the reserved requests have joined."""
+        return self._context + self._reserved_context
+
     def has_room(self) -> bool:
         """Whether one more request can join the batch now."""
         return len(self._active) < self.max_batch
@@ -146,11 +157,15 @@ class DecodeInstanceState:
 
     def reserve(self, request_id: str, context: int) -> None:
         """Remember an admitted request that will join after its prefill."""
+        self.unreserve(request_id)
         self._reserved[request_id] = context
+        self._reserved_context += context
 
     def unreserve(self, request_id: str) -> None:
         """Forget a reservation (the request joined elsewhere or was dropped)."""
-        self._reserved.pop(request_id, None)
+        context = self._reserved.pop(request_id, None)
+        if context is not None:
+            self._reserved_context -= context
 
     def join(self, request_id: str, context: int, now: float) -> None:
         """The request joins the batch with ``context`` tokens.
@@ -162,7 +177,7 @@ class DecodeInstanceState:
             raise ValueError(f"request {request_id!r} already decodes on {self.name!r}")
         if context < 0:
             raise ValueError(f"context must be >= 0 tokens, got {context}")
-        self._reserved.pop(request_id, None)
+        self.unreserve(request_id)
         self._active[request_id] = (context, now)
         self._context += context
 

@@ -79,17 +79,19 @@ def test_decode_choice_falls_back_to_lowest_tbt_when_none_meets_slo() -> None:
     assert d.decode == "d0" and d.predicted_tbt_s == pytest.approx(0.020)
 
 
+def test_burst_spreads_over_decode_instances_by_reservation() -> None:
+    c = make("round_robin")
+    assert [c.schedule(req(f"r{i}"), 0.0).decode for i in range(4)] == ["d0", "d1", "d0", "d1"]
+
+
 def test_join_moves_to_another_decode_instance_with_room() -> None:
-    c = make("round_robin", decode={"d0": 1, "d1": 1})
-    c.schedule(req("a"), 0.0)
-    c.schedule(req("b"), 0.0)
-    c.on_prefill_start("a", 0.0)
-    c.on_prefill_done("a", 0.01)
-    assert c.on_decode_join("a", 0.01).instance == "d0"
+    c = make("round_robin", decode={"d0": 1, "d1": 1, "d2": 1})
+    assert c.schedule(req("a"), 0.0).decode == "d0"
+    assert c.schedule(req("b"), 0.0).decode == "d1"
+    c._decode_by_name["d1"].join("other", 10, 0.0)  # d1 filled up meanwhile
     c.on_prefill_start("b", 0.0)
     c.on_prefill_done("b", 0.01)
-    # b was assigned d0 too (chosen while d0 was empty) but d0 filled up.
-    assert c.on_decode_join("b", 0.02).instance == "d1"
+    assert c.on_decode_join("b", 0.02).instance == "d2"
 
 
 def test_cancel_releases_everything() -> None:
