@@ -129,6 +129,11 @@ class Simulator:
         self._queues: dict[str, deque[int]] = {n: deque() for n in self.prefill_names}
         self._busy: dict[str, int | None] = dict.fromkeys(self.prefill_names)
         self._work: dict[str, float] = dict.fromkeys(self.prefill_names, 0.0)
+        # Busy-time accounting for window-averaged prefill utilisation in load samples.
+        self._busy_since: dict[str, float] = dict.fromkeys(self.prefill_names, 0.0)
+        self._busy_acc = 0.0
+        self._busy_seen = 0.0
+        self._last_sample = 0.0
         self._heap: list[tuple[float, int, int, Any]] = []
         self._seq = 0
         self._net_version = 0
@@ -184,9 +189,13 @@ class Simulator:
     def _start_next(self, inst: str, now: float) -> None:
         q = self._queues[inst]
         if not q:
+            if self._busy[inst] is not None:
+                self._busy_acc += now - self._busy_since[inst]
             self._busy[inst] = None
             return
         rid = q.popleft()
+        if self._busy[inst] is None:
+            self._busy_since[inst] = now
         self._busy[inst] = rid
         r = self._reqs[rid]
         d = _decision_of(r)
@@ -311,7 +320,12 @@ class Simulator:
 
     def _sample(self, now: float) -> None:
         n = len(self.prefill_names)
-        busy = sum(1 for v in self._busy.values() if v is not None)
+        total = self._busy_acc + sum(
+            now - self._busy_since[k] for k, v in self._busy.items() if v is not None
+        )
+        window = now - self._last_sample
+        busy = (total - self._busy_seen) / window if window > 0 else 0.0
+        self._busy_seen, self._last_sample = total, now
         work = sum(self._work.values()) / n
         slots = sum(d.max_batch for d in self.decoders.values())
         batch = sum(d.batch for d in self.decoders.values())
@@ -343,7 +357,8 @@ class Simulator:
             self._push(t.arrival_s, _ARRIVE, i)
         interval = self.config.load_sample_interval_s
         if trace:
-            self._push(trace[0].arrival_s, _SAMPLE, None)
+            self._last_sample = trace[0].arrival_s
+            self._push(trace[0].arrival_s + interval, _SAMPLE, None)
         last_arrival = trace[-1].arrival_s if trace else 0.0
         heap = self._heap
         events = 0

@@ -108,7 +108,11 @@ def load_chart(path: Path, runs: Mapping[str, Sequence[LoadSample]], title: str)
     fig, axes = plt.subplots(len(runs), 1, figsize=(9, 2.6 * len(runs)), sharex=True, squeeze=False)
     for ax, (name, samples) in zip(axes[:, 0], runs.items(), strict=True):
         t = [s.time_s for s in samples]
-        ax.plot(t, [s.prefill_busy for s in samples], label="prefill busy (fraction of instances)")
+        ax.plot(
+            t,
+            [s.prefill_busy for s in samples],
+            label="prefill busy (fraction of instance-time in the window)",
+        )
         ax.plot(t, [s.decode_kv for s in samples], label="decode KV used (fraction of capacity)")
         ax.plot(t, [s.decode_load for s in samples], label="decode slots used (fraction)")
         ax.set_ylabel(name)

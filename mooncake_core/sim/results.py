@@ -81,7 +81,8 @@ class LoadSample:
         time_s: sample time.
         prefill_load: mean over prefill instances of queued + running work, in seconds
             of predicted compute, divided by the sampling window (1.0 = one window's work).
-        prefill_busy: fraction of prefill instances computing now.
+        prefill_busy: fraction of prefill instance-time spent computing (or fetching)
+            since the previous sample.
         decode_load: requests decoding over total decode slots.
         decode_kv: KV tokens held over total decode KV capacity.
     """

@@ -150,3 +150,12 @@ def test_cpp_group_splits_long_prompt_compute() -> None:
     res = simulate(trace, cfg(p=4, cpp_group=4), linear_cost())
     assert res.requests[0].ttft_s == pytest.approx(4.096 / 3.6)
     assert res.requests[1].ttft_s == pytest.approx(0.512)
+
+
+def test_load_samples_average_prefill_busy_time_over_the_window() -> None:
+    # One instance busy 0 -> 1.024 s, then idle; 1 s windows: [0,1] fully busy,
+    # [1,2] busy 0.024 s.
+    res = simulate([req(0, 0.0, [1, 2])], cfg(load_sample_interval_s=1.0), linear_cost())
+    busy = [s.prefill_busy for s in res.load]
+    assert busy[0] == pytest.approx(1.0)
+    assert busy[1] == pytest.approx(0.024)
