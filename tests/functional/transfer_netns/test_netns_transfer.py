@@ -6,7 +6,7 @@ link going down mid-transfer (and using it again once it is back), and failing c
 when the target dies.
 
 ``MC_NETNS_SIZE_MIB`` (default 256) sets the transfer size; at 1 Gbit/s per link the
-whole module takes about 15 s with the default.
+whole module takes about 25 s with the default (most of it moving the bytes).
 """
 
 from __future__ import annotations
@@ -58,6 +58,16 @@ def _rx(rig: NetnsPair, link: int) -> int:
     return rig.link_stats(link, "b")["rx_bytes"]
 
 
+def _until_flowing(rig: NetnsPair, link: int, since: int, timeout: float = 10) -> None:
+    """Wait until ``link`` has carried SIZE/16 bytes since ``since``: the transfer is
+    really under way (whatever SIZE is), so a fault lands mid-transfer."""
+    deadline = time.monotonic() + timeout
+    while _rx(rig, link) - since < SIZE // 16:
+        if time.monotonic() > deadline:
+            pytest.fail(f"link {link} carried no data within {timeout} s")
+        time.sleep(0.005)
+
+
 def _best_read(init: Agent, segment: str, digest: str) -> dict[str, Any]:
     """Fastest of two identical reads: one scheduling hiccup on this shared 2-core box
     must not decide a throughput ratio."""
@@ -99,9 +109,10 @@ def test_netns_link_down_mid_transfer_fails_over_and_recovers(make_rig) -> None:
     init = Agent(rig, "b", "initiator", rig.nics("b"))
     lost_nic = rig.nics("b")[1]
 
+    before = _rx(rig, 1)
     init.send(cmd="read", segment=segment, length=SIZE, timeout=30)
     assert init.line()["event"] == "started"
-    time.sleep(0.3)  # let both links carry part of it first
+    _until_flowing(rig, 1, before)
     rig.link_down(1)
     result = init.line(timeout=60)
     assert result["ok"] and result["state"] == "COMPLETED", result
@@ -125,9 +136,10 @@ def test_netns_killed_target_fails_requests_with_reason(make_rig) -> None:
     target, segment, _ = _target(rig, rig.nics("a"))
     init = Agent(rig, "b", "initiator", rig.nics("b"))
 
+    before = _rx(rig, 0)
     init.send(cmd="read", segment=segment, length=SIZE, timeout=30)
     assert init.line()["event"] == "started"
-    time.sleep(0.3)
+    _until_flowing(rig, 0, before)
     target.proc.kill()
     target.proc.wait(timeout=10)
     t_kill = time.monotonic()
