@@ -1,0 +1,70 @@
+"""The C extension's copy helpers and segment table."""
+
+from __future__ import annotations
+
+import mmap
+
+import numpy as np
+import pytest
+
+from mooncake_core.transfer._c import native
+from mooncake_core.transfer.protocol import COPY_JOB
+
+
+def _addr(buf) -> int:
+    return native.buffer_address(buf)[0]
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_copy_many_splits_exactly(threads):
+    rng = np.random.default_rng(1)
+    src = rng.integers(0, 256, size=3 * 1024 * 1024 + 123, dtype=np.uint8)
+    dst = np.zeros_like(src)
+    sizes = [1, 4095, 70_000, 1 << 20, (1 << 20) + 5]  # sums below len(src)
+    jobs, off = [], 0
+    for n in sizes:
+        jobs.append(COPY_JOB.pack(_addr(dst) + off, _addr(src) + off, n))
+        off += n
+    total = native.copy_many(b"".join(jobs), threads, 0)
+    assert total == off
+    assert np.array_equal(dst[:off], src[:off])
+    assert not dst[off:].any()
+
+
+def test_copy_many_rejects_bad_buffers():
+    with pytest.raises(ValueError, match="bad job buffer"):
+        native.copy_many(b"\x00" * 5, 1, 0)
+    with pytest.raises(ValueError, match="threads"):
+        native.copy_many(b"", 0, 0)
+
+
+def test_buffer_address():
+    b = bytearray(16)
+    m = mmap.mmap(-1, 4096)
+    addr, n, ro = native.buffer_address(b)
+    assert n == 16 and not ro and addr
+    assert native.buffer_address(b"x")[2] is True
+    assert native.buffer_address(m)[1] == 4096
+    with pytest.raises(ValueError, match="contiguous"):
+        native.buffer_address(np.zeros((4, 4))[:, 1])
+    m.close()
+
+
+def test_segtable_add_remove():
+    t = native.SegTable()
+    buf = bytearray(64)
+    t.add(1, _addr(buf), 64)
+    with pytest.raises(ValueError, match="already registered"):
+        t.add(1, _addr(buf), 64)
+    with pytest.raises(ValueError, match="NULL"):
+        t.add(2, 0, 64)
+    assert t.remove(1) is True
+    assert t.remove(1) is False
+
+
+def test_bounded_copy():
+    dst, src = bytearray(8), b"abcdefgh"
+    native.copy(dst, 2, src, 0, 4)
+    assert bytes(dst) == b"\0\0abcd\0\0"
+    with pytest.raises(ValueError, match="out of bounds"):
+        native.copy(dst, 6, src, 0, 4)
