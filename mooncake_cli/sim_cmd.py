@@ -139,7 +139,7 @@ def hitrate(
     profile: ProfileOpt = "llama3_70b_a800",
     capacities: Annotated[
         str, typer.Option("--capacities", help="Comma-separated total capacities in tokens.")
-    ] = "1e4,1e5,1e6,3e6,1e7,3e7,1e8",
+    ] = "1e4,1e5,1e6,3e6,1e7,3e7,5e7,1e8",
     instances: Annotated[int, typer.Option("--instances", help="Prefill instances.")] = 16,
     as_json: JsonOption = False,
 ) -> None:
