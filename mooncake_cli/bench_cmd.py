@@ -199,6 +199,7 @@ def _run_initiator(
     ]
     running = threading.Event()
     running.set()
+    failed = threading.Event()
     counts = [0] * threads
     latencies: list[list[float]] = [[] for _ in range(threads)]
     errors: list[str] = []
@@ -211,9 +212,9 @@ def _run_initiator(
                 t0 = time.perf_counter()
                 batch = engine.allocate_batch(batch_size)
                 engine.submit(batch, plans[t])
-                engine.wait(batch, timeout)
-                for i in range(batch_size):
-                    status = engine.status(batch, i)
+                # One wait for the whole batch: polling each request (upstream's loop)
+                # would measure our status() call rather than the transfers.
+                for i, status in enumerate(engine.wait(batch, timeout)):
                     if status.state is not TransferState.COMPLETED:
                         raise RuntimeError(
                             f"request {i} ended {status.state.name}: {status.reason}"
@@ -223,14 +224,14 @@ def _run_initiator(
                 counts[t] += 1
         except Exception as exc:  # reported by the main thread, which exits non-zero
             errors.append(f"thread {t}: {exc}")
-            running.clear()
+            failed.set()
 
     workers = [threading.Thread(target=worker, args=(t,), daemon=True) for t in range(threads)]
     for w in workers:
         w.start()
     start_barrier.wait()
     t_start = time.perf_counter()
-    time.sleep(duration)
+    failed.wait(duration)
     running.clear()
     for w in workers:
         w.join()
