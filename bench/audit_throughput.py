@@ -9,8 +9,9 @@ Four measurements; 1-3 use decisions with 4 candidates (3 prefill + 1 decode):
    the achieved rate, drops, peak queue depth and how long the final drain took.
 4. Decision-loop slowdown: the real sans-IO ``Conductor.schedule`` (3 prefill + 1 decode
    instances, i.e. 4 candidates per decision, and 16 + 16) alone, with ``to_record()``,
-   and with ``to_record()`` + ``submit`` to a running writer. Loops alternate and the
-   best of ``--repeat`` runs is kept to reduce noise.
+   with ``submit(*to_record())`` to a running writer, and with ``submit_source(decision)``
+   (the writer thread builds the records). Loops alternate and the best of ``--repeat``
+   runs is kept to reduce noise.
 
 The database is SQLite in a temporary folder (WAL, synchronous=NORMAL), upgraded with the
 real migrations. Run: ``python bench/audit_throughput.py [--decisions 200000]``.
@@ -127,9 +128,10 @@ def build_conductor(seed: int, n_prefill: int, n_decode: int):  # type: ignore[n
 
 
 def decision_loop(
-    m: int, writer: AuditWriter | None, seed: int, records: bool, shape: tuple[int, int]
+    m: int, writer: AuditWriter | None, seed: int, mode: str, shape: tuple[int, int]
 ) -> float:
-    """Mean seconds per decision of schedule (+ to_record + submit when asked)."""
+    """Mean seconds per decision of schedule, plus per ``mode``: ``none``, ``records``
+    (to_record only), ``submit`` (to_record + submit), ``source`` (submit_source)."""
     from collections import deque
 
     from mooncake_core.conductor import ScheduleRequest
@@ -149,10 +151,12 @@ def decision_loop(
     for req in reqs:
         t = time.perf_counter()
         d = c.schedule(req, now)
-        if records:
-            rec, cands = d.to_record()
-            if writer is not None:
-                writer.submit(rec, cands)
+        if mode == "records":
+            d.to_record()
+        elif mode == "submit":
+            writer.submit(*d.to_record())  # type: ignore[union-attr]
+        elif mode == "source":
+            writer.submit_source(d)  # type: ignore[union-attr]
         total += time.perf_counter() - t
         now += 0.01
         if d.admitted:
@@ -166,27 +170,86 @@ def decision_loop(
     return total / m
 
 
+def paced_latency(
+    m: int, rate: float, writer: AuditWriter | None, seed: int, shape: tuple[int, int], mode: str
+) -> list[float]:
+    """Per-decision latency (schedule + audit call) with decisions paced at ``rate``/s,
+    as in a live conductor that is not saturated: the writer works between decisions."""
+    from collections import deque
+
+    from mooncake_core.conductor import ScheduleRequest
+
+    c, chains = build_conductor(seed, *shape)
+    rng = random.Random(seed + 1)
+    inflight: deque[str] = deque()
+    lat: list[float] = []
+    now = 1.8e9
+    fresh = 10**9
+    start = time.perf_counter()
+    for i in range(m):
+        chain = chains[min(int(rng.paretovariate(1.2)) - 1, len(chains) - 1)]
+        keys = (*chain[: rng.randint(5, 25)], *range(fresh, fresh + rng.randint(0, 4)))
+        fresh += 5
+        req = ScheduleRequest(f"p{seed}-{i}", keys, len(keys) * 512 + 100, 300)
+        delay = start + i / rate - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        t = time.perf_counter()
+        d = c.schedule(req, now)
+        if mode == "submit":
+            writer.submit(*d.to_record())  # type: ignore[union-attr]
+        elif mode == "source":
+            writer.submit_source(d)  # type: ignore[union-attr]
+        lat.append(time.perf_counter() - t)
+        now += 1 / rate
+        if d.admitted:
+            inflight.append(req.request_id)
+        while len(inflight) > 64:
+            rid = inflight.popleft()
+            c.on_prefill_start(rid, now)
+            c.on_prefill_done(rid, now)
+            c.on_decode_join(rid, now)
+            c.on_decode_done(rid, now)
+    return lat
+
+
+def pct(xs: list[float], q: float) -> float:
+    ys = sorted(xs)
+    return ys[min(len(ys) - 1, int(q * len(ys)))]
+
+
+def bench_paced(
+    folder: Path, m: int, rate: float, shape: tuple[int, int]
+) -> dict[str, tuple[float, float]]:
+    res: dict[str, tuple[float, float]] = {}
+    for mode in ("none", "submit", "source"):
+        w = None
+        if mode != "none":
+            w = AuditWriter.open(fresh_db(folder, f"paced{shape}{mode}.db"), options())
+            w.start()
+        lat = paced_latency(m, rate, w, 7, shape, mode)
+        if w is not None:
+            w.close()
+        warm = lat[len(lat) // 10 :]
+        res[mode] = (pct(warm, 0.5) * 1e6, pct(warm, 0.99) * 1e6)
+    return res
+
+
 def bench_slowdown(folder: Path, m: int, repeat: int, shape: tuple[int, int]) -> dict[str, float]:
-    base: list[float] = []
-    rec: list[float] = []
-    full: list[float] = []
+    best: dict[str, float] = {}
     for r in range(repeat):
         # Interleaved, best of `repeat`: this machine is shared, so noise only adds time.
-        base.append(decision_loop(m, None, r, records=False, shape=shape))
-        rec.append(decision_loop(m, None, r, records=True, shape=shape))
-        w = AuditWriter.open(fresh_db(folder, f"loop{shape}{r}.db"), options())
-        w.start()
-        full.append(decision_loop(m, w, r, records=True, shape=shape))
-        w.close()
-        assert w.snapshot().written == m, w.snapshot()
-    b, rc, f = min(base), min(rec), min(full)
-    return {
-        "base_us": b * 1e6,
-        "records_us": rc * 1e6,
-        "audit_us": f * 1e6,
-        "slowdown_pct": (f / b - 1) * 100,
-        "submit_path_pct": (f / rc - 1) * 100,
-    }
+        for mode in ("none", "records", "submit", "source"):
+            w = None
+            if mode in ("submit", "source"):
+                w = AuditWriter.open(fresh_db(folder, f"loop{shape}{r}{mode}.db"), options())
+                w.start()
+            t = decision_loop(m, w, r, mode, shape)
+            if w is not None:
+                w.close()
+                assert w.snapshot().written == m, w.snapshot()
+            best[mode] = min(best.get(mode, t), t)
+    return {k: v * 1e6 for k, v in best.items()}
 
 
 def main() -> None:
@@ -196,6 +259,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0, help="paced run length")
     ap.add_argument("--loop", type=int, default=3000, help="decisions per conductor loop")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--paced-rate", type=float, default=2000.0, help="decisions/s, paced loop")
+    ap.add_argument("--paced-decisions", type=int, default=6000)
     ap.add_argument(
         "--shapes", nargs="+", default=["3x1", "16x16"], help="PREFILLxDECODE instance counts"
     )
@@ -222,11 +287,31 @@ def main() -> None:
                 f"conductor loop ({p} prefill + {d} decode: {p + d} candidates/decision, "
                 f"kvcache_centric), best of {args.repeat} x {args.loop} decisions:"
             )
-            print(f"  schedule only                      {sl['base_us']:8.1f} us/decision")
-            print(f"  + to_record()                      {sl['records_us']:8.1f} us/decision")
-            print(f"  + to_record() + submit, writer on  {sl['audit_us']:8.1f} us/decision")
-            print(f"  audit cost vs schedule only        {sl['slowdown_pct']:8.1f} %")
-            print(f"  submit + writer vs to_record only  {sl['submit_path_pct']:8.1f} %")
+            b = sl["none"]
+            for mode, label in (
+                ("none", "schedule only"),
+                ("records", "+ to_record()"),
+                ("submit", "+ submit(*to_record()), writer on"),
+                ("source", "+ submit_source(decision), writer on"),
+            ):
+                print(
+                    f"  {label:<38} {sl[mode]:8.1f} us/decision  {(sl[mode] / b - 1) * 100:+6.1f} %"
+                )
+
+        for shape in args.shapes:
+            p, d = (int(x) for x in shape.split("x"))
+            pr = bench_paced(folder, args.paced_decisions, args.paced_rate, (p, d))
+            print(
+                f"paced conductor ({p}P+{d}D, {args.paced_rate:.0f} decisions/s, "
+                f"{args.paced_decisions} decisions): latency of schedule + audit call"
+            )
+            for mode, label in (
+                ("none", "no audit"),
+                ("submit", "submit(*to_record()), writer on"),
+                ("source", "submit_source(decision), writer on"),
+            ):
+                p50, p99 = pr[mode]
+                print(f"  {label:<38} p50 {p50:8.1f} us   p99 {p99:8.1f} us")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     )
     from .queries import AuditReader, AuditStats, DecisionFilter, ListedDecision, StatsBucket
     from .retention import RetentionResult, apply_retention
-    from .writer import AuditWriter, WriterOptions, WriterSnapshot
+    from .writer import AuditWriter, RecordSource, WriterOptions, WriterSnapshot
 
 _LAZY: dict[str, str] = {
     **dict.fromkeys(
@@ -54,7 +54,7 @@ _LAZY: dict[str, str] = {
         ".queries",
     ),
     **dict.fromkeys(("RetentionResult", "apply_retention"), ".retention"),
-    **dict.fromkeys(("AuditWriter", "WriterOptions", "WriterSnapshot"), ".writer"),
+    **dict.fromkeys(("AuditWriter", "RecordSource", "WriterOptions", "WriterSnapshot"), ".writer"),
 }
 
 
@@ -77,6 +77,7 @@ __all__ = [
     "DecisionFilter",
     "DecisionRecord",
     "ListedDecision",
+    "RecordSource",
     "RetentionResult",
     "SchemaError",
     "SchemaStatus",

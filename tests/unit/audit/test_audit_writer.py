@@ -239,3 +239,35 @@ def test_submit_after_close_is_dropped_and_counted(db_url: str) -> None:
     assert (snap.written, snap.dropped, snap.updates_dropped, snap.queue_depth) == (1, 1, 1, 0)
     with pytest.raises(RuntimeError, match="closed"):
         w.start()
+
+
+class _Source:
+    """Stands in for the conductor's Decision: converted by the writer thread."""
+
+    def __init__(self, i: int, fail: bool = False) -> None:
+        self.i = i
+        self.fail = fail
+
+    def to_record(self) -> tuple[DecisionRecord, tuple[CandidateRecord, ...]]:
+        if self.fail:
+            raise ValueError("cannot convert")
+        return _dec(self.i), _cands(3)
+
+
+def test_submit_source_converts_on_the_writer_side(db_url: str) -> None:
+    w = AuditWriter.open(db_url, WriterOptions(batch_size=10))
+    assert w.submit_source(_Source(0))
+    assert w.submit_source(_Source(1, fail=True))
+    w.submit(_dec(2), _cands(1))
+    w.close()
+    snap = w.snapshot()
+    assert (snap.submitted, snap.written, snap.failed) == (3, 2, 1)
+    assert snap.last_error == "to_record() of _Source: cannot convert"
+    assert _rows(
+        db_url,
+        "SELECT d.request_id, count(c.id) FROM decisions d "
+        "JOIN candidates c ON c.decision_id = d.id GROUP BY d.id ORDER BY d.id",
+    ) == [
+        ("r0", 3),
+        ("r2", 1),
+    ]
