@@ -60,7 +60,8 @@ def run_migrations_online() -> None:
     if given is not None:
         _run(given)
         return
-    engine = make_engine(_url(), create_dir=True)
+    # Foreign keys off: batch mode copies and drops tables (see make_engine).
+    engine = make_engine(_url(), create_dir=True, foreign_keys=False)
     try:
         with engine.connect() as conn:
             _run(conn)

@@ -63,19 +63,22 @@ def _sqlite_path(url: str) -> Path | None:
     return Path(db).expanduser()
 
 
-def _on_sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
-    # WAL lets the CLI read while the conductor writes; NORMAL sync is durable across
-    # process crashes (only an OS crash can lose the last transactions), which is the
-    # right trade for an audit trail written at tens of thousands of rows per second.
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=NORMAL")
-    cur.execute("PRAGMA foreign_keys=ON")
-    cur.execute("PRAGMA busy_timeout=5000")
-    cur.close()
+def _sqlite_pragmas(foreign_keys: bool) -> Any:
+    def on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # WAL lets the CLI read while the conductor writes; NORMAL sync is durable across
+        # process crashes (only an OS crash can lose the last transactions), the right
+        # trade for an audit trail written at tens of thousands of rows per second.
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute(f"PRAGMA foreign_keys={'ON' if foreign_keys else 'OFF'}")
+        cur.execute("PRAGMA busy_timeout=5000")
+        cur.close()
+
+    return on_connect
 
 
-def make_engine(url: str, *, create_dir: bool = False) -> Engine:
+def make_engine(url: str, *, create_dir: bool = False, foreign_keys: bool = True) -> Engine:
     """Create an engine for the audit database (no tables are created).
 
     SQLite connections get WAL journaling, ``synchronous=NORMAL``, foreign keys and a
@@ -84,6 +87,9 @@ def make_engine(url: str, *, create_dir: bool = False) -> Engine:
     Args:
         url: Any SQLAlchemy URL (``sqlite:///path/audit.db`` by default).
         create_dir: Create the parent folder of a SQLite file (used by ``upgrade``).
+        foreign_keys: Enforce foreign keys on SQLite. Migrations turn them off: batch
+            mode copies and drops tables, and dropping ``decisions`` with enforcement on
+            would cascade-delete every candidate.
 
     Returns:
         A new engine; the caller disposes of it.
@@ -102,7 +108,7 @@ def make_engine(url: str, *, create_dir: bool = False) -> Engine:
             )
     engine = create_engine(url)
     if engine.dialect.name == "sqlite":
-        event.listen(engine, "connect", _on_sqlite_connect)
+        event.listen(engine, "connect", _sqlite_pragmas(foreign_keys))
     return engine
 
 
@@ -218,7 +224,7 @@ def upgrade(url: str, revision: str = "head") -> SchemaStatus:
     """
     from alembic import command
 
-    engine = make_engine(url, create_dir=True)
+    engine = make_engine(url, create_dir=True, foreign_keys=False)
     try:
         cfg = alembic_config(url)
         with engine.begin() as conn:

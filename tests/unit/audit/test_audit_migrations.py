@@ -143,3 +143,31 @@ def test_alembic_command_line_with_x_url(tmp_path: Path) -> None:
     engine = make_engine(url)
     assert schema_status(engine).current == "0002"
     engine.dispose()
+
+
+def test_downgrade_and_upgrade_again_keep_every_row(tmp_path: Path) -> None:
+    # Batch mode recreates `decisions` on downgrade; with SQLite foreign keys enforced
+    # that drop would cascade-delete all candidates. Migrations run with them off.
+    from alembic.config import main as alembic_main
+
+    from mooncake_core.conductor.audit import sample
+
+    url = _url(tmp_path)
+    upgrade(url)
+    with AuditWriter.open(url) as w:
+        for d, c in sample.scenario(1_800_000_000.0):
+            w.submit(d, c)
+    repo = Path(__file__).resolve().parents[3]
+    alembic_main(["-c", str(repo / "alembic.ini"), "-x", f"url={url}", "downgrade", "0001"])
+    con = sqlite3.connect(tmp_path / "audit.db")
+    counts = [
+        con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("decisions", "candidates")
+    ]
+    cols = [r[1] for r in con.execute("PRAGMA table_info(decisions)")]
+    con.close()
+    assert counts == [4, 12]
+    assert "actual_ttft_s" not in cols
+    assert upgrade(url).current == "0002"
+    with AuditReader.open(url) as r:
+        entry = r.get("req-a")
+    assert entry is not None and len(entry.candidates) == 5
