@@ -16,7 +16,7 @@ Four strategies, selected by ``ConductorConfig.admission``:
     prefill would finish*, ``t_f = now + predicted TTFT``, system-wide, assuming every
     request decodes for the same time ``D``::
 
-        load(t_f) = #{decoding now: join + D > t_f}
+        load(t_f) = N * max(0, 1 - (t_f - now) / D)      # N decoding now, leaving at N/D per s
                   + #{admitted, in prefill: finish <= t_f < finish + D}
         reject if load(t_f) + 1 > load_threshold * capacity
 
@@ -25,7 +25,6 @@ Every strategy rejects at decode join when no instance has room, except ``none``
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -169,26 +168,28 @@ class PredictiveEarlyRejectAdmission(AdmissionStrategy):
         if slo is not None and slo.reason == "ttft_slo":
             return slo
         d = ctx.decode_time_s
-        t_f = ctx.now + ctx.predicted_ttft_s
-        ends = ctx.decode_ends()
-        # Decoders still running at t_f, plus admitted prefills that will be decoding then.
-        load = len(ends) - bisect.bisect_right(ends, t_f)
+        horizon = max(ctx.predicted_ttft_s, 0.0)
+        t_f = ctx.now + horizon
+        active = sum(dec.batch for dec in ctx.decode)
+        # Departures by t_f from Little's law: N requests that each decode for D leave at
+        # N / D per second. Per-request "join + D" would call every request older than D
+        # finished, but the requests still decoding are the long ones (length bias), so
+        # that under-predicts load exactly when output lengths are skewed.
+        leaving = active * horizon / d if d > 0 else float(active)
+        load = active - leaving if leaving < active else 0.0
         for f in ctx.prefill_finishes:
             if f <= t_f < f + d:
                 load += 1
-            ends.append(f + d)
         limit = ctx.load_threshold * ctx.capacity()
         if load + 1 > limit:
-            # Retry once enough of the decoders alive at t_f have ended.
-            alive = sorted(e for e in ends if e > t_f)
-            over = int(load + 1 - limit)
-            k = min(max(over, 1), len(alive)) - 1
-            wait = (alive[k] - t_f) if alive else d
+            # Retry once the excess has drained at the departure rate of the load at t_f.
+            over = load + 1 - limit
+            wait = over * d / load if load > 0 else d
             return AdmissionResult(
                 False,
                 "decode_load_predicted",
                 ctx.retry(wait),
-                f"predicted {load} requests decoding at t+{ctx.predicted_ttft_s:.3f}s, "
+                f"predicted {load:.1f} requests decoding at t+{horizon:.3f}s, "
                 f"limit {limit:g} slots",
             )
         return slo or ADMIT

@@ -72,37 +72,45 @@ def test_early_reject_on_slos() -> None:
 
 
 def test_predictive_admits_when_decode_will_have_drained() -> None:
-    # Full now, but both decodes end (13, 14) before this prefill finishes (10 + 5 = 15).
+    # Full now (2 of 2), but 2 requests with D = 8 s leave at 0.25/s: by t_f = now + 4.9
+    # about 1.2 have left, so 0.775 + this one fits in 2 slots.
     full = [decode("d0", 2, [5.0, 6.0])]
     assert not make_admission("early_reject").before_prefill(ctx(full, ttft=4.9)).admitted
     assert make_admission("early_reject_predictive").before_prefill(ctx(full, ttft=4.9)).admitted
+    # Sooner than that, not enough have left: 2 - 2*1/8 = 1.75, + 1 > 2.
+    r = make_admission("early_reject_predictive").before_prefill(ctx(full, ttft=1.0))
+    assert (r.admitted, r.reason) == (False, "decode_load_predicted")
+    # The 0.75 excess drains at 1.75/8 per second.
+    assert r.retry_after_s == pytest.approx(0.75 * 8 / 1.75)
 
 
 def test_predictive_rejects_on_prefills_landing_before_this_one() -> None:
     # Decode is empty now (early_reject admits), but two admitted prefills finish at 10.5
     # and 11 and will decode until 18.5 and 19: at t_f = 11.5 both slots are taken.
     empty = [decode("d0", 2, [])]
+    finishes = (10.5, 11.0)
     assert (
         make_admission("early_reject")
-        .before_prefill(ctx(empty, ttft=1.5, finishes=(10.5, 11.0)))
+        .before_prefill(ctx(empty, ttft=1.5, finishes=finishes))
         .admitted
     )
     r = make_admission("early_reject_predictive").before_prefill(
-        ctx(empty, ttft=1.5, finishes=(10.5, 11.0))
+        ctx(empty, ttft=1.5, finishes=finishes)
     )
     assert (r.admitted, r.reason) == (False, "decode_load_predicted")
-    # The first of them ends at 18.5, 7 s after t_f.
-    assert r.retry_after_s == pytest.approx(7.0)
+    # One slot too many; two decoders leave at 2/8 per second: 4 s.
+    assert r.retry_after_s == pytest.approx(4.0)
     # A prefill finishing after t_f does not occupy decode yet.
+    later = (10.5, 12.0)
     assert (
         make_admission("early_reject_predictive")
-        .before_prefill(ctx(empty, ttft=1.5, finishes=(10.5, 12.0)))
+        .before_prefill(ctx(empty, ttft=1.5, finishes=later))
         .admitted
     )
 
 
 def test_predictive_counts_decodes_still_running() -> None:
-    # One decode ends at 13 (< t_f = 14), the other at 16 (> t_f): one slot of two taken.
+    # 2 decoding, D = 8 s: by t_f = now + 4 one has left on average; one slot of two taken.
     d = [decode("d0", 2, [5.0, 8.0])]
     assert make_admission("early_reject_predictive").before_prefill(ctx(d, ttft=4.0)).admitted
     r = make_admission("early_reject_predictive").before_prefill(ctx(d, ttft=4.0, finishes=(12.0,)))
