@@ -234,6 +234,6 @@ class EndpointPool:
             eps = list(self._eps.values())
             self._eps.clear()
         for ep in eps:
-            ep.close(hard=True)
+            self._evicted(ep.close(hard=True))  # the owner ends the queued slices
         for ep in eps:
             ep.join(timeout=5)

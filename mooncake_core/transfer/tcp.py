@@ -63,6 +63,7 @@ class TcpInitiator:
             config.endpoint_pool_cap, config.endpoint_eviction, self._make_endpoint, self._reroute
         )
         self._cursor = itertools.count()
+        self._closed = False
         # A stalled peer is noticed within one attempt's share of the request timeout,
         # leaving the remaining attempts time to succeed on another path.
         self.io_timeout_s = max(0.2, config.request_timeout_s / (config.max_retries + 1))
@@ -116,6 +117,9 @@ class TcpInitiator:
         self._dispatch(per_path)
 
     def _dispatch(self, per_path: dict[Path, list[Slice]]) -> None:
+        if self._closed:  # close() interrupted these: end them instead of reconnecting
+            self._give_up([s for slices in per_path.values() for s in slices], "engine closed")
+            return
         for path, slices in per_path.items():
             while not self.pool.get(path).enqueue(slices):
                 pass  # evicted between get and enqueue: the next get creates a fresh one
@@ -143,15 +147,18 @@ class TcpInitiator:
             s.path = others[next(self._cursor) % len(others)]
             per_path[s.path].append(s)
         if give_up:
-            with self._outcome.cv:
-                for s in give_up:
-                    s.req.pending -= 1
-                    if self._outcome.fail(s.req, f"{reason} (gave up after {s.attempts} attempts)"):
-                        self._stats.add("tcp|requests_failed")
-                self._outcome.cv.notify_all()
-            for s in give_up:
-                s.req.request.local.release(1)
+            self._give_up(give_up, f"{reason} (gave up after {give_up[0].attempts} attempts)")
         self._dispatch(per_path)
+
+    def _give_up(self, slices: list[Slice], reason: str) -> None:
+        with self._outcome.cv:
+            for s in slices:
+                s.req.pending -= 1
+                if self._outcome.fail(s.req, reason):
+                    self._stats.add("tcp|requests_failed")
+            self._outcome.cv.notify_all()
+        for s in slices:
+            s.req.request.local.release(1)
 
     # ------------------------------------------------------------------ endpoint callbacks
 
@@ -243,5 +250,6 @@ class TcpInitiator:
         self._reroute(left)
 
     def close(self) -> None:
-        """Close every endpoint (transfers in flight fail)."""
+        """Close every endpoint (transfers in flight fail with "engine closed")."""
+        self._closed = True
         self.pool.close()

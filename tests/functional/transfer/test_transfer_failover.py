@@ -101,3 +101,20 @@ def test_tiny_pool_evicts_and_still_completes(start_target, make_engine):
         assert bytes(local.view()) == pattern(16 * MiB)
     assert eng.snapshot().endpoints == 1
     assert eng._tcp.pool.evictions > 0
+
+
+def test_close_ends_every_request(start_target, make_engine):
+    target = start_target(size=64 * MiB)
+    eng = make_engine()
+    seg = eng.open_segment(target.name)
+    local = eng.register_memory(bytearray(64 * MiB))
+    batch = eng.allocate_batch(64)
+    eng.submit(
+        batch,
+        [TransferRequest(OpCode.READ, local, i * MiB, seg, i * MiB, MiB) for i in range(64)],
+    )
+    eng.close()
+    statuses = eng.wait(batch, timeout=10)
+    assert all(s.state is not TransferState.WAITING for s in statuses)
+    failed = [s for s in statuses if s.state is TransferState.FAILED]
+    assert all("closed" in (s.reason or "") or "reset" in (s.reason or "") for s in failed)
