@@ -62,6 +62,7 @@ class _Tracked:
     raw: tuple[float, float, float, float]
     prefill_finish: float
     started_at: float | None = None
+    prefilled: bool = False
     decode: str | None = None
     joined_at: float | None = None
 
@@ -146,6 +147,74 @@ class Conductor:
             **kwargs,  # type: ignore[arg-type]
         )
 
+    # -- membership --------------------------------------------------------------------
+
+    def add_prefill(self, name: str) -> None:
+        """Start scheduling on a new prefill instance (placed last in the order).
+
+        Raises:
+            ValueError: an instance of that name exists.
+        """
+        if name in self._prefill_by_name:
+            raise ValueError(f"prefill instance {name!r} already exists")
+        state = PrefillInstanceState(name)
+        self._prefill.append(state)
+        self._prefill_by_name[name] = state
+
+    def remove_prefill(self, name: str) -> list[str]:
+        """Stop scheduling on a prefill instance (it died or is drained).
+
+        Its local cache is dropped from the index. Requests queued or running there are
+        forgotten and returned, for the caller to schedule again or fail; requests whose
+        prefill is done there carry on to decode.
+
+        Raises:
+            KeyError: no such instance.
+        """
+        state = self._prefill_by_name[name]
+        orphans = [
+            rid for rid, t in self._tracked.items() if t.plan.instance == name and not t.prefilled
+        ]
+        for rid in orphans:
+            self.cancel(rid)
+        del self._prefill_by_name[name]
+        self._prefill.remove(state)
+        self.index.drop_location(name)
+        return orphans
+
+    def add_decode(self, name: str, max_batch: int) -> None:
+        """Start placing decodes on a new decode instance.
+
+        Raises:
+            ValueError: an instance of that name exists, or ``max_batch`` below 1.
+        """
+        if name in self._decode_by_name:
+            raise ValueError(f"decode instance {name!r} already exists")
+        state = DecodeInstanceState(name, max_batch)
+        self._decode.append(state)
+        self._decode_by_name[name] = state
+
+    def remove_decode(self, name: str) -> list[str]:
+        """Stop placing decodes on a decode instance (it died or is drained).
+
+        Requests that reserved it will join another instance at ``on_decode_join``.
+        Requests decoding there are forgotten and returned (their streams are lost).
+
+        Raises:
+            KeyError: no such instance.
+        """
+        state = self._decode_by_name.pop(name)
+        self._decode.remove(state)
+        lost = []
+        for rid, t in list(self._tracked.items()):
+            if t.decode == name:
+                if t.joined_at is None:
+                    t.decode = None
+                else:
+                    lost.append(rid)
+                    self._forget(rid)
+        return lost
+
     # -- cache events ----------------------------------------------------------------
 
     def apply(self, event: CacheEvent) -> None:
@@ -193,7 +262,8 @@ class Conductor:
             instance, a decode slot is reserved and any hotspot migration is recorded.
 
         Raises:
-            ValueError: more blocks than the prompt has, or a request id already in flight.
+            ValueError: more blocks than the prompt has, a request id already in flight, or
+                no prefill or decode instance left.
         """
         keys = request.block_keys
         if len(keys) * self.block_size > request.input_len:
@@ -203,6 +273,8 @@ class Conductor:
             )
         if request.request_id in self._tracked:
             raise ValueError(f"request {request.request_id!r} is already in flight")
+        if not self._prefill or not self._decode:
+            raise ValueError("no prefill or no decode instance to schedule on (all removed)")
         self._now = now
         policy = self.policy
         p_scale, x_scale = policy.prefill_scale, policy.transfer_scale
@@ -390,6 +462,7 @@ class Conductor:
         t = self._get(request_id)
         self._prefill_by_name[t.plan.instance].finish(request_id)
         t.prefill_finish = now
+        t.prefilled = True
         self._finishes[request_id] = now
         self._now = now
         d = t.decision
@@ -418,16 +491,19 @@ class Conductor:
             KeyError: unknown request.
         """
         t = self._get(request_id)
+        if t.joined_at is not None:
+            raise ValueError(f"request {request_id!r} already joined decode instance {t.decode!r}")
         self._now = now
-        wanted = self._decode_by_name[t.decode] if t.decode else self._decode[0]
-        target: DecodeInstanceState | None = wanted if wanted.has_room() else None
-        if target is None:
+        wanted = self._decode_by_name.get(t.decode) if t.decode else None
+        target = wanted if wanted is not None and wanted.has_room() else None
+        if target is None and self._decode:
             roomy = [d for d in self._decode if d.has_room()]
             if roomy:
                 target = min(roomy, key=lambda d: d.expected_batch)
             elif self.admission.overflow_at_join:
-                target = wanted
-        wanted.unreserve(request_id)
+                target = wanted or min(self._decode, key=lambda d: d.expected_batch)
+        if wanted is not None:
+            wanted.unreserve(request_id)
         if target is None:
             self._counts["join_rejected"] += 1
             self._rejected["decode_full"] = self._rejected.get("decode_full", 0) + 1

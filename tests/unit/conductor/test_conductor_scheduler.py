@@ -226,3 +226,47 @@ def test_candidate_table_is_built_once_and_compares_by_rows() -> None:
     c2.schedule(req("b"), 0.0)
     c2.schedule(req("c"), 0.0)
     assert d2.candidates == d.candidates
+
+
+def test_remove_prefill_returns_its_requests_and_drops_its_cache() -> None:
+    c = make("round_robin")
+    c.apply(BlockStored("p1", HBM, (1, 2)))
+    c.schedule(req("a"), 0.0)  # p0
+    c.schedule(req("b", (1, 2)), 0.0)  # p1
+    c.schedule(req("x"), 0.0)  # p0
+    c.schedule(req("y"), 0.0)  # p1, prefilled before p1 goes away
+    c.on_prefill_start("y", 0.0)
+    c.on_prefill_done("y", 0.01)
+    assert c.remove_prefill("p1") == ["b"]
+    assert c.on_decode_join("y", 0.02).admitted
+    assert c.index.match([1, 2]).best_len == 0
+    assert [p.name for p in c.snapshot().prefill] == ["p0"]
+    assert c.schedule(req("b", (1, 2)), 0.0).prefill == "p0"
+    c.add_prefill("p9")
+    assert c.schedule(req("c"), 0.0).prefill == "p9"
+    with pytest.raises(ValueError, match="already exists"):
+        c.add_prefill("p9")
+    with pytest.raises(KeyError):
+        c.remove_prefill("nope")
+
+
+def test_remove_decode_moves_reservations_and_returns_lost_streams() -> None:
+    c = make("round_robin", decode={"d0": 4, "d1": 4})
+    for rid in ("a", "b"):
+        c.schedule(req(rid), 0.0)
+        c.on_prefill_start(rid, 0.0)
+        c.on_prefill_done(rid, 0.01)
+    assert c.on_decode_join("a", 0.01).instance == "d0"
+    with pytest.raises(ValueError, match="already joined"):
+        c.on_decode_join("a", 0.02)
+    c.schedule(req("c"), 0.0)  # reserves d1 (d0 has a)
+    c.on_prefill_start("c", 0.0)
+    c.on_prefill_done("c", 0.01)
+    assert c.remove_decode("d0") == ["a"]
+    assert c.on_decode_join("b", 0.02).instance == "d1"
+    assert c.on_decode_join("c", 0.02).instance == "d1"
+    c.remove_decode("d1")
+    with pytest.raises(ValueError, match="no prefill or no decode"):
+        c.schedule(req("d"), 0.0)
+    c.add_decode("d2", 1)
+    assert c.schedule(req("d"), 0.0).decode == "d2"
