@@ -130,6 +130,7 @@ class Conductor:
         self._rejected: dict[str, int] = {}
         self._err = {"n_ttft": 0, "ttft_abs": 0.0, "ttft_signed": 0.0, "n_tbt": 0, "tbt_abs": 0.0}
         self._now = 0.0
+        self._resynced: dict[str, float] = {}
 
     @classmethod
     def from_cluster(cls, cluster: ClusterConfig, **kwargs: object) -> Conductor:
@@ -221,9 +222,34 @@ class Conductor:
         """Feed one cache event to the prefix index."""
         self.index.apply(event)
 
-    def resync(self, location: str, tier: Tier, keys: Iterable[int]) -> tuple[int, int]:
-        """Replace one holder's view in the index; returns ``(added, removed)`` drift."""
-        return self.index.resync(location, tier, keys)
+    def resync(
+        self, location: str, tier: Tier, keys: Iterable[int], now: float | None = None
+    ) -> tuple[int, int]:
+        """Replace one holder's view in the index; returns ``(added, removed)`` drift.
+
+        Args:
+            location: worker or store node that reported its keys.
+            tier: the tier they describe.
+            keys: everything it holds there.
+            now: when; recorded for :meth:`resync_due`.
+        """
+        result = self.index.resync(location, tier, keys)
+        if now is not None:
+            self._resynced[location] = now
+        return result
+
+    def resync_due(self, now: float) -> list[str]:
+        """Locations whose last resync is older than ``resync_interval_s`` (or never), sorted.
+
+        The locations are the prefill instances plus every location the index has heard
+        of (store nodes included); the caller fetches their key sets and calls
+        :meth:`resync` for each tier.
+        """
+        interval = self.config.resync_interval_s
+        known = set(self._prefill_by_name) | {loc for loc, _ in self.index.holders()}
+        return sorted(
+            loc for loc in known if now - self._resynced.get(loc, -float("inf")) >= interval
+        )
 
     # -- scheduling --------------------------------------------------------------------
 

@@ -270,3 +270,14 @@ def test_remove_decode_moves_reservations_and_returns_lost_streams() -> None:
         c.schedule(req("d"), 0.0)
     c.add_decode("d2", 1)
     assert c.schedule(req("d"), 0.0).decode == "d2"
+
+
+def test_resync_due_tracks_each_location() -> None:
+    c = make(resync_interval_s=30.0)
+    c.apply(BlockStored("store-0", DRAM, (1,)))
+    assert c.resync_due(0.0) == ["p0", "p1", "store-0"]
+    c.resync("p0", HBM, [5], now=0.0)
+    c.resync("store-0", DRAM, [1, 2], now=10.0)
+    assert c.resync_due(29.0) == ["p1"]
+    assert c.resync_due(30.0) == ["p0", "p1"]
+    assert c.snapshot().index.drift_added == 2
