@@ -113,7 +113,6 @@ class TinyLlama:
         self.head_dim = config.hidden // config.heads
         if self.head_dim % 2:
             raise ValueError(f"head dim {self.head_dim} must be even for rotary embeddings")
-        self.group = config.heads // config.kv_heads
         h, d, s = config.hidden, self.head_dim, config.seed
 
         def put(t: torch.Tensor) -> torch.Tensor:
@@ -209,12 +208,12 @@ class TinyLlama:
                 f"position {int(pos.max())} exceeds max_seq_len {self.config.max_seq_len}"
             )
         cos, sin = self._cos[pos][:, None], self._sin[pos][:, None]  # [B, 1, n, d/2]
-        masks: dict[int, torch.Tensor] = {}
+        masks: dict[int, torch.Tensor | None] = {}
         for i in run:
             kv = past(i) if past is not None else None
             plen = 0 if kv is None else kv[0].shape[2]
             if plen not in masks:
-                masks[plen] = self._mask(past_lens, plen, n)
+                masks[plen] = self._mask(past_lens, plen, n) if plen else None
             x = self._layer(self._layers[i], i, x, cos, sin, kv, masks[plen], hook)
         return x
 
@@ -241,9 +240,8 @@ class TinyLlama:
         past_ok = j[None, None, :] < past_lens[:, None, None]  # [B, 1, P]
         causal = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
         b = past_lens.shape[0]
-        return torch.cat((past_ok.expand(b, n, plen), causal[None].expand(b, n, n)), dim=2)[
-            :, None, None
-        ]  # [B, 1, 1, n, P+n] broadcast over (kv head, group)
+        both = (past_ok.expand(b, n, plen), causal[None].expand(b, n, n))
+        return torch.cat(both, dim=2)[:, None]  # [B, 1, n, P+n], broadcast over heads
 
     def _layer(
         self,
@@ -253,7 +251,7 @@ class TinyLlama:
         cos: torch.Tensor,
         sin: torch.Tensor,
         past: KVPair | None,
-        mask: torch.Tensor,
+        mask: torch.Tensor | None,
         hook: LayerHook | None,
     ) -> torch.Tensor:
         cfg, d = self.config, self.head_dim
@@ -271,14 +269,14 @@ class TinyLlama:
             v_all = torch.cat((past[1].to(v.dtype), v), dim=2)
         else:
             k_all, v_all = k, v
-        # Grouped-query attention without copying K/V per query head:
-        # q [B, kvh, g, n, d] against k [B, kvh, 1, L, d].
-        qg = q.float().view(b, cfg.kv_heads, self.group, n, d)
-        scores = (qg @ k_all.float()[:, :, None].transpose(-1, -2)) / math.sqrt(d)
-        scores = scores.masked_fill(~mask, float("-inf"))
-        probs = torch.softmax(scores, dim=-1)
-        att = (probs @ v_all.float()[:, :, None]).view(b, cfg.heads, n, d)
-        att = att.transpose(1, 2).reshape(b, n, cfg.heads * d).to(x.dtype)
+        # Grouped-query attention; SDPA picks a fused kernel and never copies K/V per
+        # query head. Without a past the mask is plain causal (the fast path).
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        if mask is None:
+            out = sdpa(q.float(), k_all.float(), v_all.float(), is_causal=True, enable_gqa=True)
+        else:
+            out = sdpa(q.float(), k_all.float(), v_all.float(), attn_mask=mask, enable_gqa=True)
+        att = out.transpose(1, 2).reshape(b, n, cfg.heads * d).to(x.dtype)
         x = x + att @ w.wo
         h = self._rms(x, w.mlp_norm)
         act = torch.nn.functional.silu(h @ w.w_gate) * (h @ w.w_up)
