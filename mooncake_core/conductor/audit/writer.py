@@ -482,6 +482,11 @@ _ROWS_PER_STATEMENT = 256
 bound-parameter limit)."""
 
 
+def _multirow_values(conn: Connection) -> bool:
+    """Whether to use the multi-row VALUES fast path (SQLite) or SQLAlchemy Core."""
+    return conn.dialect.name == "sqlite"
+
+
 def _executemany(
     conn: Connection, table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]
 ) -> None:
@@ -492,7 +497,7 @@ def _executemany(
     step per row (plain ``executemany``) means one GIL hand-off per row, which lets this
     thread interrupt the decision thread hundreds of thousands of times a second.
     """
-    if conn.dialect.name != "sqlite":
+    if not _multirow_values(conn):
         tbl = decisions if table == "decisions" else candidates
         conn.execute(tbl.insert(), [dict(zip(columns, r, strict=True)) for r in rows])
         return
