@@ -17,7 +17,9 @@ The public traces ship ``hash_ids`` that are already chained (512-token blocks);
 
 from __future__ import annotations
 
+import array
 import struct
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -37,6 +39,27 @@ TRACE_BLOCK_SIZE = 512
 
 _U32_MAX = 2**32 - 1
 _PAIR = struct.Struct("<QQ")
+_U32_CODE = "I" if array.array("I").itemsize == 4 else "L"
+
+
+def _u32_le(tokens: Sequence[int]) -> bytes:
+    """Tokens as packed u32 little-endian, validating the range.
+
+    ``array`` converts a list about 3x faster than numpy and rejects out-of-range ids itself.
+    """
+    if isinstance(tokens, np.ndarray):
+        if tokens.size and (int(tokens.min()) < 0 or int(tokens.max()) > _U32_MAX):
+            bad = next(int(t) for t in tokens.ravel() if t < 0 or t > _U32_MAX)
+            raise ValueError(f"token id {bad} does not fit in an unsigned 32-bit integer")
+        return tokens.astype("<u4").tobytes()
+    try:
+        arr = array.array(_U32_CODE, tokens)
+    except OverflowError:
+        bad = next(t for t in tokens if not 0 <= t <= _U32_MAX)
+        raise ValueError(f"token id {bad} does not fit in an unsigned 32-bit integer") from None
+    if sys.byteorder == "big":
+        arr.byteswap()
+    return arr.tobytes()
 
 
 class BlockHasher:
@@ -63,11 +86,7 @@ class BlockHasher:
         Raises:
             ValueError: a token id is negative or does not fit in 32 bits.
         """
-        arr = np.asarray(block_tokens, dtype=np.int64)
-        if arr.size and (int(arr.min()) < 0 or int(arr.max()) > _U32_MAX):
-            bad = next(t for t in block_tokens if t < 0 or t > _U32_MAX)
-            raise ValueError(f"token id {bad} does not fit in an unsigned 32-bit integer")
-        return xxhash.xxh3_64_intdigest(arr.astype("<u4").tobytes(), seed=self.seed)
+        return xxhash.xxh3_64_intdigest(_u32_le(block_tokens), seed=self.seed)
 
     def chain(self, prev: int, local: int) -> int:
         """Combine the previous block's key with this block's local hash (``seq_i``)."""
@@ -90,11 +109,7 @@ class BlockHasher:
         n = len(tokens) // bs
         if n == 0:
             return []
-        arr = np.asarray(tokens[: n * bs], dtype=np.int64)
-        if int(arr.min()) < 0 or int(arr.max()) > _U32_MAX:
-            bad = next(t for t in tokens[: n * bs] if t < 0 or t > _U32_MAX)
-            raise ValueError(f"token id {bad} does not fit in an unsigned 32-bit integer")
-        raw = arr.astype("<u4").tobytes()
+        raw = memoryview(_u32_le(tokens[: n * bs]))
         width = bs * 4
         seed = self.seed
         keys: list[int] = []

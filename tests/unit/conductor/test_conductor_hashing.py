@@ -107,3 +107,14 @@ def test_store_key_format() -> None:
         block_store_key("a/b", 1)
     with pytest.raises(ValueError):
         block_store_key("m", 2**64)
+
+
+def test_numpy_tokens_hash_like_lists() -> None:
+    import numpy as np
+
+    hasher = BlockHasher(HashingConfig(block_size=4, seed=3))
+    tokens = [7, 2**32 - 1, 0, 5, 9, 9, 9, 9]
+    assert hasher.block_keys(np.array(tokens, dtype=np.int64)) == hasher.block_keys(tokens)
+    assert hasher.block_keys(np.array(tokens, dtype=np.uint32)) == _reference(tokens, 4, 3)
+    with pytest.raises(ValueError, match="-3"):
+        hasher.block_keys(np.array([1, 2, 3, -3]))
