@@ -41,8 +41,11 @@ _U32_MAX = 2**32 - 1
 _PAIR = struct.Struct("<QQ")
 _U32_CODE = "I" if array.array("I").itemsize == 4 else "L"
 
+Tokens = Sequence[int] | np.ndarray
+"""Token ids: a sequence of ints or a numpy integer array."""
 
-def _u32_le(tokens: Sequence[int]) -> bytes:
+
+def _u32_le(tokens: Tokens) -> bytes:
     """Tokens as packed u32 little-endian, validating the range.
 
     ``array`` converts a list about 3x faster than numpy and rejects out-of-range ids itself.
@@ -74,7 +77,7 @@ class BlockHasher:
         self.block_size: int = cfg.block_size
         self.seed: int = cfg.seed
 
-    def local_hash(self, block_tokens: Sequence[int]) -> int:
+    def local_hash(self, block_tokens: Tokens) -> int:
         """Hash one block's tokens on their own (``local_i``).
 
         Args:
@@ -92,7 +95,7 @@ class BlockHasher:
         """Combine the previous block's key with this block's local hash (``seq_i``)."""
         return xxhash.xxh3_64_intdigest(_PAIR.pack(prev, local), seed=self.seed)
 
-    def block_keys(self, tokens: Sequence[int]) -> list[int]:
+    def block_keys(self, tokens: Tokens) -> list[int]:
         """Return the chained key of every complete block of ``tokens``.
 
         Args:
