@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mooncake_core.conductor import BlockRemoved, BlockStored, PrefixIndex, Tier
 
@@ -95,3 +97,35 @@ def test_snapshot_sizes(index: PrefixIndex) -> None:
     assert snap.distinct_blocks == 4
     assert snap.entries == 11
     assert snap.per_holder[0] == ("p0", "hbm", 3)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    holdings=st.dictionaries(
+        st.sampled_from(["p0", "p1", "p2", "s0"]),
+        st.sets(st.integers(0, 12), max_size=10),
+        max_size=4,
+    ),
+    removed=st.lists(st.tuples(st.sampled_from(["p0", "p1"]), st.integers(0, 12)), max_size=5),
+    prompt=st.lists(st.integers(0, 12), max_size=12),
+)
+def test_match_equals_brute_force(
+    holdings: dict[str, set[int]], removed: list[tuple[str, int]], prompt: list[int]
+) -> None:
+    ix = PrefixIndex()
+    truth = {loc: set(keys) for loc, keys in holdings.items()}
+    for loc, keys in holdings.items():
+        ix.apply(BlockStored(loc, HBM, tuple(sorted(keys))))
+    for loc, key in removed:
+        ix.apply(BlockRemoved(loc, HBM, (key,)))
+        truth.get(loc, set()).discard(key)
+    expected = {}
+    for loc, keys in truth.items():
+        n = 0
+        while n < len(prompt) and prompt[n] in keys:
+            n += 1
+        if n:
+            expected[(loc, HBM)] = n
+    m = ix.match(prompt)
+    assert m.by_holder == expected
+    assert m.best_len == max(expected.values(), default=0)
