@@ -34,6 +34,7 @@
 #define MC_MAX_DATA (1ULL << 31) /* larger lengths are malformed, never allocated */
 #define IOV_BATCH 64             /* iovecs per sendmsg (well under IOV_MAX) */
 #define ACK_BATCH 64             /* acks the server may hold before flushing */
+#define RD_BUDGET (64u << 10)    /* unread READ bytes allowed before sending a WRITE */
 
 enum { OP_READ = 1, OP_WRITE = 2, OP_READ_RESP = 3, OP_WRITE_ACK = 4 };
 enum { ST_OK = 0, ST_UNKNOWN_SEGMENT = 1, ST_OUT_OF_BOUNDS = 2 };
@@ -554,10 +555,17 @@ static PyObject *py_transfer(PyObject *self, PyObject *args) {
     struct iovec iov[IOV_BATCH];
     if (!in || !hdrs) { err = ENOMEM; msg = "out of memory"; goto out; }
     in->off = in->len = 0;
+    /* Bytes of READ responses requested but not read yet. A WRITE is only sent while
+     * this is small: otherwise the server may block sending READ data we are not
+     * reading while we block sending WRITE data it is not reading (a deadlock once
+     * both socket buffers are full). Pure READ or pure WRITE streams are unaffected. */
+    uint64_t rd_out = 0;
+#define CAN_SEND(i) \
+    ((i) < n && (i) - done < (size_t)window && !(sl[i].op == OP_WRITE && rd_out > RD_BUDGET))
     while (done < n) {
-        if (sent < n && sent - done < (size_t)window) {
+        if (CAN_SEND(sent)) {
             int k = 0, m = 0;
-            while (sent < n && sent - done < (size_t)window && m < IOV_BATCH / 2) {
+            while (CAN_SEND(sent) && m < IOV_BATCH / 2) {
                 const slice_t *s = &sl[sent];
                 hdr_t h = {MC_MAGIC, MC_VERSION, (uint8_t)s->op, 0, s->seg, 0,
                            s->req_id, s->remote_off, s->len};
@@ -568,6 +576,7 @@ static PyObject *py_transfer(PyObject *self, PyObject *args) {
                     iov[k].iov_len = (size_t)s->len;
                     k++;
                 }
+                if (s->op == OP_READ) rd_out += s->len;
                 m++;
                 sent++;
             }
@@ -591,8 +600,10 @@ static PyObject *py_transfer(PyObject *self, PyObject *args) {
             r = rb_read(fd, in, (char *)(uintptr_t)s->local_addr, (size_t)h.length, 0);
             if (r < 0) { err = -r; msg = "receive failed"; break; }
         }
+        if (s->op == OP_READ) rd_out -= s->len;
         res[done++] = (int32_t)h.status;
     }
+#undef CAN_SEND
 out:
     free(in);
     free(hdrs);

@@ -18,6 +18,7 @@ from .directory import split_name
 from .endpoint import Endpoint, EndpointPool, Slice
 from .health import NicHealth
 from .protocol import STATUS_REASONS, Op, Status
+from .region import Region
 from .request import OpCode, TransferState
 from .slicing import pair_paths, plan
 from .stats import Counters
@@ -91,6 +92,7 @@ class TcpInitiator:
         slice_size = int(self._cfg.slice_size)
         cursor = self._cursor
         routes: dict[tuple[str, int], list[Path]] = {}  # paths computed once per submit
+        held: dict[Region, int] = {}  # slices per region, counted in flight in one go
         for st in states:
             req = st.request
             key = (req.local.location, id(req.segment))
@@ -102,18 +104,20 @@ class TcpInitiator:
             base = req.local.address + req.local_offset
             if req.length <= slice_size:  # the common case: one slice, no plan objects
                 st.pending = 1
-                req.local.acquire(1)
+                held[req.local] = held.get(req.local, 0) + 1
                 s = Slice(st, op, seg_id, req.target_offset, base, req.length)
                 s.path = paths[next(cursor) % len(paths)]
                 per_path[s.path].append(s)
                 continue
             pieces = plan(req.length, slice_size, len(paths), next(cursor) % len(paths))
             st.pending = len(pieces)
-            req.local.acquire(len(pieces))
+            held[req.local] = held.get(req.local, 0) + len(pieces)
             for p in pieces:
                 s = Slice(st, op, seg_id, req.target_offset + p.offset, base + p.offset, p.length)
                 s.path = paths[p.path]
                 per_path[s.path].append(s)
+        for region, n in held.items():
+            region.acquire(n)
         self._dispatch(per_path)
 
     def _dispatch(self, per_path: dict[Path, list[Slice]]) -> None:
@@ -157,8 +161,7 @@ class TcpInitiator:
                 if self._outcome.fail(s.req, reason):
                     self._stats.add("tcp|requests_failed")
             self._outcome.cv.notify_all()
-        for s in slices:
-            s.req.request.local.release(1)
+        _release(slices)
 
     # ------------------------------------------------------------------ endpoint callbacks
 
@@ -226,8 +229,7 @@ class TcpInitiator:
                         self._stats.add("tcp|requests_failed")
                 finished.append(s)
             self._outcome.cv.notify_all()
-        for s in finished:
-            s.req.request.local.release(1)
+        _release(finished)
         st = self._stats
         st.add(f"{nic}|bytes_sent", sent)
         st.add(f"{nic}|bytes_received", recv)
@@ -253,3 +255,19 @@ class TcpInitiator:
         """Close every endpoint (transfers in flight fail with "engine closed")."""
         self._closed = True
         self.pool.close()
+
+
+def _release(slices: list[Slice]) -> None:
+    """Uncount finished slices from their regions (one lock round per region)."""
+    if not slices:
+        return
+    first = slices[0].req.request.local
+    if all(s.req.request.local is first for s in slices):
+        first.release(len(slices))
+        return
+    counts: dict[Region, int] = {}
+    for s in slices:
+        region = s.req.request.local
+        counts[region] = counts.get(region, 0) + 1
+    for region, n in counts.items():
+        region.release(n)

@@ -160,3 +160,35 @@ def test_64mib_striped_over_three_nics_checksum(start_target, make_engine):
     for nic in nics:
         assert remote[nic]["bytes_received"] > 0 and remote[nic]["bytes_sent"] > 0
     assert eng.snapshot().transport("tcp").requests_completed == 2
+
+
+def test_mixed_reads_and_writes_on_one_connection_do_not_deadlock(start_target, make_engine):
+    # READ responses the initiator has not read yet must never stop the server from
+    # reading the WRITE payloads the initiator is sending on the same connection.
+    # 4 MiB slices: eight unread READ responses exceed the socket buffers of both ends.
+    n, block = 8, 4 * MiB
+    target = start_target(size=2 * n * block)
+    eng = make_engine(
+        config={
+            "connections_per_endpoint": 1,
+            "slice_size": block,
+            "request_timeout_s": 20,
+            "max_retries": 0,
+        }
+    )
+    seg = eng.open_segment(target.name)
+    local = eng.register_memory(bytearray(2 * n * block))
+    data = pattern(n * block, seed=5)
+    local.view()[n * block :] = data
+    reqs = []
+    for i in range(n):
+        reqs.append(TransferRequest(OpCode.READ, local, i * block, seg, i * block, block))
+        reqs.append(
+            TransferRequest(OpCode.WRITE, local, (n + i) * block, seg, (n + i) * block, block)
+        )
+    batch = eng.allocate_batch(len(reqs))
+    eng.submit(batch, reqs)
+    statuses = eng.wait(batch, timeout=30)
+    assert all(s.state is TransferState.COMPLETED for s in statuses), statuses[0]
+    assert bytes(local.view()[: n * block]) == pattern(2 * n * block)[: n * block]
+    assert target.sha256(n * block, n * block) == hashlib.sha256(data).hexdigest()
