@@ -25,14 +25,12 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from itertools import chain
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import Connection, Engine, func, select, update
+from sqlalchemy import Engine
 
 from .db import make_engine, require_current_schema
-from .models import CANDIDATE_COLUMNS, DECISION_COLUMNS, candidates, decisions
+from .inserts import Update, apply_updates, insert_batch, yield_gil
 from .records import CandidateRecord, DecisionRecord
 from .retention import RetentionResult, apply_retention
 
@@ -42,25 +40,6 @@ if TYPE_CHECKING:
     from mooncake_core.config import AuditConfig
 
 log = logging.getLogger(__name__)
-
-_YIELD_EVERY = 16
-"""Decisions converted to rows between two GIL releases (see :func:`_yield_gil`)."""
-
-
-def _yield_gil() -> None:
-    """Let a thread waiting for the GIL (the conductor) run now.
-
-    Without this, a decision that arrives while this thread builds rows can wait for
-    CPython's switch interval (5 ms) before it forces the GIL away; in
-    ``bench/audit_throughput.py`` (paced conductor) p99 decision latency with the writer
-    on was 8-12 ms without these releases and 0.4-4 ms with them (no audit: ~0.25 ms).
-    ``time.sleep(0)`` releases the GIL and costs a few microseconds when nobody waits.
-    """
-    time.sleep(0)
-
-
-_decision_values = attrgetter(*DECISION_COLUMNS)
-_candidate_values = attrgetter(*CANDIDATE_COLUMNS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,13 +123,6 @@ class RecordSource(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class _Update:
-    request_id: str
-    ttft_s: float | None
-    tbt_s: float | None
-
-
 class AuditWriter:
     """Stores audit records in batches on a background thread.
 
@@ -171,7 +143,7 @@ class AuditWriter:
         self._engine = engine
         self._own_engine = own_engine
         self._opts = options or WriterOptions()
-        self._q: deque[tuple[DecisionRecord, Sequence[CandidateRecord]] | _Update | RecordSource]
+        self._q: deque[tuple[DecisionRecord, Sequence[CandidateRecord]] | Update | RecordSource]
         self._q = deque()
         self._io_lock = threading.Lock()
         self._wake = threading.Event()
@@ -269,7 +241,7 @@ class AuditWriter:
         if len(self._q) >= self._limit:
             self._updates_dropped += 1
             return False
-        self._q.append(_Update(request_id, ttft_s, tbt_s))
+        self._q.append(Update(request_id, ttft_s, tbt_s))
         return True
 
     # -- lifecycle -------------------------------------------------------------------
@@ -378,14 +350,14 @@ class AuditWriter:
         if not items:
             return 0
         rows: list[tuple[DecisionRecord, Sequence[CandidateRecord]]] = []
-        updates: list[_Update] = []
+        updates: list[Update] = []
         for it in items:
             if type(it) is tuple:
                 rows.append(it)
-            elif isinstance(it, _Update):
+            elif isinstance(it, Update):
                 updates.append(it)
             else:
-                _yield_gil()  # to_record() is the slow part; let the decision thread in
+                yield_gil()  # to_record() is the slow part; let the decision thread in
                 try:
                     rows.append(it.to_record())  # type: ignore[union-attr]
                 except Exception as exc:
@@ -410,14 +382,14 @@ class AuditWriter:
         return n
 
     def _commit(
-        self, rows: list[tuple[DecisionRecord, Sequence[CandidateRecord]]], updates: list[_Update]
+        self, rows: list[tuple[DecisionRecord, Sequence[CandidateRecord]]], updates: list[Update]
     ) -> None:
         with self._engine.begin() as conn:
-            self._insert(conn, rows)
-            self._apply_updates(conn, updates)
+            self._next_id = insert_batch(conn, rows, self._next_id)
+            apply_updates(conn, updates)
 
     def _retry_singly(
-        self, rows: list[tuple[DecisionRecord, Sequence[CandidateRecord]]], updates: list[_Update]
+        self, rows: list[tuple[DecisionRecord, Sequence[CandidateRecord]]], updates: list[Update]
     ) -> None:
         for one in rows:
             try:
@@ -436,84 +408,3 @@ class AuditWriter:
                 self._last_error = f"update of request {u.request_id!r}: {exc}"
             else:
                 self._updates += 1
-
-    def _insert(
-        self, conn: Connection, rows: list[tuple[DecisionRecord, Sequence[CandidateRecord]]]
-    ) -> None:
-        if not rows:
-            return
-        if self._next_id is None:
-            top = conn.execute(select(func.max(decisions.c.id))).scalar_one_or_none()
-            self._next_id = (top or 0) + 1
-        next_id = self._next_id
-        d_rows: list[tuple[Any, ...]] = []
-        c_rows: list[tuple[Any, ...]] = []
-        for k, (rec, cands) in enumerate(rows, 1):
-            d_rows.append((next_id, *_decision_values(rec)))
-            for c in cands:
-                c_rows.append((next_id, *_candidate_values(c)))
-            next_id += 1
-            if k % _YIELD_EVERY == 0:
-                _yield_gil()
-        _executemany(conn, "decisions", ("id", *DECISION_COLUMNS), d_rows)
-        if c_rows:
-            _executemany(conn, "candidates", ("decision_id", *CANDIDATE_COLUMNS), c_rows)
-        # Only advance once the transaction body succeeded (a failure re-reads max(id)).
-        self._next_id = next_id
-
-    def _apply_updates(self, conn: Connection, updates: list[_Update]) -> None:
-        for u in updates:
-            latest = (
-                select(func.max(decisions.c.id))
-                .where(decisions.c.request_id == u.request_id)
-                .scalar_subquery()
-            )
-            values: dict[str, float] = {}
-            if u.ttft_s is not None:
-                values["actual_ttft_s"] = u.ttft_s
-            if u.tbt_s is not None:
-                values["actual_tbt_s"] = u.tbt_s
-            if values:
-                conn.execute(update(decisions).where(decisions.c.id == latest).values(**values))
-
-
-_ROWS_PER_STATEMENT = 256
-"""Rows per multi-row INSERT on SQLite (19 columns x 256 stays far below its 32766
-bound-parameter limit)."""
-
-
-def _multirow_values(conn: Connection) -> bool:
-    """Whether to use the multi-row VALUES fast path (SQLite) or SQLAlchemy Core."""
-    return conn.dialect.name == "sqlite"
-
-
-def _executemany(
-    conn: Connection, table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]
-) -> None:
-    """Insert tuples without per-row ORM or dict overhead.
-
-    On SQLite, rows go out as multi-row ``INSERT ... VALUES (...), (...)`` statements of
-    up to 256 rows. The sqlite3 module releases the GIL around every statement step; one
-    step per row (plain ``executemany``) means one GIL hand-off per row, which lets this
-    thread interrupt the decision thread hundreds of thousands of times a second.
-    """
-    if not _multirow_values(conn):
-        tbl = decisions if table == "decisions" else candidates
-        conn.execute(tbl.insert(), [dict(zip(columns, r, strict=True)) for r in rows])
-        return
-    head = f"INSERT INTO {table} ({','.join(columns)}) VALUES "
-    one = "(" + ",".join("?" * len(columns)) + ")"
-    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-    try:
-        full = None
-        for start in range(0, len(rows), _ROWS_PER_STATEMENT):
-            part = rows[start : start + _ROWS_PER_STATEMENT]
-            if len(part) == _ROWS_PER_STATEMENT:
-                full = full or head + ",".join([one] * _ROWS_PER_STATEMENT)
-                sql = full
-            else:
-                sql = head + ",".join([one] * len(part))
-            cursor.execute(sql, list(chain.from_iterable(part)))
-            _yield_gil()
-    finally:
-        cursor.close()

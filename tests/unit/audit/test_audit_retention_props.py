@@ -16,7 +16,7 @@ from mooncake_core.conductor.audit import (
     make_engine,
     upgrade,
 )
-from mooncake_core.conductor.audit import writer as writer_mod
+from mooncake_core.conductor.audit import inserts as inserts_mod
 from mooncake_core.conductor.audit.retention import apply_retention
 
 T0 = 1_800_000_000.0
@@ -82,7 +82,7 @@ def test_generic_insert_path_stores_the_same_rows(tmp_path: Path, monkeypatch: o
         return out
 
     fast = stored("fast.db")
-    monkeypatch.setattr(writer_mod, "_multirow_values", lambda conn: False)  # type: ignore[attr-defined]
+    monkeypatch.setattr(inserts_mod, "_multirow_values", lambda conn: False)  # type: ignore[attr-defined]
     generic = stored("generic.db")
     assert fast == generic
     assert len({r[0] for r in fast}) == 300

@@ -1,0 +1,139 @@
+"""How the writer puts a batch into the database: rows built in bulk, few statements.
+
+Split from :mod:`.writer` (queueing and the thread) because this is where the speed and
+the GIL behaviour are decided; see ``bench/audit_throughput.py``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter
+from typing import Any
+
+from sqlalchemy import Connection, func, select, update
+
+from .models import CANDIDATE_COLUMNS, DECISION_COLUMNS, candidates, decisions
+from .records import CandidateRecord, DecisionRecord
+
+Pair = tuple[DecisionRecord, Sequence[CandidateRecord]]
+
+_YIELD_EVERY = 16
+"""Decisions converted to rows between two GIL releases (see :func:`yield_gil`)."""
+
+
+def yield_gil() -> None:
+    """Let a thread waiting for the GIL (the conductor) run now.
+
+    Without this, a decision that arrives while this thread builds rows can wait for
+    CPython's switch interval (5 ms) before it forces the GIL away; in
+    ``bench/audit_throughput.py`` (paced conductor) p99 decision latency with the writer
+    on was 8-12 ms without these releases and 0.4-4 ms with them (no audit: ~0.25 ms).
+    ``time.sleep(0)`` releases the GIL and costs a few microseconds when nobody waits.
+    """
+    time.sleep(0)
+
+
+_decision_values = attrgetter(*DECISION_COLUMNS)
+_candidate_values = attrgetter(*CANDIDATE_COLUMNS)
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    """Measured latency for the latest decision of a request (``None``: unchanged)."""
+
+    request_id: str
+    ttft_s: float | None
+    tbt_s: float | None
+
+
+def insert_batch(conn: Connection, rows: list[Pair], next_id: int | None) -> int | None:
+    """Insert decisions and their candidates, numbering decisions from ``next_id``.
+
+    Args:
+        conn: Connection in the batch's transaction.
+        rows: Decisions with their candidates.
+        next_id: Id for the first decision; ``None`` reads ``max(id) + 1``.
+
+    Returns:
+        The id for the next decision (unchanged input when ``rows`` is empty).
+    """
+    if not rows:
+        return next_id
+    if next_id is None:
+        top = conn.execute(select(func.max(decisions.c.id))).scalar_one_or_none()
+        next_id = (top or 0) + 1
+    d_rows: list[tuple[Any, ...]] = []
+    c_rows: list[tuple[Any, ...]] = []
+    for k, (rec, cands) in enumerate(rows, 1):
+        d_rows.append((next_id, *_decision_values(rec)))
+        for c in cands:
+            c_rows.append((next_id, *_candidate_values(c)))
+        next_id += 1
+        if k % _YIELD_EVERY == 0:
+            yield_gil()
+    _executemany(conn, "decisions", ("id", *DECISION_COLUMNS), d_rows)
+    if c_rows:
+        _executemany(conn, "candidates", ("decision_id", *CANDIDATE_COLUMNS), c_rows)
+    return next_id
+
+
+def apply_updates(conn: Connection, updates: list[Update]) -> None:
+    """Set measured TTFT/TBT on the latest decision of each request."""
+    for u in updates:
+        latest = (
+            select(func.max(decisions.c.id))
+            .where(decisions.c.request_id == u.request_id)
+            .scalar_subquery()
+        )
+        values: dict[str, float] = {}
+        if u.ttft_s is not None:
+            values["actual_ttft_s"] = u.ttft_s
+        if u.tbt_s is not None:
+            values["actual_tbt_s"] = u.tbt_s
+        if values:
+            conn.execute(update(decisions).where(decisions.c.id == latest).values(**values))
+
+
+_ROWS_PER_STATEMENT = 256
+"""Rows per multi-row INSERT on SQLite (19 columns x 256 stays far below its 32766
+bound-parameter limit)."""
+
+
+def _multirow_values(conn: Connection) -> bool:
+    """Whether to use the multi-row VALUES fast path (SQLite) or SQLAlchemy Core."""
+    return conn.dialect.name == "sqlite"
+
+
+def _executemany(
+    conn: Connection, table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]
+) -> None:
+    """Insert tuples without per-row ORM or dict overhead.
+
+    On SQLite, rows go out as multi-row ``INSERT ... VALUES (...), (...)`` statements of
+    up to 256 rows. The sqlite3 module releases the GIL around every statement step; one
+    step per row (plain ``executemany``) means one GIL hand-off per row, which lets this
+    thread interrupt the decision thread hundreds of thousands of times a second.
+    """
+    if not _multirow_values(conn):
+        tbl = decisions if table == "decisions" else candidates
+        conn.execute(tbl.insert(), [dict(zip(columns, r, strict=True)) for r in rows])
+        return
+    head = f"INSERT INTO {table} ({','.join(columns)}) VALUES "
+    one = "(" + ",".join("?" * len(columns)) + ")"
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    try:
+        full = None
+        for start in range(0, len(rows), _ROWS_PER_STATEMENT):
+            part = rows[start : start + _ROWS_PER_STATEMENT]
+            if len(part) == _ROWS_PER_STATEMENT:
+                full = full or head + ",".join([one] * _ROWS_PER_STATEMENT)
+                sql = full
+            else:
+                sql = head + ",".join([one] * len(part))
+            cursor.execute(sql, list(chain.from_iterable(part)))
+            yield_gil()
+    finally:
+        cursor.close()
