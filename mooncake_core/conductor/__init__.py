@@ -19,6 +19,7 @@ from mooncake_core.conductor.hashing import (
     BlockHasher,
     block_store_key,
     keys_from_trace,
+    parse_block_store_key,
 )
 from mooncake_core.conductor.index import IndexSnapshot, PrefixIndex, PrefixMatch
 from mooncake_core.conductor.network import NetworkModel, NetworkSnapshot
@@ -78,4 +79,5 @@ __all__ = [
     "keys_from_trace",
     "make_admission",
     "make_policy",
+    "parse_block_store_key",
 ]

@@ -30,8 +30,10 @@ from mooncake_core.config.models import HashingConfig
 __all__ = [
     "TRACE_BLOCK_SIZE",
     "BlockHasher",
+    "Tokens",
     "block_store_key",
     "keys_from_trace",
+    "parse_block_store_key",
 ]
 
 TRACE_BLOCK_SIZE = 512
@@ -181,3 +183,21 @@ def block_store_key(model: str, key: int) -> str:
     if not 0 <= key < 2**64:
         raise ValueError(f"block key {key} is not an unsigned 64-bit integer")
     return f"kv/{model}/{key:016x}"
+
+
+def parse_block_store_key(key: str) -> tuple[str, int] | None:
+    """Inverse of :func:`block_store_key`: ``(model, block key)``, or ``None`` for other keys.
+
+    Store events name objects by key; this tells which ones are KV blocks (to feed the
+    prefix index) and which are something else (``None``, not an error).
+    """
+    parts = key.split("/")
+    if len(parts) != 3 or parts[0] != "kv" or not parts[1] or len(parts[2]) != 16:
+        return None
+    digits = parts[2]
+    if digits.lower() != digits:
+        return None
+    try:
+        return parts[1], int(digits, 16)
+    except ValueError:
+        return None

@@ -7,7 +7,12 @@ import struct
 import pytest
 import xxhash
 
-from mooncake_core.conductor import BlockHasher, block_store_key, keys_from_trace
+from mooncake_core.conductor import (
+    BlockHasher,
+    block_store_key,
+    keys_from_trace,
+    parse_block_store_key,
+)
 from mooncake_core.config.models import HashingConfig
 
 
@@ -118,3 +123,17 @@ def test_numpy_tokens_hash_like_lists() -> None:
     assert hasher.block_keys(np.array(tokens, dtype=np.uint32)) == _reference(tokens, 4, 3)
     with pytest.raises(ValueError, match="-3"):
         hasher.block_keys(np.array([1, 2, 3, -3]))
+
+
+def test_store_key_parses_back() -> None:
+    key = block_store_key("mooncake-tiny", 2**64 - 1)
+    assert parse_block_store_key(key) == ("mooncake-tiny", 2**64 - 1)
+    for other in (
+        "kv/m/123",
+        "kv//0000000000000001",
+        "pin/m/0000000000000001",
+        "kv/m/000000000000000G",
+        "kv/m/00000000000000AB",
+        "kv/a/b/0000000000000001",
+    ):
+        assert parse_block_store_key(other) is None
