@@ -53,6 +53,8 @@ class LayerKVEvent:
         k: new keys ``[kv_heads, end - start, head_dim]`` (after RoPE); ``v`` the same.
         blocks: block ids covering positions ``[start, end)``; with
             :meth:`PagedKVCache.layer_view` they give the bytes to store layer-wise.
+        keys: the chained key of each of ``blocks``, None for the partial last block
+            (partial blocks are never stored).
     """
 
     seq_id: str
@@ -62,6 +64,7 @@ class LayerKVEvent:
     k: torch.Tensor
     v: torch.Tensor
     blocks: tuple[int, ...]
+    keys: tuple[int | None, ...]
 
 
 LayerKVHook = Callable[[LayerKVEvent], None]
@@ -187,6 +190,7 @@ class InferenceEngine:
         )
         self.stats = EngineStats()
         self._seqs: dict[str, _Seq] = {}
+        self._pending_kv: dict[str, int] = {}  # reserved by reserve_kv, not adopted yet
         self._ids = itertools.count()
 
     # ---- prefill ------------------------------------------------------------------------
@@ -243,7 +247,7 @@ class InferenceEngine:
         usable = (len(tokens) - 1) // bs if use_prefix_cache else 0
         reused = self.cache.create_sequence(sid, keys, usable)
         new = ids[reused:]
-        hook = self._prefill_hook(sid, reused, reused + len(new), layer_hook)
+        hook = self._prefill_hook(sid, reused, reused + len(new), keys, layer_hook)
 
         def past(layer: int) -> KVPair | None:
             return self.cache.gather([sid], layer, reused) if reused else None
@@ -268,16 +272,16 @@ class InferenceEngine:
         return PrefillResult(sid, first, logits, reused, len(new), tuple(keys))
 
     def _prefill_hook(
-        self, sid: str, start: int, end: int, user: LayerKVHook | None
+        self, sid: str, start: int, end: int, keys: Sequence[int], user: LayerKVHook | None
     ) -> Callable[[int, torch.Tensor, torch.Tensor], None]:
-        bs = self.hashing.block_size
+        first, stop = start // self.hashing.block_size, -(-end // self.hashing.block_size)
+        names = tuple(keys[i] if i < len(keys) else None for i in range(first, stop))
 
         def hook(layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
             self.cache.write([sid], layer, [start], k, v)
             if user is not None:
-                table = self.cache.block_table(sid)
-                blocks = table[start // bs : -(-end // bs)]
-                user(LayerKVEvent(sid, layer, start, end, k[0], v[0], blocks))
+                blocks = self.cache.block_table(sid)[first:stop]
+                user(LayerKVEvent(sid, layer, start, end, k[0], v[0], blocks, names))
 
         return hook
 
@@ -391,17 +395,88 @@ class InferenceEngine:
         Raises:
             ValueError: block count or size mismatch, duplicate id; CacheFullError.
         """
-        sid = self._new_id(seq_id)
-        self.cache.import_sequence(sid, len(kv.tokens), kv.blocks)
-        self.cache.commit(sid, len(kv.tokens), kv.block_keys)
-        self._seqs[sid] = _Seq(
-            list(kv.tokens),
-            list(kv.block_keys),
-            kv.next_token,
-            Sampler(kv.sampling),
-            list(kv.generated),
-        )
+        need = -(-len(kv.tokens) // self.hashing.block_size)
+        if len(kv.blocks) != need:
+            raise ValueError(f"{len(kv.tokens)} tokens need {need} blocks, got {len(kv.blocks)}")
+        sid, blocks = self.reserve_kv(len(kv.tokens), seq_id=seq_id)
+        try:
+            for b, data in zip(blocks, kv.blocks, strict=True):
+                self.cache.write_block(b, data)
+        except BaseException:
+            self.abort_kv(sid)
+            raise
+        self.adopt_kv(sid, kv.tokens, kv.next_token, kv.sampling, generated=kv.generated)
         return sid
+
+    def reserve_kv(
+        self, num_tokens: int, *, seq_id: str | None = None
+    ) -> tuple[str, tuple[int, ...]]:
+        """Reserve blocks for KV that a transport will write in place (decode side, zero copy).
+
+        Write each block's bytes through ``cache.block_view(block)`` (or the registered
+        pool at ``block * cache.block_nbytes``), then call :meth:`adopt_kv`, or
+        :meth:`abort_kv` if the transfer failed.
+
+        Returns:
+            The sequence id and its ``ceil(num_tokens / block_size)`` block ids in order.
+
+        Raises:
+            ValueError: ``num_tokens < 1`` or a duplicate id; CacheFullError: no room.
+        """
+        if num_tokens < 1:
+            raise ValueError(f"num_tokens must be >= 1, got {num_tokens}")
+        sid = self._new_id(seq_id)
+        self.cache.create_sequence(sid)
+        try:
+            self.cache.reserve(sid, num_tokens)
+        except BaseException:
+            self.cache.free(sid)
+            raise
+        self._pending_kv[sid] = num_tokens
+        return sid, self.cache.block_table(sid)
+
+    def adopt_kv(
+        self,
+        seq_id: str,
+        tokens: Sequence[int],
+        next_token: int,
+        sampling: SamplingParams,
+        *,
+        generated: Sequence[int] | None = None,
+    ) -> None:
+        """Turn a reserved sequence whose blocks now hold the KV of ``tokens`` into a live one.
+
+        Args:
+            seq_id: from :meth:`reserve_kv`.
+            tokens: the tokens whose KV the blocks hold.
+            next_token: the sampled token without KV (decode feeds it next).
+            sampling: the request's sampling parameters.
+            generated: tokens generated so far (default ``[next_token]``).
+
+        Raises:
+            KeyError: not a reserved sequence; ValueError: ``tokens`` length differs
+                from the reservation.
+        """
+        want = self._pending_kv.get(seq_id)
+        if want is None:
+            raise KeyError(f"no reserved KV for sequence {seq_id!r}")
+        if len(tokens) != want:
+            raise ValueError(f"reserved {want} tokens for {seq_id!r}, adopting {len(tokens)}")
+        keys = self.hasher.block_keys(list(tokens))
+        del self._pending_kv[seq_id]
+        self.cache.commit(seq_id, len(tokens), keys)
+        gen = list(generated) if generated is not None else [next_token]
+        self._seqs[seq_id] = _Seq(list(tokens), keys, next_token, Sampler(sampling), gen)
+
+    def abort_kv(self, seq_id: str) -> None:
+        """Give back the blocks of a reservation whose transfer failed.
+
+        Raises:
+            KeyError: not a reserved sequence.
+        """
+        if self._pending_kv.pop(seq_id, None) is None:
+            raise KeyError(f"no reserved KV for sequence {seq_id!r}")
+        self.cache.free(seq_id)
 
     # ---- whole requests -----------------------------------------------------------------
 
@@ -526,8 +601,8 @@ class InferenceEngine:
         if seq_id is None:
             while True:
                 seq_id = f"seq-{next(self._ids)}"
-                if seq_id not in self._seqs:
+                if seq_id not in self._seqs and seq_id not in self._pending_kv:
                     return seq_id
-        if seq_id in self._seqs:
+        if seq_id in self._seqs or seq_id in self._pending_kv:
             raise ValueError(f"sequence {seq_id!r} already exists")
         return seq_id

@@ -178,6 +178,48 @@ class PagedKVCache:
         self._events.append(BlockStored(self.location, Tier.HBM, (key,)))
         return block
 
+    def begin_import(self, keys: Sequence[int]) -> dict[int, int]:
+        """Take blocks for prefix blocks that a transport will write in place (zero copy).
+
+        Keys already cached are skipped. The taken blocks are neither cached nor free
+        until :meth:`end_import`; write their bytes through :meth:`block_view` (or the
+        pool region at ``block * block_nbytes``) meanwhile.
+
+        Args:
+            keys: chained keys to fetch.
+
+        Returns:
+            ``{key: block}`` for the keys not cached yet.
+
+        Raises:
+            CacheFullError: not enough free or evictable blocks (nothing is taken).
+        """
+        missing = list(dict.fromkeys(k for k in keys if k not in self._block_of))
+        blocks = self._take_many(len(missing))
+        for b in blocks:
+            self._ref[b] = 1  # held by the import: not evictable, not free
+        return dict(zip(missing, blocks, strict=True))
+
+    def end_import(self, taken: dict[int, int], ok: Sequence[int] | None = None) -> None:
+        """Finish :meth:`begin_import`: cache the blocks whose transfer succeeded.
+
+        Args:
+            taken: the mapping :meth:`begin_import` returned.
+            ok: keys whose bytes arrived (default all); the other blocks are freed.
+        """
+        good = set(taken) if ok is None else set(ok)
+        stored: list[int] = []
+        for key, b in taken.items():
+            self._ref[b] = 0
+            if key in good and key not in self._block_of:
+                self._register(b, key)
+                self._lru[b] = None
+                stored.append(key)
+            else:
+                self._free.append(b)
+        if stored:
+            self._events.append(BlockStored(self.location, Tier.HBM, tuple(stored)))
+
     # ---- sequences ----------------------------------------------------------------------
 
     def create_sequence(self, seq_id: str, keys: Sequence[int] = (), use_blocks: int = 0) -> int:

@@ -201,3 +201,31 @@ def test_cuda_engine_matches_cpu(tiny: ModelConfig, hashing: HashingConfig) -> N
     # KV moves between devices as plain bytes.
     sid = cpu.import_kv(gpu.export_kv(g.seq_id), seq_id="moved")
     cpu.decode_step([sid])
+
+
+def test_reserved_kv_written_in_place_decodes_like_reference(
+    tiny: ModelConfig, hashing: HashingConfig
+) -> None:
+    prompt = _prompt(14, 8)
+    params = SamplingParams(max_tokens=6, stop_at_eos=False)
+    pre = _engine(tiny, hashing)
+    kv = pre.export_kv(pre.prefill(prompt, sampling=params).seq_id)
+    dec = _engine(tiny, hashing, n=8)
+    sid, blocks = dec.reserve_kv(len(kv.tokens), seq_id="r1")
+    assert len(blocks) == 4
+    with pytest.raises(ValueError, match="already exists"):
+        dec.reserve_kv(3, seq_id="r1")
+    for b, data in zip(blocks, kv.blocks, strict=True):
+        dec.cache.block_view(b).copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+    with pytest.raises(ValueError, match="reserved 14 tokens"):
+        dec.adopt_kv(sid, kv.tokens[:-1], kv.next_token, params)
+    dec.adopt_kv(sid, kv.tokens, kv.next_token, params)
+    while not dec.finished(sid):
+        dec.decode_step([sid])
+    assert dec.generated(sid) == pre.generate_reference(prompt, 6, sampling=params)
+    # A failed transfer gives its blocks back.
+    other, _ = dec.reserve_kv(9)
+    dec.abort_kv(other)
+    with pytest.raises(KeyError):
+        dec.abort_kv(other)
+    assert dec.snapshot().cache.used_blocks == 5  # 14 + 5 decoded tokens; none of "other"

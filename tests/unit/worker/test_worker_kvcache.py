@@ -147,3 +147,23 @@ def test_bad_arguments(tiny: ModelConfig, hashing: HashingConfig) -> None:
         c.commit("s", 1, [])
     with pytest.raises(ValueError, match="need 1 blocks, got 0"):
         c.import_sequence("t", 3, [])
+
+
+def test_zero_copy_import_caches_only_arrived_blocks(
+    tiny: ModelConfig, hashing: HashingConfig
+) -> None:
+    c = _cache(tiny, hashing, n=3)
+    c.import_block(1, bytes(c.block_nbytes))
+    c.take_events()
+    taken = c.begin_import([1, 2, 3, 2])
+    assert sorted(taken) == [2, 3]
+    assert c.snapshot().used_blocks == 2  # held by the import: not evictable
+    with pytest.raises(CacheFullError):
+        c.begin_import([4, 5, 6])
+    c.block_view(taken[2]).fill_(7)  # the transport writes in place
+    c.end_import(taken, ok=[2])
+    assert c.take_events() == [BlockStored("p0", Tier.HBM, (2,))]
+    assert c.match([1, 2, 3]) == 2
+    assert c.read_block(c.lookup(2) or 0) == bytes([7]) * c.block_nbytes
+    snap = c.snapshot()
+    assert (snap.used_blocks, snap.cached_blocks, snap.free_blocks) == (0, 2, 1)

@@ -58,7 +58,7 @@ def test_layer_hook_fires_once_per_layer_in_order(
     tiny4: ModelConfig, hashing: HashingConfig
 ) -> None:
     eng = InferenceEngine(tiny4, hashing, num_blocks=32, device="cpu")
-    prompt = list(range(1, 12))  # 11 tokens
+    prompt = list(range(1, 14))  # 13 tokens
     eng.release(eng.prefill(prompt[:9]).seq_id)  # caches 2 blocks (8 tokens)
     seen: list[LayerKVEvent] = []
     r = eng.prefill(prompt, layer_hook=seen.append)
@@ -66,12 +66,14 @@ def test_layer_hook_fires_once_per_layer_in_order(
     assert [e.layer for e in seen] == [0, 1, 2, 3]
     table = eng.cache.block_table(r.seq_id)
     for e in seen:
-        assert (e.seq_id, e.start, e.end) == (r.seq_id, 8, 11)
-        assert e.k.shape == e.v.shape == (tiny4.kv_heads, 3, tiny4.hidden // tiny4.heads)
-        assert e.blocks == table[2:3]
+        assert (e.seq_id, e.start, e.end) == (r.seq_id, 8, 13)
+        assert e.k.shape == e.v.shape == (tiny4.kv_heads, 5, tiny4.hidden // tiny4.heads)
+        assert e.blocks == table[2:4]
+        # Block 2 is complete (stored under its key); block 3 is partial (never stored).
+        assert e.keys == (r.block_keys[2], None)
         # The hook runs after the write: the layer's slot in the paged block holds the K.
-        k, _ = eng.cache.gather([r.seq_id], e.layer, 11)
-        assert torch.equal(k[0, :, 8:11], e.k)
+        k, _ = eng.cache.gather([r.seq_id], e.layer, 13)
+        assert torch.equal(k[0, :, 8:13], e.k)
 
 
 def test_bfloat16_model_runs_and_stores_bf16_kv(tiny: ModelConfig, hashing: HashingConfig) -> None:
