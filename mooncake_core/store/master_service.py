@@ -252,6 +252,18 @@ class MasterService:
             self._publish()
             return result
 
+    def call_heartbeat(self, client_id: str) -> bool | StoreError:
+        """Record a heartbeat without waiting for the lock.
+
+        A bulk call can hold the lock for seconds; heartbeats queued behind it would
+        make the next upkeep expire live clients. A heartbeat only writes the client
+        table, which no bulk call touches, and emits no event, so it runs at once on
+        the loop thread (no publish: the outbox may be in use by the worker thread).
+        """
+        return self._invoke(
+            "Heartbeat", lambda now: self.state.heartbeat(client_id, now), self._clock()
+        )
+
     def count_item_failures(self, rpc: str, results: list[Any]) -> None:
         """Count the failed items of a batch call."""
         for r in results:

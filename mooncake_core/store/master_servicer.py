@@ -66,9 +66,7 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
         return pb.SegmentResponse(error=_err(r))
 
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: Ctx) -> pb.HeartbeatResponse:
-        r = await self._svc.call(
-            "Heartbeat", lambda now: self._st.heartbeat(request.client_id, now)
-        )
+        r = self._svc.call_heartbeat(request.client_id)
         if isinstance(r, StoreError):
             return pb.HeartbeatResponse(error=cv.error_to_pb(r))
         return pb.HeartbeatResponse(error=cv.OK, known=r)
