@@ -111,7 +111,8 @@ class NetworkModel:
         if entry is None:
             return 0.0
         nbytes, at = entry
-        left = nbytes - self.bandwidth(location) * max(0.0, now - at)
+        elapsed = now - at if now > at else 0.0
+        left = nbytes - self._bw.get(location, self.default_bandwidth_bps) * elapsed
         return left if left > 0.0 else 0.0
 
     def observe_backlog(self, location: str, nbytes: float, now: float) -> None:
@@ -156,9 +157,15 @@ class NetworkModel:
 
     def sink_time(self, target: str, nbytes: float, now: float) -> float:
         """Seconds the target side needs to take in ``nbytes`` behind its NIC backlog."""
-        return (self.backlog(target, now) + nbytes) / self._bw.get(
-            target, self.default_bandwidth_bps
-        )
+        bw = self._bw.get(target, self.default_bandwidth_bps)
+        entry = self._backlog.get(target)
+        if entry is not None:
+            # backlog(), inlined: this runs once per candidate instance per decision.
+            queued, at = entry
+            queued -= bw * (now - at if now > at else 0.0)
+            if queued > 0.0:
+                nbytes += queued
+        return nbytes / bw
 
     def transfer_time(
         self, source: str, target: str, nbytes: float, now: float, tier: Tier | None = None

@@ -89,9 +89,10 @@ class PrefillInstanceState:
     def queue_time(self, now: float) -> float:
         """Predicted seconds before a request enqueued now would start."""
         wait = self._queued_sum
-        for finish in self._running.values():
-            if finish > now:
-                wait += finish - now
+        if self._running:
+            for finish in self._running.values():
+                if finish > now:
+                    wait += finish - now
         return wait
 
     def snapshot(self, now: float) -> PrefillInstanceSnapshot:

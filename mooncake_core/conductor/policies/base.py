@@ -226,22 +226,26 @@ class PolicyContext:
         if best <= local:
             return self.local_plan(state)
         nbytes = (best - local) * self.bytes_per_block
+        ranked = self._sources.get(nbytes)
+        if ranked is None:
+            ranked = self._two_best_sources(nbytes)
         source: Holder | None = None
         src_t = 0.0
-        for t, holder in self._two_best_sources(nbytes):
+        for t, holder in ranked:
             if holder[0] != name:
                 src_t, source = t, holder
                 break
         if source is None:
             return self.local_plan(state)
-        sink_t = self.network.sink_time(name, nbytes, self.now)
-        transfer = self.network.latency_s + (src_t if src_t > sink_t else sink_t)
+        net, now = self.network, self.now
+        sink_t = net.sink_time(name, nbytes, now)
+        transfer = net.latency_s + (src_t if src_t > sink_t else sink_t)
         return PrefillPlan(
             name,
             local,
             best,
             source,
-            state.queue_time(self.now) * self.prefill_scale,
+            state.queue_time(now) * self.prefill_scale,
             transfer * self.transfer_scale,
             self.prefill_time(best),
         )
