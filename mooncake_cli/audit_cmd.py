@@ -121,7 +121,9 @@ def ls(
     flt = _filter(since, until, request, instance, policy, rejected, limit, offset)
     with _open(url, config) as reader:
         rows = reader.find(flt)
-        total = reader.count(flt)
+        # Counting scans the whole selection; skip it when this page is the last one.
+        full_page = limit and len(rows) == limit
+        total = reader.count(flt) if full_page else offset + len(rows)
     if as_json:
         write_stdout(
             json.dumps(

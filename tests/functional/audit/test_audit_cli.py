@@ -200,3 +200,9 @@ def test_mooncake_audit_ls_in_a_subprocess(audit_db: str) -> None:
     assert res.returncode == 0, res.stderr
     assert "req-a" in res.stdout and "prefill-2" in res.stdout and "12/14" in res.stdout
     assert "req-b" not in res.stdout
+
+
+def test_ls_title_counts_all_matches_when_the_page_is_full(cli: CliRunner, audit_db: str) -> None:
+    assert "audit decisions (2 of 4)" in _ok(cli, "audit", "ls", "--url", audit_db, "--limit", "2")
+    out = _ok(cli, "audit", "ls", "--url", audit_db, "--limit", "2", "--offset", "3")
+    assert "audit decisions (1 of 4)" in out and "req-a" in out
