@@ -28,8 +28,10 @@ import torch
 
 from mooncake_core.conductor.hashing import BlockHasher
 from mooncake_core.config.models import HashingConfig, ModelConfig
+from mooncake_core.worker.engine import SequenceKV
 from mooncake_core.worker.kvcache import PagedKVCache
 from mooncake_core.worker.model import KVPair, TinyLlama, as_token_tensor
+from mooncake_core.worker.sampling import Sampler, SamplingParams
 
 __all__ = ["CppOptions", "CppPrefillGroup", "CppResult", "PipelineStage", "split_layers"]
 
@@ -80,6 +82,15 @@ class PipelineStage:
         )
         self.first = layers.start == 0
         self.last = layers.stop == model.layers
+
+    @property
+    def object_range(self) -> tuple[int, int]:
+        """``(offset, length)`` of this stage's layers inside a full block's bytes.
+
+        A stage fetching a prefix block from the Store reads only this range of the
+        object (layers are outermost inside a block, so the range is contiguous).
+        """
+        return self.layers.start * self.cache.layer_nbytes, self.cache.block_nbytes
 
     def begin(self, seq_id: str, keys: Sequence[int], use_blocks: int, total_tokens: int) -> int:
         """Open a sequence, reusing cached prefix blocks, and reserve its slots.
@@ -217,6 +228,7 @@ class CppPrefillGroup:
         )
         self._ids = itertools.count()
         self._where: dict[str, list[PipelineStage]] = {}
+        self._tokens: dict[str, tuple[int, ...]] = {}
 
     def prefill(self, tokens: Sequence[int], *, seq_id: str | None = None) -> CppResult:
         """Prefill ``tokens`` through the pipeline (long) or the solo stage (short).
@@ -270,6 +282,7 @@ class CppPrefillGroup:
                 st.release(sid)
             raise
         self._where[sid] = group
+        self._tokens[sid] = tuple(ids.tolist())
         return CppResult(sid, logits, reused, len(ids) - reused, tuple(chunks), tuple(schedule))
 
     def block_bytes(self, seq_id: str) -> list[bytes]:
@@ -285,6 +298,33 @@ class CppPrefillGroup:
             for i in range(len(tables[0]))
         ]
 
+    def export_kv(self, result: CppResult, sampling: SamplingParams | None = None) -> SequenceKV:
+        """Sample the first token and package the KV for a decode instance.
+
+        Args:
+            result: a prefill of this group whose sequence is still open.
+            sampling: the request's sampling (default greedy).
+
+        Returns:
+            A :class:`SequenceKV` that :meth:`InferenceEngine.import_kv` accepts.
+
+        Raises:
+            KeyError: the sequence is not open here.
+        """
+        params = sampling or SamplingParams()
+        first = Sampler(params)(result.logits)
+        group = self._group(result.seq_id)
+        length = group[0].cache.length(result.seq_id)
+        tokens = self._tokens[result.seq_id]
+        return SequenceKV(
+            tokens=tokens,
+            next_token=first,
+            block_keys=tuple(self.hasher.block_keys(list(tokens))),
+            blocks=tuple(self.block_bytes(result.seq_id)[: -(-length // self.hasher.block_size)]),
+            sampling=params,
+            generated=(first,),
+        )
+
     def release(self, seq_id: str) -> None:
         """Drop the sequence on every stage that holds it.
 
@@ -294,6 +334,7 @@ class CppPrefillGroup:
         for st in self._group(seq_id):
             st.release(seq_id)
         del self._where[seq_id]
+        del self._tokens[seq_id]
 
     def _group(self, seq_id: str) -> list[PipelineStage]:
         try:

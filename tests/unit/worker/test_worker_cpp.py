@@ -6,7 +6,13 @@ import pytest
 import torch
 
 from mooncake_core.config.models import HashingConfig, ModelConfig
-from mooncake_core.worker import CppOptions, CppPrefillGroup, InferenceEngine, split_layers
+from mooncake_core.worker import (
+    CppOptions,
+    CppPrefillGroup,
+    InferenceEngine,
+    SamplingParams,
+    split_layers,
+)
 
 
 def _prompt(n: int, salt: int = 0) -> list[int]:
@@ -80,3 +86,35 @@ def test_pipeline_reuses_cached_prefix_on_every_stage(
     group.release(r.seq_id)
     with pytest.raises(KeyError):
         group.release(r.seq_id)
+
+
+def test_cpp_prefill_then_decode_elsewhere_equals_reference(
+    tiny4: ModelConfig, hashing: HashingConfig
+) -> None:
+    prompt = _prompt(30, 6)
+    params = SamplingParams(max_tokens=7, stop_at_eos=False)
+    group = CppPrefillGroup(tiny4, hashing, CppOptions(stages=2, chunk_tokens=8, threshold=8))
+    r = group.prefill(prompt)
+    kv = group.export_kv(r, params)
+    assert len(kv.blocks) == 8 and kv.tokens == tuple(prompt)
+    dec = InferenceEngine(tiny4, hashing, num_blocks=16, device="cpu")
+    sid = dec.import_kv(kv)
+    while not dec.finished(sid):
+        dec.decode_step([sid])
+    assert dec.generated(sid) == dec.generate_reference(prompt, 7, sampling=params)
+
+
+def test_stage_object_range_is_its_slice_of_the_full_block(
+    tiny4: ModelConfig, hashing: HashingConfig
+) -> None:
+    prompt = _prompt(12, 7)
+    group = CppPrefillGroup(tiny4, hashing, CppOptions(stages=2, chunk_tokens=4, threshold=4))
+    r = group.prefill(prompt)
+    full = group.block_bytes(r.seq_id)[0]
+    for st in group.stages:
+        off, n = st.object_range
+        assert full[off : off + n] == st.cache.read_block(st.cache.block_table(r.seq_id)[0])
+    assert [st.object_range for st in group.stages] == [
+        (0, 2048),
+        (2048, 2048),
+    ]  # layer = 2 * 2 * 4 * 16 * 4 bytes
