@@ -21,6 +21,13 @@ from .segment import SegmentSnapshot, SegmentState
 
 OK = pb.Error(code=pb.OK)
 
+GRPC_OPTIONS = [
+    # Large pages (ListKeys up to 100k keys) and batches exceed gRPC's 4 MiB default.
+    ("grpc.max_receive_message_length", 64 << 20),
+    ("grpc.max_send_message_length", 64 << 20),
+]
+"""Channel/server options shared by the master and MasterClient."""
+
 
 def error_to_pb(exc: StoreError | None) -> pb.Error:
     """The wire form of an error (``OK`` for ``None``)."""

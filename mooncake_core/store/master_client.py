@@ -77,7 +77,7 @@ class MasterClient:
         self.client_id = client_id or default_client_id()
         self._metadata = auth_metadata(secret)
         self._timeout = timeout_s
-        self._channel = grpc.aio.insecure_channel(address)
+        self._channel = grpc.aio.insecure_channel(address, options=cv.GRPC_OPTIONS)
         self._stub = pb_grpc.MasterServiceStub(self._channel)
         self.watch_start_seq: int | None = None
         """Sequence number after which the last ``watch_events`` stream started."""

@@ -201,7 +201,7 @@ class MasterService:
                     ).inc(),
                 )
             )
-        server = grpc.aio.server(interceptors=interceptors)
+        server = grpc.aio.server(interceptors=interceptors, options=convert.GRPC_OPTIONS)
         pb_grpc.add_MasterServiceServicer_to_server(MasterServicer(self), server)
         self.port = server.add_insecure_port(f"{opts.host}:{opts.port}")
         if self.port == 0:

@@ -216,3 +216,15 @@ def test_bad_secret_file_is_a_clear_error(start_master: StartMaster, tmp_path: P
     )
     assert res.returncode == 1
     assert "cannot read the cluster secret" in res.stderr
+
+
+async def test_pages_larger_than_grpc_default_message_size(start_master: StartMaster) -> None:
+    m = start_master()
+    async with MasterClient(m.address, client_id="n") as c:
+        await c.mount_segment("seg", 1 << 30)
+        keys = [f"{i:05d}-" + "x" * 4000 for i in range(1200)]  # ~4.8 MB of keys
+        res = await c.batch_put_start([(k, 64) for k in keys])
+        assert not [r for r in res if not isinstance(r, tuple)]
+        assert await c.batch_put_end(keys) == [None] * len(keys)
+        page = await c.list_keys(limit=100_000)
+        assert [e.key for e in page.entries] == keys and page.next_start_after is None
