@@ -97,7 +97,7 @@ class TransferEngine:
         )
         self._table = _native.SegTable()
         self._servers: dict[str, DataServer] = {}
-        self._regions: list[Region] = []
+        self._regions: set[Region] = set()
         self._exposed: dict[str, Region] = {}
         self._seg_ids = itertools.count(1)
         self._batch_ids = itertools.count(1)
@@ -234,7 +234,7 @@ class TransferEngine:
                 region.segment_id = next(self._seg_ids)
                 self._table.add(region.segment_id, region.address, region.length)
                 self._exposed[region.name] = region
-            self._regions.append(region)
+            self._regions.add(region)
         return region
 
     def unregister_memory(self, region: Region) -> None:
@@ -253,7 +253,7 @@ class TransferEngine:
     def _release_region(self, region: Region) -> None:
         with self._lock:
             if region in self._regions:
-                self._regions.remove(region)
+                self._regions.discard(region)
             if region.name is not None and self._exposed.get(region.name) is region:
                 del self._exposed[region.name]
         region.registered = False
@@ -606,10 +606,13 @@ def _check_location(location: str) -> str:
     raise TransferError(f"bad location {location!r}; expected cpu:N")
 
 
-def _validate(i: int, req: Any, regions: list[Region]) -> None:
+_OPS = frozenset((OpCode.READ, OpCode.WRITE))
+
+
+def _validate(i: int, req: Any, regions: set[Region]) -> None:
     if not isinstance(req, TransferRequest):
         raise TransferError(f"request {i}: expected TransferRequest, got {type(req).__name__}")
-    if req.op not in (OpCode.READ, OpCode.WRITE):
+    if req.op not in _OPS:
         raise TransferError(f"request {i}: bad op {req.op!r}")
     if not isinstance(req.segment, RemoteSegment):
         raise TransferError(f"request {i}: segment must come from open_segment")

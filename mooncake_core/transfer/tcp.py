@@ -17,11 +17,13 @@ from .batch import Outcome, RequestState
 from .directory import split_name
 from .endpoint import Endpoint, EndpointPool, Slice
 from .health import NicHealth
-from .protocol import STATUS_REASONS, Op, Status
+from .protocol import STATUS_REASONS, Op
 from .region import Region
 from .request import OpCode, TransferState
 from .slicing import pair_paths, plan
 from .stats import Counters
+
+_WRITE = int(Op.WRITE)
 
 LocalNics = Callable[[str], tuple[list[str], list[str]]]
 """location -> (preferred local NIC addresses, secondary ones)."""
@@ -207,30 +209,40 @@ class TcpInitiator:
     ) -> None:
         """Book a native.transfer result: completions, remote refusals, then failures."""
         nic = ep.local_ip
-        sent = recv = n_sent = n_recv = 0
-        finished: list[Slice] = []
+        sent = recv = n_sent = n_recv = completed = failed = 0
+        waiting, finished_ok = TransferState.WAITING, TransferState.COMPLETED
         with self._outcome.cv:
             for i in range(done):
                 s = chunk[i]
                 status = results[i]
-                if status == Status.OK:
-                    if s.op == Op.WRITE:
-                        sent += s.length
+                req = s.req
+                if status == 0:
+                    n = s.length
+                    if s.op == _WRITE:
+                        sent += n
                         n_sent += 1
                     else:
-                        recv += s.length
+                        recv += n
                         n_recv += 1
-                    if self._outcome.complete(s.req, s.length):
-                        self._stats.add("tcp|requests_completed")
+                    # Outcome.complete inlined: this loop runs once per slice.
+                    req.pending -= 1
+                    if req.state is waiting:
+                        req.transferred += n
+                        if req.pending == 0:
+                            req.state = finished_ok
+                            completed += 1
                 else:
-                    s.req.pending -= 1
+                    req.pending -= 1
                     why = STATUS_REASONS.get(status, f"remote status {status}")
-                    if self._outcome.fail(s.req, f"{why} (segment {s.req.request.segment.name})"):
-                        self._stats.add("tcp|requests_failed")
-                finished.append(s)
+                    if self._outcome.fail(req, f"{why} (segment {req.request.segment.name})"):
+                        failed += 1
             self._outcome.cv.notify_all()
-        _release(finished)
+        _release(chunk[:done])
         st = self._stats
+        if completed:
+            st.add("tcp|requests_completed", completed)
+        if failed:
+            st.add("tcp|requests_failed", failed)
         st.add(f"{nic}|bytes_sent", sent)
         st.add(f"{nic}|bytes_received", recv)
         st.add(f"{nic}|slices_sent", n_sent)
