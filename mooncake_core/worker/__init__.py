@@ -11,17 +11,18 @@ from mooncake_core.worker.cpp import (
     PipelineStage,
     split_layers,
 )
-from mooncake_core.worker.engine import (
-    EngineSnapshot,
-    EngineStats,
-    InferenceEngine,
-    LayerKVEvent,
-    PrefillResult,
-    SequenceKV,
-)
+from mooncake_core.worker.engine import InferenceEngine
 from mooncake_core.worker.kvcache import CacheFullError, CacheSnapshot, PagedKVCache
 from mooncake_core.worker.model import TinyLlama, torch_dtype
 from mooncake_core.worker.profile import WorkerProfile, profile_document, profile_engine
+from mooncake_core.worker.results import (
+    EngineSnapshot,
+    EngineStats,
+    LayerKVEvent,
+    LayerKVHook,
+    PrefillResult,
+    SequenceKV,
+)
 from mooncake_core.worker.sampling import Sampler, SamplingParams
 from mooncake_core.worker.tokenizer import BOS, EOS, PAD, VOCAB_SIZE, ByteTokenizer
 
@@ -40,6 +41,7 @@ __all__ = [
     "EngineStats",
     "InferenceEngine",
     "LayerKVEvent",
+    "LayerKVHook",
     "PagedKVCache",
     "PipelineStage",
     "PrefillResult",

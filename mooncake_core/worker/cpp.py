@@ -28,9 +28,9 @@ import torch
 
 from mooncake_core.conductor.hashing import BlockHasher
 from mooncake_core.config.models import HashingConfig, ModelConfig
-from mooncake_core.worker.engine import SequenceKV
 from mooncake_core.worker.kvcache import PagedKVCache
 from mooncake_core.worker.model import KVPair, TinyLlama, as_token_tensor
+from mooncake_core.worker.results import SequenceKV
 from mooncake_core.worker.sampling import Sampler, SamplingParams
 
 __all__ = ["CppOptions", "CppPrefillGroup", "CppResult", "PipelineStage", "split_layers"]
