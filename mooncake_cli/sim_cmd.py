@@ -45,6 +45,13 @@ OutOpt = Annotated[
         "--out", help="Report folder (default: reports/<experiment>).", show_default=False
     ),
 ]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="FIELD=VALUE applied to the base config (repeatable), e.g. conductor.policy=random.",
+    ),
+]
 ProfileOpt = Annotated[str, typer.Option("--profile", help="Cost profile name or JSON path.")]
 
 
@@ -122,11 +129,20 @@ def rejection(
     seed: SeedOpt = 0,
     out_dir: OutOpt = None,
     profile: ProfileOpt = "llama3_70b_a800",
+    settings: SetOpt = None,
     as_json: JsonOption = False,
 ) -> None:
     """Rejections of baseline, early_reject and early_reject_predictive (8P+8D, 2x replay)."""
     opts = _options(trace, speed, sample, seed, out_dir, profile)
-    _run("run_rejection", opts, as_json, command=_command("rejection", speed=speed, sample=sample))
+    pairs = []
+    for item in settings or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            fail(f"--set {item!r}: expected FIELD=VALUE")
+        pairs.append((key.strip(), value.strip()))
+    cmd = _command("rejection", speed=speed, sample=sample)
+    cmd += "".join(f" --set {s}" for s in settings or [])
+    _run("run_rejection", opts, as_json, settings=pairs, command=cmd)
 
 
 @app.command("hitrate")
@@ -204,13 +220,6 @@ def _base_config(
     return cfg
 
 
-SetOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--set",
-        help="FIELD=VALUE applied to the base config (repeatable), e.g. conductor.policy=random.",
-    ),
-]
 PrefillOpt = Annotated[int, typer.Option("--prefill", help="Prefill instances.")]
 DecodeOpt = Annotated[int, typer.Option("--decode", help="Decode instances.")]
 

@@ -234,11 +234,27 @@ def run_fig5(opts: ExperimentOptions, command: str = "mooncake sim fig5") -> Rep
     )
 
 
-def run_rejection(opts: ExperimentOptions, command: str = "mooncake sim rejection") -> Report:
-    """Rejections of the three admission variants on 8P+8D at 2x replay (paper setting)."""
+def run_rejection(
+    opts: ExperimentOptions,
+    settings: Sequence[tuple[str, str]] = (),
+    command: str = "mooncake sim rejection",
+) -> Report:
+    """Rejections of the three admission variants on 8P+8D at 2x replay (paper setting).
+
+    Args:
+        opts: trace and output options.
+        settings: ``(field, value)`` pairs applied to the base config first (what-ifs,
+            e.g. ``("decode_max_batch", "4")``).
+        command: the command line shown in the report.
+
+    Raises:
+        ValueError: a bad setting.
+    """
+    base = opts.base(prefill_instances=8, decode_instances=8, load_sample_interval_s=5.0)
+    for field, value in settings:
+        base = set_field(base, field, value)
     trace = opts.load(default_speed=2.0)
     folder = opts.folder("rejection")
-    base = opts.base(prefill_instances=8, decode_instances=8, load_sample_interval_s=5.0)
     rows = []
     loads = {}
     for adm in _ADMISSIONS:
@@ -275,7 +291,9 @@ def run_rejection(opts: ExperimentOptions, command: str = "mooncake sim rejectio
         "rejection",
         folder,
         "Overload: early rejection and its prediction-based variant",
-        f"{len(trace)} requests at {speed:g}x replay, 8 prefill + 8 decode instances, policy kvcache_centric.",
+        f"{len(trace)} requests at {speed:g}x replay, {base.prefill_instances} prefill + "
+        f"{base.decode_instances} decode instances, policy {base.conductor.policy}"
+        + (f", what-if settings {dict(settings)}." if settings else "."),
         rows,
         [
             "run",

@@ -115,6 +115,23 @@ def test_rejection_and_pd_ratio_small(trace: Path, tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "r" / "rejection_load.png").exists()
     assert "| early_reject_predictive |" in res.stdout
+    res = run(
+        "rejection",
+        "--trace",
+        str(trace),
+        "--set",
+        "decode_max_batch=1",
+        "--json",
+        "--out",
+        str(tmp_path / "w"),
+    )
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)
+    assert rows[0]["run"] == "baseline" and rows[0]["rejected"] == rows[0]["wasted_prefills"]
+    assert (
+        "what-if settings {'decode_max_batch': '1'}"
+        in (tmp_path / "w" / "rejection.md").read_text()
+    )
     res = run("pd_ratio", "--trace", str(trace), "--nodes", "4", "--out", str(tmp_path / "p"))
     assert res.returncode == 0, res.stderr
     assert "| 2P:2D |" in res.stdout
