@@ -116,6 +116,16 @@ class PrefixIndex:
         slot = self._slot_of.get((location, Tier(tier)))
         return frozenset() if slot is None else frozenset(self._keys_of[slot])
 
+    def holders_of(self, key: int) -> list[Holder]:
+        """Every holder of ``key`` (pending replicas excluded), in registration order."""
+        mask = self._mask.get(key, 0)
+        out = []
+        while mask:
+            low = mask & -mask
+            out.append(self._holder_of[low.bit_length() - 1])
+            mask ^= low
+        return out
+
     def holds(self, location: str, tier: Tier, key: int) -> bool:
         """Whether ``(location, tier)`` holds ``key`` (pending replicas excluded)."""
         slot = self._slot_of.get((location, Tier(tier)))
