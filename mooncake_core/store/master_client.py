@@ -17,11 +17,12 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -40,6 +41,7 @@ from .results import GetResult, ListKeysResult, MasterSnapshot, RemoveManyResult
 from .segment import SegmentSnapshot
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +144,29 @@ class MasterClient:
         r = await self._call(self._stub.Heartbeat(req, **self._kw))
         cv.raise_for(r.error)
         return r.known
+
+    async def keep_alive(
+        self,
+        interval_s: float = 1.0,
+        on_forgotten: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """Heartbeat every ``interval_s`` until cancelled (run it as a task).
+
+        Args:
+            interval_s: ``MasterConfig.heartbeat_interval_s``.
+            on_forgotten: awaited when the master answers ``known=False`` (it expired
+                this client or restarted): remount the segments there.
+
+        Transport errors are logged and retried at the next beat, so a master restart
+        does not end the loop.
+        """
+        while True:
+            try:
+                if not await self.heartbeat() and on_forgotten is not None:
+                    await on_forgotten()
+            except StoreError as exc:
+                log.warning("heartbeat of %s failed: %s", self.client_id, exc)
+            await asyncio.sleep(interval_s)
 
     # ------------------------------------------------------------------ writes
     async def put_start(

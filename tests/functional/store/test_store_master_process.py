@@ -108,12 +108,12 @@ async def test_heartbeat_expiry_and_event_stream(start_master: StartMaster) -> N
         await a.put_start("only-b", 100, ReplicateConfig(preferred_segments=("b/dram",)))
         await a.put_end("only-b")
 
-        async def beat() -> None:
-            while True:
-                assert await a.heartbeat()
-                await asyncio.sleep(0.2)
+        forgotten: list[str] = []
 
-        beating = asyncio.create_task(beat())
+        async def remount() -> None:
+            forgotten.append("a")
+
+        beating = asyncio.create_task(a.keep_alive(0.2, remount))
         try:
             for _ in range(60):  # b stops heartbeating: gone after client_ttl_s
                 await asyncio.sleep(0.1)
@@ -128,6 +128,7 @@ async def test_heartbeat_expiry_and_event_stream(start_master: StartMaster) -> N
             assert (await a.remove_by_prefix("bo", force=True)).removed == 1
         finally:
             beating.cancel()
+        assert forgotten == []  # a's heartbeats kept it known throughout
         await asyncio.sleep(0.3)
         watcher.cancel()
     kinds = [e.event for e in events]

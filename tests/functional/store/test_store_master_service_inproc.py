@@ -39,3 +39,32 @@ async def test_heartbeats_are_answered_while_a_bulk_call_holds_the_core() -> Non
     finally:
         release.set()
         await svc.stop()
+
+
+async def test_keep_alive_remounts_when_the_master_forgot_the_client() -> None:
+    cfg = MasterConfig(client_ttl_s=1.5)
+    svc = MasterService(cfg, ServiceOptions(port=0, metrics_port=None, tick_interval_s=0.05))
+    await svc.start()
+    remounts = 0
+    try:
+        async with MasterClient(f"127.0.0.1:{svc.port}", client_id="node") as c:
+            await c.mount_segment("node/dram", 4096)
+
+            async def remount() -> None:
+                nonlocal remounts
+                remounts += 1
+                await c.mount_segment("node/dram", 4096)
+
+            await asyncio.sleep(2.0)  # silent past client_ttl_s: the segment is dropped
+            assert (await c.get_snapshot()).segments == ()
+            beating = asyncio.create_task(c.keep_alive(0.1, remount))
+            for _ in range(100):
+                await asyncio.sleep(0.05)
+                if remounts:
+                    break
+            await asyncio.sleep(2.0)  # keep-alive holds it past another client_ttl_s
+            beating.cancel()
+            assert remounts == 1
+            assert [s.name for s in (await c.get_snapshot()).segments] == ["node/dram"]
+    finally:
+        await svc.stop()
