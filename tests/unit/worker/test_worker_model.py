@@ -86,3 +86,34 @@ def test_bfloat16_model_runs_and_stores_bf16_kv(tiny: ModelConfig, hashing: Hash
         eng.generate_reference([1, 2, 3, 4, 5], 3, sampling=SamplingParams(stop_at_eos=False))
     ]
     assert len(out[0]) == 3
+
+
+def _digest(cfg: ModelConfig) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, t in sorted(TinyLlama(cfg).weights().items()):
+        h.update(name.encode())
+        h.update(t.contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def test_weights_are_bit_identical_in_another_process(tiny: ModelConfig) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import hashlib, torch\n"
+        "from mooncake_core.config.models import ModelConfig\n"
+        "from mooncake_core.worker import TinyLlama\n"
+        f"cfg = ModelConfig.model_validate_json({tiny.model_dump_json()!r})\n"
+        "h = hashlib.sha256()\n"
+        "for name, t in sorted(TinyLlama(cfg).weights().items()):\n"
+        "    h.update(name.encode())\n"
+        "    h.update(t.contiguous().view(torch.uint8).numpy().tobytes())\n"
+        "print(h.hexdigest())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == _digest(tiny)
