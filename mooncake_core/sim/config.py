@@ -27,6 +27,8 @@ class SimConfig:
         store_pool_tokens: capacity of a separate global store pool that every prefill
             writes its blocks to and every instance may fetch from (0: none).
         store_nodes: nodes the store pool is spread over (sets its NIC bandwidth).
+        node_bandwidth_bps: what-if override of the profile's achieved NIC bandwidth per
+            node (bytes/s), e.g. 12.5e9 for one 100 Gbps NIC.
         decode_max_batch: what-if override of the profile's decode batch limit (slots);
             the Conductor's decode admission counts these slots.
         profile: cost profile name or path.
@@ -44,6 +46,7 @@ class SimConfig:
     local_cache_tokens: int | None = None
     store_pool_tokens: int = 0
     store_nodes: int = 1
+    node_bandwidth_bps: float | None = None
     decode_max_batch: int | None = None
     profile: str = "llama3_70b_a800"
     conductor: ConductorConfig = field(
@@ -73,6 +76,11 @@ class SimConfig:
                 f"store_pool_tokens must be >= 0 and store_nodes >= 1, got "
                 f"{self.store_pool_tokens}, {self.store_nodes}"
             )
+        bw = self.node_bandwidth_bps
+        if bw is not None and not (
+            isinstance(bw, int | float) and not isinstance(bw, bool) and 0 < bw < float("inf")
+        ):
+            raise ValueError(f"node_bandwidth_bps must be a positive finite number, got {bw}")
         if self.decode_max_batch is not None and self.decode_max_batch < 1:
             raise ValueError(f"decode_max_batch must be >= 1, got {self.decode_max_batch}")
         if not self.load_sample_interval_s > 0:
@@ -92,12 +100,21 @@ def _coerce(value: Any, current: Any, name: str) -> Any:
             if text.lower() in ("0", "false", "no", "off"):
                 return False
             raise ValueError
-        if isinstance(current, int) or (current is None and text.lstrip("-").isdigit()):
+        if isinstance(current, int):
             return int(float(text)) if "e" in text.lower() else int(text)
         if isinstance(current, float):
             return float(text)
     except ValueError:
         raise ValueError(f"{name}: cannot read {value!r} as {type(current).__name__}") from None
+    if current is None:
+        # Optional fields default to None: take the most specific number the text is.
+        if text.lower() == "none":
+            return None
+        for conv in (int, float):
+            try:
+                return conv(text)
+            except ValueError:
+                pass
     return text
 
 

@@ -16,6 +16,7 @@ Conductor's prefix index, as the workers and store do in the live service.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import time
@@ -88,7 +89,10 @@ class Simulator:
 
     def __init__(self, config: SimConfig, cost: CostModel | None = None) -> None:
         self.config = config
-        self.cost = cost or load_profile(config.profile)
+        base_cost = cost or load_profile(config.profile)
+        if config.node_bandwidth_bps is not None:
+            base_cost = dataclasses.replace(base_cost, node_bandwidth_bps=config.node_bandwidth_bps)
+        self.cost = base_cost
         c = self.cost
         g = config.cpp_group
         self.prefill_names = [f"prefill-{i}" for i in range(config.prefill_instances // g)]

@@ -77,6 +77,10 @@ def test_set_field_on_conductor_and_top_level() -> None:
     c = set_field(c, "prefill_instances", "8")
     assert c.prefill_instances == 8
     assert set_field(c, "simulate_decode", "false").simulate_decode is False
+    assert set_field(c, "node_bandwidth_bps", "1.25e9").node_bandwidth_bps == 1.25e9
+    assert set_field(c, "local_cache_tokens", "-1").local_cache_tokens == -1
+    with pytest.raises(ValueError, match="node_bandwidth_bps"):
+        set_field(c, "node_bandwidth_bps", "fast")
     with pytest.raises(ValueError, match=r"unknown field 'conductor\.nope'"):
         set_field(c, "conductor.nope", 1)
     with pytest.raises(ValueError, match="unknown field 'bogus'"):
