@@ -201,20 +201,37 @@ class MasterService:
                     ).inc(),
                 )
             )
-        server = grpc.aio.server(interceptors=interceptors, options=convert.GRPC_OPTIONS)
+        # so_reuseport off: gRPC enables it by default, and a second master on the same
+        # port would silently share the traffic instead of failing to start.
+        server = grpc.aio.server(
+            interceptors=interceptors, options=[*convert.GRPC_OPTIONS, ("grpc.so_reuseport", 0)]
+        )
         pb_grpc.add_MasterServiceServicer_to_server(MasterServicer(self), server)
-        self.port = server.add_insecure_port(f"{opts.host}:{opts.port}")
+        try:
+            self.port = server.add_insecure_port(f"{opts.host}:{opts.port}")
+        except RuntimeError:
+            self.port = 0
         if self.port == 0:
-            raise RuntimeError(f"cannot bind gRPC on {opts.host}:{opts.port}")
+            raise RuntimeError(f"cannot bind gRPC on {opts.host}:{opts.port} (port in use?)")
+        if opts.metrics_port is not None:
+            try:
+                self._http = await serve_http(
+                    opts.metrics_host,
+                    opts.metrics_port,
+                    {
+                        "/metrics": self._metrics_page,
+                        "/health": self._health,
+                        "/snapshot": self._snap,
+                    },
+                )
+            except OSError as exc:
+                raise RuntimeError(
+                    f"cannot bind metrics on {opts.metrics_host}:{opts.metrics_port}: "
+                    f"{exc.strerror or exc}"
+                ) from None
+            self.metrics_port = self._http.sockets[0].getsockname()[1]
         await server.start()
         self._server = server
-        if opts.metrics_port is not None:
-            self._http = await serve_http(
-                opts.metrics_host,
-                opts.metrics_port,
-                {"/metrics": self._metrics_page, "/health": self._health, "/snapshot": self._snap},
-            )
-            self.metrics_port = self._http.sockets[0].getsockname()[1]
         self._ticker = asyncio.create_task(self._upkeep(), name="master-upkeep")
 
     async def stop(self, grace_s: float = 1.0) -> None:

@@ -229,3 +229,24 @@ async def test_pages_larger_than_grpc_default_message_size(start_master: StartMa
         assert await c.batch_put_end(keys) == [None] * len(keys)
         page = await c.list_keys(limit=100_000)
         assert [e.key for e in page.entries] == keys and page.next_start_after is None
+
+
+def test_ports_in_use_are_a_clear_error(start_master: StartMaster) -> None:
+    import subprocess
+    import sys
+
+    m = start_master()
+    grpc_port = m.address.rsplit(":", 1)[1]
+    metrics_port = m.metrics_url.rsplit(":", 1)[1]
+    for flags, what in [
+        (["--port", grpc_port, "--metrics-port", "0"], "cannot bind gRPC"),
+        (["--port", "0", "--metrics-port", metrics_port], "cannot bind metrics"),
+    ]:
+        res = subprocess.run(
+            [sys.executable, "-m", "mooncake_cli", "master", *flags],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert res.returncode == 1, res.stderr[-2000:]
+        assert what in res.stderr
