@@ -37,7 +37,7 @@ class SimConfig:
         simulate_decode: run decode batches (off: requests end at their first token,
             for TTFT-only experiments with admission ``none``).
         load_sample_interval_s: period of the load samples (prefill/decode load plot).
-        audit: keep every Decision in the result (memory heavy on full traces).
+        audit: keep every Decision in ``Simulator.decisions`` (memory heavy on full traces).
     """
 
     prefill_instances: int = 16
