@@ -5,8 +5,8 @@ loop and must never wait for the database. ``submit`` (records) and ``submit_sou
 (an immutable object with ``to_record()``, converted on the writer thread) only append
 to a deque (O(1), no lock: ``deque.append``/``popleft`` are atomic under the GIL). One
 writer thread drains the deque in batches of ``batch_size`` and writes each batch in one
-transaction with multi-row INSERTs (decisions, then candidates), releasing the GIL
-often so that a decision never waits for it. Row ids of decisions are assigned here, not
+transaction with multi-row INSERTs (decisions, then candidates), releasing the GIL at
+least every 0.2 ms so that a decision never waits long for it (``inserts.GilPacer``). Row ids of decisions are assigned here, not
 by the database, so candidates can reference them without a round-trip per row; this
 assumes one writer per database (the conductor). A failed batch is retried record by
 record after re-reading ``max(id)``.
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sqlalchemy import Engine
 
 from .db import make_engine, require_current_schema
-from .inserts import Update, apply_updates, insert_batch, yield_gil
+from .inserts import GilPacer, Update, apply_updates, insert_batch
 from .records import CandidateRecord, DecisionRecord
 from .retention import RetentionResult, apply_retention
 
@@ -351,20 +351,21 @@ class AuditWriter:
             return 0
         rows: list[tuple[DecisionRecord, Sequence[CandidateRecord]]] = []
         updates: list[Update] = []
+        pacer = GilPacer()
         for it in items:
             if type(it) is tuple:
                 rows.append(it)
             elif isinstance(it, Update):
                 updates.append(it)
             else:
-                yield_gil()  # to_record() is the slow part; let the decision thread in
+                pacer.tick()  # to_record() is the slow part; let the decision thread in
                 try:
                     rows.append(it.to_record())  # type: ignore[union-attr]
                 except Exception as exc:
                     self._failed += 1
                     self._last_error = f"to_record() of {type(it).__name__}: {exc}"
         try:
-            self._commit(rows, updates)
+            self._commit(rows, updates, pacer)
         except Exception as exc:
             # The whole batch rolled back. Retry it piece by piece: a bad record (or ids
             # taken by another writer, re-read below) then costs only itself, and a
@@ -382,10 +383,13 @@ class AuditWriter:
         return n
 
     def _commit(
-        self, rows: list[tuple[DecisionRecord, Sequence[CandidateRecord]]], updates: list[Update]
+        self,
+        rows: list[tuple[DecisionRecord, Sequence[CandidateRecord]]],
+        updates: list[Update],
+        pacer: GilPacer | None = None,
     ) -> None:
         with self._engine.begin() as conn:
-            self._next_id = insert_batch(conn, rows, self._next_id)
+            self._next_id = insert_batch(conn, rows, self._next_id, pacer)
             apply_updates(conn, updates)
 
     def _retry_singly(
