@@ -130,11 +130,17 @@ class TcpInitiator:
             while not self.pool.get(path).enqueue(slices):
                 pass  # evicted between get and enqueue: the next get creates a fresh one
 
-    def _reroute(self, slices: list[Slice]) -> None:
-        """Slices left in a closed endpoint's queue: send them again (not a retry)."""
+    def _reroute(self, slices: list[Slice], avoid: Path | None = None) -> None:
+        """Slices left in a closed endpoint's queue: send them again (not a retry).
+
+        Args:
+            slices: The queued slices.
+            avoid: A path that just failed; used only if nothing else is left.
+        """
         per_path: dict[Path, list[Slice]] = defaultdict(list)
         for s in slices:
             paths = self.paths(s.req)
+            paths = [p for p in paths if p != avoid] or paths
             s.path = paths[next(self._cursor) % len(paths)]
             per_path[s.path].append(s)
         self._dispatch(per_path)
@@ -195,7 +201,7 @@ class TcpInitiator:
         self._stats.add(f"{ep.local_ip}|errors", len(chunk))
         left = self.pool.drop(ep)
         self._retry(chunk, ep.key, f"connect {ep.local_ip} -> {ep.remote}: {exc}")
-        self._reroute(left)
+        self._reroute(left, avoid=ep.key)
 
     def paused_remotes(self) -> tuple[str, ...]:
         """Remote servers paused now after repeated failures."""
@@ -261,7 +267,7 @@ class TcpInitiator:
         self._stats.add(f"{nic}|errors", len(chunk) - done)
         left = self.pool.drop(ep)
         self._retry(chunk[done:], ep.key, f"{ep.local_ip} -> {ep.remote}: {msg}")
-        self._reroute(left)
+        self._reroute(left, avoid=ep.key)
 
     def close(self) -> None:
         """Close every endpoint (transfers in flight fail with "engine closed")."""
