@@ -56,9 +56,10 @@ def start_target() -> Iterator[Callable[..., Target]]:
         host_id: str | None = None,
         name: str = "store-0",
         config: dict[str, Any] | None = None,
+        port: int = 0,
     ) -> Target:
         cmd = [sys.executable, str(_SCRIPT), "--nics", ",".join(nics), "--size", str(size)]
-        cmd += ["--name", name, "--config", json.dumps(config or {})]
+        cmd += ["--name", name, "--config", json.dumps(config or {}), "--port", str(port)]
         if shm:
             cmd.append("--shm")
         if secret is not None:

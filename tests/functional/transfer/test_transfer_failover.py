@@ -118,3 +118,22 @@ def test_close_ends_every_request(start_target, make_engine):
     assert all(s.state is not TransferState.WAITING for s in statuses)
     failed = [s for s in statuses if s.state is TransferState.FAILED]
     assert all("closed" in (s.reason or "") or "reset" in (s.reason or "") for s in failed)
+
+
+def test_failed_endpoint_is_recreated_after_target_restart(start_target, make_engine):
+    first = start_target(size=4 * MiB)
+    port = int(first.segment_name.rsplit(":", 1)[1])
+    eng = make_engine(config={"nic_failure_threshold": 10})
+    seg = eng.open_segment(first.name)
+    local = eng.register_memory(bytearray(4 * MiB))
+    eng.read(local, 0, seg, 0, 4 * MiB)
+    first.kill()
+    second = start_target(size=4 * MiB, port=port)  # same address, same segment id
+    assert second.name == first.name
+    # The pooled connections are dead: the slice fails once, the endpoint is dropped,
+    # and the retry connects a fresh one to the new process.
+    eng.read(local, 0, seg, 0, 4 * MiB)
+    assert bytes(local.view()) == pattern(4 * MiB)
+    snap = eng.snapshot().nic("127.0.0.1")
+    assert snap.errors >= 1 and snap.retries >= 1
+    assert eng._tcp.pool.created >= 2

@@ -35,11 +35,14 @@ def main() -> None:
     ap.add_argument("--shm", action="store_true")
     ap.add_argument("--secret", default=None, help="hex")
     ap.add_argument("--host-id", default=None)
+    ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--config", default="{}", help="TransferConfig fields as JSON")
     args = ap.parse_args()
     cfg = TransferConfig(**json.loads(args.config))
     secret = bytes.fromhex(args.secret) if args.secret else None
-    eng = TransferEngine(cfg, nics=args.nics.split(","), secret=secret, host_id=args.host_id)
+    eng = TransferEngine(
+        cfg, nics=args.nics.split(","), port=args.port, secret=secret, host_id=args.host_id
+    )
     eng.start()
     if args.shm:
         region = eng.allocate_memory(args.size, name=args.name)
