@@ -55,7 +55,9 @@ def test_fit_rejects_bad_anchors() -> None:
 
 
 def test_profiles_listed_and_loaded_by_path(tmp_path: Path) -> None:
-    assert "llama3_70b_a800" in available_profiles()
+    assert {"llama3_70b_a800", "tiny_cpu"} <= set(available_profiles())
+    tiny = load_profile("tiny_cpu")  # measured from the worker's tiny torch model
+    assert tiny.prefill_time(256, 0) > 0 and tiny.decode_max_batch == 8
     with pytest.raises(FileNotFoundError, match="llama3_70b_a800"):
         load_profile("nope")
     doc = json.loads(
