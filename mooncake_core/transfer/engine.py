@@ -37,8 +37,9 @@ from .region import Region, allocate_shm, resolve_buffer
 from .request import OpCode, TransferError, TransferRequest, TransferState, TransferStatus
 from .server import DataServer
 from .shm import Job, ShmTransport
-from .stats import Counters, NicStats, TransferSnapshot, TransportStats
+from .stats import Counters, TransferSnapshot, nic_stats, transport_stats
 from .tcp import TcpInitiator
+from .validation import check_location, validate_request
 
 TRANSPORTS = ("tcp", "shm", "rdma")
 
@@ -201,7 +202,7 @@ class TransferEngine:
             TransferError: Unusable buffer, bad location, or a name already in use.
         """
         addr, total, keep = resolve_buffer(obj, length)
-        return self._add_region(Region(addr, total, _check_location(location), name, keep))
+        return self._add_region(Region(addr, total, check_location(location), name, keep))
 
     def allocate_memory(
         self, length: int, *, location: str = "cpu:0", name: str | None = None
@@ -214,7 +215,7 @@ class TransferEngine:
         buf, path = allocate_shm(length)
         try:
             region = Region(
-                _native_address(buf), length, _check_location(location), name, buf, shm_path=path
+                _native_address(buf), length, check_location(location), name, buf, shm_path=path
             )
             return self._add_region(region)
         except BaseException:
@@ -377,7 +378,7 @@ class TransferEngine:
                 f"{batch!r} cannot take {len(requests)} more requests (capacity {batch.capacity})"
             )
         for i, req in enumerate(requests):
-            _validate(i, req, self._regions)
+            validate_request(i, req, self._regions)
         deadline = time.monotonic() + self.config.request_timeout_s
         states = [RequestState(r, r.segment.transport, deadline) for r in requests]
         tcp: list[RequestState] = []
@@ -537,43 +538,19 @@ class TransferEngine:
         nics = []
         for nic in self.nics:
             srv = self._servers.get(nic)
-            native = srv.native_counters() if srv else {}
-            py = srv.counters.copy() if srv else {}
             with self._tcp._hlock:
                 health = self._tcp.local_health.state(nic, now)
-
-            def v(key: str, nic: str = nic) -> int:
-                return values.get(f"{nic}|{key}", 0)
-
             nics.append(
-                NicStats(
-                    nic=nic,
-                    bytes_sent=v("bytes_sent") + native.get("bytes_sent", 0),
-                    bytes_received=v("bytes_received") + native.get("bytes_received", 0),
-                    slices_sent=v("slices_sent") + native.get("slices_sent", 0),
-                    slices_received=v("slices_received") + native.get("slices_received", 0),
-                    errors=v("errors"),
-                    retries=v("retries"),
-                    paused=health.paused,
-                    paused_until=health.paused_until,
-                    malformed_frames=native.get("malformed_frames", 0)
-                    + py.get("malformed_frames", 0),
-                    auth_failures=py.get("auth_failures", 0),
-                    bounds_errors=native.get("bounds_errors", 0)
-                    + native.get("unknown_segments", 0),
-                    connections=py.get("connections", 0),
+                nic_stats(
+                    nic,
+                    values,
+                    srv.native_counters() if srv else {},
+                    srv.counters.copy() if srv else {},
+                    health.paused,
+                    health.paused_until,
                 )
             )
-        transports = tuple(
-            TransportStats(
-                name=t,
-                requests_completed=values.get(f"{t}|requests_completed", 0),
-                requests_failed=values.get(f"{t}|requests_failed", 0),
-                bytes=values.get(f"{t}|bytes", 0),
-                slices=values.get(f"{t}|slices", 0),
-            )
-            for t in TRANSPORTS
-        )
+        transports = tuple(transport_stats(t, values) for t in TRANSPORTS)
         with self._outcome.cv:
             pending = sum(
                 1
@@ -595,37 +572,3 @@ class TransferEngine:
 
 def _native_address(buf: Any) -> int:
     return int(_native.buffer_address(buf)[0])
-
-
-def _check_location(location: str) -> str:
-    kind, _, idx = location.partition(":")
-    if kind == "cpu" and idx.isdigit():
-        return location
-    if kind == "cuda":
-        raise TransferError(f"location {location!r}: GPU memory is not supported (no CUDA build)")
-    raise TransferError(f"bad location {location!r}; expected cpu:N")
-
-
-_OPS = frozenset((OpCode.READ, OpCode.WRITE))
-
-
-def _validate(i: int, req: Any, regions: set[Region]) -> None:
-    if not isinstance(req, TransferRequest):
-        raise TransferError(f"request {i}: expected TransferRequest, got {type(req).__name__}")
-    if req.op not in _OPS:
-        raise TransferError(f"request {i}: bad op {req.op!r}")
-    if not isinstance(req.segment, RemoteSegment):
-        raise TransferError(f"request {i}: segment must come from open_segment")
-    if req.local not in regions:
-        raise TransferError(f"request {i}: {req.local!r} is not registered with this engine")
-    n, lo, to = req.length, req.local_offset, req.target_offset
-    if n < 0 or lo < 0 or to < 0:
-        raise TransferError(f"request {i}: negative length/offset ({n}, {lo}, {to})")
-    if lo + n > req.local.length:
-        raise TransferError(
-            f"request {i}: local range {lo}+{n} outside region of {req.local.length} bytes"
-        )
-    if to + n > req.segment.size:
-        raise TransferError(
-            f"request {i}: target range {to}+{n} outside segment {req.segment.name} of {req.segment.size} bytes"
-        )

@@ -109,3 +109,45 @@ class Counters:
         """All values at once."""
         with self._lock:
             return dict(self._values)
+
+
+def nic_stats(
+    nic: str,
+    values: dict[str, int],
+    native: dict[str, int],
+    server: dict[str, int],
+    paused: bool,
+    paused_until: float | None,
+) -> NicStats:
+    """Assemble one NIC's stats from initiator counters (``<nic>|name``), the C server
+    loop's counters and the Python server's counters."""
+
+    def v(key: str) -> int:
+        return values.get(f"{nic}|{key}", 0)
+
+    return NicStats(
+        nic=nic,
+        bytes_sent=v("bytes_sent") + native.get("bytes_sent", 0),
+        bytes_received=v("bytes_received") + native.get("bytes_received", 0),
+        slices_sent=v("slices_sent") + native.get("slices_sent", 0),
+        slices_received=v("slices_received") + native.get("slices_received", 0),
+        errors=v("errors"),
+        retries=v("retries"),
+        paused=paused,
+        paused_until=paused_until,
+        malformed_frames=native.get("malformed_frames", 0) + server.get("malformed_frames", 0),
+        auth_failures=server.get("auth_failures", 0),
+        bounds_errors=native.get("bounds_errors", 0) + native.get("unknown_segments", 0),
+        connections=server.get("connections", 0),
+    )
+
+
+def transport_stats(name: str, values: dict[str, int]) -> TransportStats:
+    """One transport's stats from counters named ``<transport>|name``."""
+    return TransportStats(
+        name=name,
+        requests_completed=values.get(f"{name}|requests_completed", 0),
+        requests_failed=values.get(f"{name}|requests_failed", 0),
+        bytes=values.get(f"{name}|bytes", 0),
+        slices=values.get(f"{name}|slices", 0),
+    )
