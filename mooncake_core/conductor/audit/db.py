@@ -7,7 +7,8 @@ message that says to run ``mooncake db upgrade`` -- it is never silently recreat
 
 Locating the migrations: they live in ``migrations/`` next to the ``mooncake_core``
 package of a source checkout (the project is installed editable). An install from a
-wheel does not ship that folder; point ``MOONCAKE_MIGRATIONS_DIR`` at a copy of it.
+wheel does not ship that folder today; point ``MOONCAKE_MIGRATIONS_DIR`` at a copy of
+it, or package it as ``mooncake_core/conductor/audit/migrations`` (looked up too).
 Only ``upgrade`` and ``head_revision`` need the folder; checking a database against
 :data:`.models.SCHEMA_REVISION` does not.
 """
@@ -158,7 +159,8 @@ def require_current_schema(engine: Engine) -> None:
 def migrations_dir() -> Path:
     """The Alembic script folder (``migrations/``).
 
-    Looks at ``$MOONCAKE_MIGRATIONS_DIR`` first, then at ``migrations/`` next to the
+    Looks at ``$MOONCAKE_MIGRATIONS_DIR`` first, then at ``migrations/`` inside this
+    package (where a wheel would have to ship it), then at ``migrations/`` next to the
     ``mooncake_core`` package (a source checkout or editable install).
 
     Raises:
@@ -166,7 +168,9 @@ def migrations_dir() -> Path:
     """
     env = os.environ.get(MIGRATIONS_ENV)
     candidates = [Path(env)] if env else []
-    candidates.append(Path(__file__).resolve().parents[3] / "migrations")
+    here = Path(__file__).resolve()
+    # A wheel could ship the folder inside this package; a checkout has it at the root.
+    candidates += [here.parent / "migrations", here.parents[3] / "migrations"]
     for c in candidates:
         if (c / "env.py").is_file() and (c / "versions").is_dir():
             return c

@@ -171,3 +171,21 @@ def test_downgrade_and_upgrade_again_keep_every_row(tmp_path: Path) -> None:
     with AuditReader.open(url) as r:
         entry = r.get("req-a")
     assert entry is not None and len(entry.candidates) == 5
+
+
+def test_migrations_dir_env_override_and_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mooncake_core.conductor.audit import db, migrations_dir
+
+    repo = Path(__file__).resolve().parents[3]
+    assert migrations_dir() == repo / "migrations"
+    monkeypatch.setenv(db.MIGRATIONS_ENV, str(repo / "migrations"))
+    assert migrations_dir() == repo / "migrations"
+    # Pretend to be installed without the folder: the error names every place looked at.
+    monkeypatch.setenv(db.MIGRATIONS_ENV, str(tmp_path / "nowhere"))
+    monkeypatch.setattr(db, "__file__", str(tmp_path / "site/mooncake_core/conductor/audit/db.py"))
+    with pytest.raises(
+        SchemaError, match=r"cannot find the audit migrations.*nowhere.*MOONCAKE_MIGRATIONS_DIR"
+    ):
+        migrations_dir()
