@@ -7,7 +7,17 @@ import typer
 
 from mooncake_core import __version__
 
-from . import audit_cmd, bench_cmd, config_cmd, db_cmd, master_cmd, sim_cmd, topo_cmd
+from . import (
+    audit_cmd,
+    bench_cmd,
+    config_cmd,
+    db_cmd,
+    master_cmd,
+    sim_cmd,
+    store_cmd,
+    topo_cmd,
+    worker_cmd,
+)
 
 app = typer.Typer(
     name="mooncake",
@@ -23,6 +33,8 @@ app.add_typer(audit_cmd.app, name="audit")
 app.add_typer(db_cmd.app, name="db")
 app.add_typer(sim_cmd.app, name="sim")
 app.add_typer(master_cmd.app, name="master")
+app.add_typer(store_cmd.app, name="store")
+app.add_typer(worker_cmd.app, name="worker")
 
 
 def _version(value: bool) -> None:

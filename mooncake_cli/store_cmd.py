@@ -1,0 +1,427 @@
+"""`mooncake store ...`: host a segment, and put/get/list/pin objects on a running master."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from .common import ConfigOption, JsonOption, err, fail, load, out, write_stdout
+
+if TYPE_CHECKING:
+    from mooncake_core.store.client import Client
+    from mooncake_core.store.client_options import ClientOptions
+
+app = typer.Typer(
+    help="Store objects: host a segment (node), put/get/ls/stat/rm, pins.",
+    no_args_is_help=True,
+)
+
+MasterOption = Annotated[
+    str | None,
+    typer.Option("--master", "-m", help="Master host:port (default: from the config)."),
+]
+SecretOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--secret-file",
+        help="Cluster secret (default: the config's secret file, used when it exists).",
+    ),
+]
+TransportOption = Annotated[
+    str, typer.Option("--transport", help="Data path: auto (shm on this host), tcp or shm.")
+]
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20}
+_UNITS |= {"g": 1 << 30, "gib": 1 << 30, "kb": 1000, "mb": 1000**2, "gb": 1000**3}
+_SECONDS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_size(text: str) -> int:
+    """``256MiB``, ``1g``, ``4096`` -> bytes (binary units; ``MB`` is decimal)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", text)
+    unit = m.group(2).lower() if m else ""
+    if m is None or unit not in _UNITS:
+        raise typer.BadParameter(f"bad size {text!r}; use e.g. 256MiB, 1GiB, 4096")
+    return int(m.group(1)) * _UNITS[unit]
+
+
+def parse_duration(text: str) -> float:
+    """``30m``, ``90s``, ``2h``, ``1.5`` (seconds) -> seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text.lower())
+    if m is None:
+        raise typer.BadParameter(f"bad duration {text!r}; use e.g. 30m, 90s, 2h")
+    return float(m.group(1)) * _SECONDS[m.group(2)]
+
+
+def _options(
+    config: Path | None, master: str | None, secret_file: Path | None, **kw: Any
+) -> ClientOptions:
+    from mooncake_core.store.client_options import ClientOptions
+
+    cfg = load(config)
+    try:
+        return ClientOptions.from_cluster(cfg, master=master, secret_file=secret_file, **kw)
+    except (OSError, ValueError) as exc:
+        fail(f"cannot read the cluster secret: {exc}")
+
+
+@contextmanager
+def _client(
+    config: Path | None, master: str | None, secret_file: Path | None, transport: str = "auto"
+) -> Iterator[Client]:
+    """A client that hosts nothing (it only uses other processes' segments)."""
+    from mooncake_core.store.client import Client
+    from mooncake_core.store.errors import StoreError
+
+    opts = _options(config, master, secret_file, transport=transport, connect_timeout_s=5.0)
+    try:
+        with Client(opts) as c:
+            yield c
+    except StoreError as exc:
+        fail(f"{exc.code.name}: {exc.message}")
+
+
+def _json(obj: Any) -> None:
+    write_stdout(json.dumps(obj, indent=1, default=str))
+
+
+def _human(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+# --------------------------------------------------------------------------- node
+@app.command()
+def node(
+    name: Annotated[str, typer.Option("--name", help="Node and segment name.")],
+    size: Annotated[str, typer.Option("--size", help="Segment size, e.g. 256MiB.")] = "256MiB",
+    master: MasterOption = None,
+    host: Annotated[str, typer.Option("--host", help="Data-plane bind address.")] = "127.0.0.1",
+    data_port: Annotated[
+        int, typer.Option("--data-port", min=0, max=65535, help="Transfer Engine port (0: any).")
+    ] = 0,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port", min=0, max=65535, help="/health port (0: any; unset: none)."
+        ),
+    ] = None,
+    config: ConfigOption = None,
+    secret_file: SecretOption = None,
+) -> None:
+    """Host a DRAM segment for the store until SIGTERM/SIGINT (a pure host: no objects)."""
+    import asyncio
+    import logging
+    import signal
+
+    from mooncake_core.store.errors import StoreError
+    from mooncake_core.store.node import NodeOptions, StoreNode
+
+    nbytes = parse_size(size)
+    opts = _options(config, master, secret_file, host=host, data_port=data_port)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+    async def run() -> None:
+        n = StoreNode(NodeOptions(name, nbytes, opts, host, metrics_port))
+        try:
+            await n.start()
+        except StoreError as exc:
+            await n.stop()
+            fail(f"{exc.code.name}: {exc.message}")
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        where = f" (health on {host}:{n.metrics_port})" if n.metrics_port is not None else ""
+        err.print(
+            f"mooncake store node: serving segment {name} ({_human(nbytes)}) at "
+            f"{n.client.transfer_address}{where}, master {opts.master}",
+            highlight=False,
+            markup=False,
+        )
+        await stop.wait()
+        err.print("mooncake store node: shutting down", highlight=False, markup=False)
+        await n.stop()
+
+    asyncio.run(run())
+
+
+# ---------------------------------------------------------------------- put / get
+@app.command()
+def put(
+    key: Annotated[str, typer.Argument(help="Object key.")],
+    source: Annotated[str, typer.Argument(help="File to store, or - for stdin.")],
+    replicas: Annotated[
+        int | None, typer.Option("--replicas", "-r", min=1, help="Replicas.")
+    ] = None,
+    soft_pin: Annotated[bool, typer.Option("--soft-pin", help="Soft-pin the key.")] = False,
+    hard_pin: Annotated[bool, typer.Option("--hard-pin", help="Hard-pin the key.")] = False,
+    upsert: Annotated[bool, typer.Option("--upsert", help="Replace an existing object.")] = False,
+    master: MasterOption = None,
+    config: ConfigOption = None,
+    secret_file: SecretOption = None,
+    transport: TransportOption = "auto",
+    as_json: JsonOption = False,
+) -> None:
+    """Store a file (or stdin) under KEY."""
+    from mooncake_core.store import ReplicateConfig
+
+    try:
+        data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    except OSError as exc:
+        fail(f"cannot read {source}: {exc}")
+    rc = ReplicateConfig(replica_num=replicas, soft_pin=soft_pin, hard_pin=hard_pin)
+    with _client(config, master, secret_file, transport) as c:
+        (c.upsert if upsert else c.put)(key, data, rc)
+        info = c.stat(key)
+    if as_json:
+        _json({"key": key, "size": len(data), "replicas": len(info.replicas)})
+    else:
+        err.print(f"stored {key} ({_human(len(data))}, {len(info.replicas)} replica(s))")
+
+
+@app.command()
+def get(
+    key: Annotated[str, typer.Argument(help="Object key.")],
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write here (default: stdout).")
+    ] = None,
+    master: MasterOption = None,
+    config: ConfigOption = None,
+    secret_file: SecretOption = None,
+    transport: TransportOption = "auto",
+) -> None:
+    """Read KEY to a file or to stdout (raw bytes)."""
+    with _client(config, master, secret_file, transport) as c:
+        data = c.get(key)
+    if output is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    else:
+        output.write_bytes(data)
+        err.print(f"wrote {_human(len(data))} to {output}")
+
+
+# -------------------------------------------------------------------- read-model
+@app.command("ls")
+def ls(
+    prefix: Annotated[str, typer.Argument(help="Key prefix.")] = "",
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", min=1, max=100_000, help="Page size.")
+    ] = 100,
+    start_after: Annotated[
+        str, typer.Option("--start-after", help="List keys after this one (next page).")
+    ] = "",
+    master: MasterOption = None,
+    config: ConfigOption = None,
+    secret_file: SecretOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List one page of keys under PREFIX in key order (--start-after for the next page)."""
+    with _client(config, master, secret_file) as c:
+        page = c.list_keys(prefix, start_after, limit)
+    rows: list[dict[str, Any]] = [
+        {"key": e.key, "size": e.size, "state": e.state.name} for e in page.entries
+    ]
+    if as_json:
+        _json({"entries": rows, "next_start_after": page.next_start_after})
+        return
+    from rich.table import Table
+
+    t = Table("key", "size", "state")
+    for r in rows:
+        t.add_row(r["key"], _human(r["size"]), r["state"])
+    out.print(t)
+    if page.next_start_after is not None:
+        err.print(f"more: --start-after {page.next_start_after!r}", markup=False)
+
+
+@app.command()
+def stat(
+    key: Annotated[str, typer.Argument(help="Object key.")],
+    master: MasterOption = None,
+    config: ConfigOption = None,
+    secret_file: SecretOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Size, replicas and their segments, lease and pin of KEY."""
+    with _client(config, master, secret_file) as c:
+        i = c.stat(key)
+    reps = [[[s.segment, s.offset, s.length] for s in r] for r in i.replicas]
+    doc = {
+        "key": i.key,
+        "size": i.size,
+        "state": i.state.name,
+        "replicas": reps,
+        "segments": sorted({s.segment for r in i.replicas for s in r}),
+        "lease_remaining_s": i.lease_remaining_s,
+        "idle_s": i.idle_s,
+        "pin": i.pin.name,
+        "pin_remaining_s": i.pin_remaining_s,
+    }
+    if as_json:
+        _json(doc)
+        return
+    from rich.table import Table
+
+    t = Table("field", "value", show_header=False)
+    t.add_row("key", i.key)
+    t.add_row("size", f"{i.size} ({_human(i.size)})")
+    t.add_row("state", i.state.name)
+    for n, r in enumerate(i.replicas):
+        t.add_row(f"replica {n}", ", ".join(f"{s.segment}@{s.offset}+{s.length}" for s in r))
+    t.add_row("lease", f"{i.lease_remaining_s:.1f} s" if i.lease_remaining_s > 0 else "none")
+    pin = i.pin.name.lower()
+    if i.pin_remaining_s is not None:
+        pin += f" ({i.pin_remaining_s:.0f} s left)"
+    t.add_row("pin", pin)
+    out.print(t)
+
+
+@app.command()
+def exists(
+    keys: Annotated[list[str], typer.Argument(help="Keys to check.")],
+    master: MasterOption = None,
+    config: ConfigOption = None,
+    secret_file: SecretOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Whether each KEY is readable; exit status 1 if any is missing."""
+    with _client(config, master, secret_file) as c:
+        found = c.batch_is_exist(keys)
+    if as_json:
+        _json(dict(zip(keys, found, strict=True)))
+    else:
+        from rich.table import Table
+
+        t = Table("key", "exists")
+        for k, f in zip(keys, found, strict=True):
+            t.add_row(k, "yes" if f else "[red]no[/]")
+        out.print(t)
+    if not all(found):
+        raise typer.Exit(1)
+
+
+# ---------------------------------------------------------------------- removal
+@app.command()
+def rm(
+    key: Annotated[str | None, typer.Argument(help="Key to remove.")] = None,
+    prefix: Annotated[
+        str | None, typer.Option("--prefix", help="Remove every key under it.")
+    ] = None,
+    regex: Annotated[
+        str | None, typer.Option("--regex", help="Remove keys matching it (Python re.search).")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Also remove leased objects.")] = False,
+    master: MasterOption = None,
+    config: ConfigOption = None,
+    secret_file: SecretOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Remove KEY, or every key under --prefix, or matching --regex."""
+    if sum(x is not None for x in (key, prefix, regex)) != 1:
+        fail("give exactly one of KEY, --prefix or --regex")
+    with _client(config, master, secret_file) as c:
+        if key is not None:
+            c.remove(key, force=force)
+            removed, skipped = 1, 0
+        else:
+            r = (
+                c.remove_by_prefix(prefix, force=force)
+                if prefix is not None
+                else c.remove_by_regex(regex or "", force=force)
+            )
+            removed, skipped = r.removed, r.skipped
+    if as_json:
+        _json({"removed": removed, "skipped": skipped})
+    else:
+        err.print(
+            f"removed {removed}"
+            + (f", skipped {skipped} (leased or unfinished)" if skipped else "")
+        )
+
+
+# ------------------------------------------------------------------------- pins
+@app.command()
+def pin(
+    target: Annotated[str, typer.Argument(help="Key prefix (or key with --key).")],
+    ttl: Annotated[
+        str | None, typer.Option("--ttl", help="Soft pin lifetime, e.g. 30m (default: master's).")
+    ] = None,
+    hard: Annotated[bool, typer.Option("--hard", help="Hard pin: never evicted, no TTL.")] = False,
+    key: Annotated[bool, typer.Option("--key", help="TARGET is one existing key.")] = False,
+    master: MasterOption = None,
+    config: ConfigOption = None,
+    secret_file: SecretOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Keep every key under PREFIX resident (also keys written later)."""
+    if hard and ttl is not None:
+        fail("a hard pin has no TTL; drop --ttl or --hard")
+    ttl_s = parse_duration(ttl) if ttl is not None else None
+    with _client(config, master, secret_file) as c:
+        p = c.pin(target, prefix=not key, hard=hard, ttl_s=ttl_s)
+    if as_json:
+        _json(_pin_doc(p))
+    else:
+        err.print(f"pinned {'key' if key else 'prefix'} {target!r} ({_pin_kind(p)})", markup=False)
+
+
+@app.command()
+def unpin(
+    target: Annotated[str, typer.Argument(help="Key prefix (or key with --key).")],
+    key: Annotated[bool, typer.Option("--key", help="TARGET is a key.")] = False,
+    master: MasterOption = None,
+    config: ConfigOption = None,
+    secret_file: SecretOption = None,
+) -> None:
+    """Clear the pin on exactly this prefix (or key)."""
+    with _client(config, master, secret_file) as c:
+        c.unpin(target, prefix=not key)
+    err.print(f"unpinned {'key' if key else 'prefix'} {target!r}", markup=False)
+
+
+@app.command()
+def pins(
+    master: MasterOption = None,
+    config: ConfigOption = None,
+    secret_file: SecretOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List live pins (keys, then prefixes)."""
+    with _client(config, master, secret_file) as c:
+        ps = c.list_pins()
+    if as_json:
+        _json([_pin_doc(p) for p in ps])
+        return
+    from rich.table import Table
+
+    t = Table("target", "kind", "level", "expires in")
+    for p in ps:
+        t.add_row(p.target, "prefix" if p.is_prefix else "key", *_pin_kind(p).split(", ", 1))
+    out.print(t)
+
+
+def _pin_doc(p: Any) -> dict[str, Any]:
+    import time
+
+    left = None if p.expires_at is None else round(max(0.0, p.expires_at - time.monotonic()), 1)
+    return {"target": p.target, "prefix": p.is_prefix, "hard": p.hard, "remaining_s": left}
+
+
+def _pin_kind(p: Any) -> str:
+    if p.hard:
+        return "hard, never"
+    left = _pin_doc(p)["remaining_s"]
+    return f"soft, {left:.0f} s" if left is not None else "soft, -"

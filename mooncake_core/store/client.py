@@ -1,0 +1,650 @@
+"""The store client: put and get objects through the Transfer Engine (upstream's API shape).
+
+::
+
+    with Client(ClientOptions(master="127.0.0.1:50051",
+                              segments=(SegmentSpec("node-a", 256 << 20),))) as c:
+        c.put("k", b"value", ReplicateConfig(replica_num=2))
+        assert c.get("k") == b"value"
+        addr = c.register_buffer(buf)             # zero-copy paths
+        c.put_from("big", addr, len(buf))
+        n = c.get_into("big", addr, len(buf))
+
+Writes: ``PutStart`` (the master allocates replicas and slices) -> every slice of every
+replica written at once (memcpy into this process's own segments, the Transfer Engine
+for the rest: shm on this host, tcp across hosts) -> ``PutEnd``; ``PutRevoke`` if any
+slice failed, so readers never see a partial object. Reads: ``GetReplicaList`` (grants
+a lease) -> the slices of one replica, this process's own replica first; a replica that
+fails is skipped for the next; when none is readable the call raises
+:class:`UnavailableError`, never returns partial bytes.
+
+Every argument is checked before memory or the master is touched (keys, sizes, buffer
+bounds, batch shapes): a bad call changes nothing. Errors are the master's
+:class:`StoreError` families and codes. Batch calls return one result per item (a value
+or the item's :class:`StoreError`) and raise only for whole-call problems.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from mooncake_core.transfer import OpCode, Region, TransferEngine, TransferError
+
+from . import client_tensor
+from .client_data import Buffers, DataPath, Op, plan
+from .client_heartbeat import Heartbeat, Mount
+from .client_master import SyncMaster
+from .client_options import ClientOptions
+from .errors import ErrorCode, InvalidArgumentError, NotFoundError, StoreError, UnavailableError
+from .master_client import default_client_id
+from .objects import ObjectInfo, Replica
+from .pins import Pin
+from .results import GetResult, ListKeysResult, RemoveManyResult, ReplicateConfig
+from .validation import check_key
+
+if TYPE_CHECKING:
+    import torch
+
+_MIN_STAGING = 1 << 20
+
+
+class Client:
+    """A store client: optionally hosts segments, reads and writes any segment.
+
+    Args:
+        options: connection, hosted segments and transport; ``None``: built from
+            ``fields`` (``Client(master="127.0.0.1:50051")``).
+        fields: :class:`ClientOptions` fields when ``options`` is None.
+    """
+
+    def __init__(self, options: ClientOptions | None = None, **fields: Any) -> None:
+        self.options = options if options is not None else ClientOptions(**fields)
+        self.client_id = self.options.client_id or default_client_id()
+        self._master: SyncMaster | None = None
+        self._engine: TransferEngine | None = None
+        self._heartbeat: Heartbeat | None = None
+        self._data: DataPath | None = None
+        self._buffers = Buffers()
+        self._local: dict[str, Region] = {}
+        self._addresses: dict[str, str] = {}
+        self._staging: Region | None = None
+        self._staging_lock = threading.Lock()
+        self._closed = False
+
+    # ---------------------------------------------------------------- lifecycle
+    def setup(self) -> Client:
+        """Connect to the master, start the Transfer Engine, mount the hosted segments.
+
+        Raises:
+            UnavailableError: the master is unreachable within ``connect_timeout_s``.
+            ConflictError: a segment name is already mounted by another client.
+            StoreError: anything else the master refused; nothing is left running.
+        """
+        o = self.options
+        try:
+            self._master = SyncMaster(o.master, self.client_id, o.secret, o.rpc_timeout_s)
+            self._master.wait_ready(o.connect_timeout_s)
+            try:
+                eng = TransferEngine(
+                    o.engine_config(), nics=(o.host,), port=o.data_port, secret=o.secret
+                )
+                self._engine = eng.start()
+                for spec in o.segments:
+                    region = eng.allocate_memory(spec.size, location=spec.location, name=spec.name)
+                    self._local[spec.name] = region
+            except TransferError as exc:
+                raise UnavailableError(ErrorCode.UNAVAILABLE, f"transfer engine: {exc}") from exc
+            timeout = o.transfer.request_timeout_s + 5.0
+            self._data = DataPath(eng, self._local, self._resolve, timeout)
+            if o.segments:
+                mounts = [Mount(s.name, s.size, eng.segment_name, s.location) for s in o.segments]
+                self._heartbeat = Heartbeat(
+                    o.master,
+                    self.client_id,
+                    o.secret,
+                    mounts,
+                    o.heartbeat_interval_s,
+                    o.rpc_timeout_s,
+                )
+                self._heartbeat.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        """Unmount hosted segments, stop heartbeats and the engine (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._heartbeat is not None:
+            self._heartbeat.stop(unmount=True)
+        if self._engine is not None:
+            self._engine.close()
+        if self._master is not None:
+            self._master.close()
+
+    def __enter__(self) -> Client:
+        return self.setup()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def transfer_address(self) -> str:
+        """``host:port`` of this client's Transfer Engine data server."""
+        return self._eng.segment_name
+
+    @property
+    def remounts(self) -> int:
+        """Times the master forgot this client and its segments were mounted again."""
+        return self._heartbeat.remounts if self._heartbeat is not None else 0
+
+    @property
+    def segments(self) -> tuple[str, ...]:
+        """Names of the segments this client hosts."""
+        return tuple(self._local)
+
+    @property
+    def _m(self) -> SyncMaster:
+        if self._master is None or self._closed:
+            raise UnavailableError(ErrorCode.UNAVAILABLE, "client is not set up (call setup())")
+        return self._master
+
+    @property
+    def _eng(self) -> TransferEngine:
+        if self._engine is None or self._closed:
+            raise UnavailableError(ErrorCode.UNAVAILABLE, "client is not set up (call setup())")
+        return self._engine
+
+    @property
+    def _dp(self) -> DataPath:
+        if self._data is None or self._closed:
+            raise UnavailableError(ErrorCode.UNAVAILABLE, "client is not set up (call setup())")
+        return self._data
+
+    def _resolve(self, segment: str) -> str:
+        addr = self._addresses.get(segment)
+        if addr is None:
+            snap = self._m.snapshot()
+            self._addresses = {s.name: s.transport_address for s in snap.segments}
+            addr = self._addresses.get(segment)
+        if not addr:
+            raise TransferError(f"segment {segment!r} is not mounted at the master")
+        return addr
+
+    def transport_of(self, segment: str) -> str:
+        """How this client reaches ``segment``: local, shm, tcp (unknown before first use)."""
+        return self._dp.transport_of(segment)
+
+    # ----------------------------------------------------------------- buffers
+    def register_buffer(self, buffer: Any, size: int | None = None) -> int:
+        """Register memory for ``put_from``/``get_into`` (zero-copy).
+
+        Args:
+            buffer: bytearray, numpy array, CPU tensor, writable memoryview, mmap, or an
+                int address (then ``size`` is required).
+            size: bytes to register (default: the whole buffer).
+
+        Returns:
+            The buffer's start address (pass addresses inside it to the ``*_from`` /
+            ``*_into`` calls).
+
+        Raises:
+            InvalidArgumentError: an unusable buffer or an already registered address.
+        """
+        try:
+            region = self._eng.register_memory(buffer, size)
+        except TransferError as exc:
+            raise InvalidArgumentError(ErrorCode.INVALID_PARAMS, str(exc)) from None
+        try:
+            self._buffers.add(region)
+        except StoreError:
+            self._eng.unregister_memory(region)
+            raise
+        return region.address
+
+    def unregister_buffer(self, address: int) -> None:
+        """Unregister the buffer that starts at ``address``.
+
+        Raises:
+            InvalidArgumentError: nothing registered there.
+        """
+        self._eng.unregister_memory(self._buffers.remove(address))
+
+    def _stage(self, size: int) -> Region:
+        # Caller holds _staging_lock. Grown to a power of two so repeated puts reuse it.
+        st = self._staging
+        if st is None or st.length < size:
+            if st is not None:
+                self._eng.unregister_memory(st)
+                self._staging = None
+            n = max(_MIN_STAGING, 1 << (size - 1).bit_length())
+            self._staging = st = self._eng.register_memory(bytearray(n))
+        return st
+
+    # ------------------------------------------------------------------ checks
+    def _check_key(self, key: str) -> None:
+        check_key(key, self.options.master_config.max_key_length)
+
+    def _check_size(self, key: str, size: int) -> None:
+        if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+            raise InvalidArgumentError(
+                ErrorCode.INVALID_PARAMS,
+                f"object {key!r}: size must be a positive int (empty values are not "
+                f"stored), got {size!r}",
+            )
+        limit = self.options.master_config.max_object_size
+        if size > limit:
+            raise InvalidArgumentError(
+                ErrorCode.OBJECT_TOO_LARGE,
+                f"object {key!r} of {size} bytes exceeds max_object_size {limit}",
+            )
+
+    # ------------------------------------------------------------------ writes
+    def put(
+        self, key: str, value: bytes | bytearray | memoryview, config: ReplicateConfig | None = None
+    ) -> None:
+        """Store ``value`` under a new key (copied through a staging buffer).
+
+        Raises:
+            InvalidArgumentError: bad key, empty or oversize value, bad config.
+            ConflictError: the key exists (use :meth:`upsert`).
+            CapacityError: not enough segments or space.
+            UnavailableError: the master or every path to a replica failed (revoked).
+        """
+        self._put_bytes(key, value, config, upsert=False)
+
+    def upsert(
+        self, key: str, value: bytes | bytearray | memoryview, config: ReplicateConfig | None = None
+    ) -> None:
+        """Store ``value`` under ``key``, replacing an existing object (same errors as put)."""
+        self._put_bytes(key, value, config, upsert=True)
+
+    def _put_bytes(
+        self,
+        key: str,
+        value: bytes | bytearray | memoryview,
+        config: ReplicateConfig | None,
+        *,
+        upsert: bool,
+    ) -> None:
+        self._check_key(key)
+        view = memoryview(value).cast("B")
+        self._check_size(key, view.nbytes)
+        with self._staging_lock:
+            st = self._stage(view.nbytes)
+            st.view()[: view.nbytes] = view
+            self._put_region(key, st, 0, view.nbytes, config, upsert)
+
+    def put_from(
+        self, key: str, buffer_ptr: int, size: int, config: ReplicateConfig | None = None
+    ) -> None:
+        """Store ``size`` bytes at ``buffer_ptr`` (inside a registered buffer), zero-copy.
+
+        Raises:
+            InvalidArgumentError: bad key or size, or the range is not registered.
+            (and the errors of :meth:`put`)
+        """
+        self._check_key(key)
+        self._check_size(key, size)
+        region, off = self._buffers.find(buffer_ptr, size)
+        self._put_region(key, region, off, size, config, upsert=False)
+
+    def upsert_from(
+        self, key: str, buffer_ptr: int, size: int, config: ReplicateConfig | None = None
+    ) -> None:
+        """:meth:`put_from` that replaces an existing object."""
+        self._check_key(key)
+        self._check_size(key, size)
+        region, off = self._buffers.find(buffer_ptr, size)
+        self._put_region(key, region, off, size, config, upsert=True)
+
+    def _put_region(
+        self,
+        key: str,
+        region: Region,
+        off: int,
+        size: int,
+        config: ReplicateConfig | None,
+        upsert: bool,
+    ) -> None:
+        replicas = self._m.put_start(key, size, config, upsert=upsert)
+        ops = [o for r in replicas for o in plan(OpCode.WRITE, region, off, r)]
+        (err,) = self._dp.run([ops])
+        if err is not None:
+            self._revoke([key])
+            raise UnavailableError(
+                ErrorCode.UNAVAILABLE, f"put {key!r}: writing a replica failed ({err}); revoked"
+            )
+        self._m.put_end(key)
+
+    def _revoke(self, keys: Sequence[str]) -> None:
+        # If this fails too, the master discards the write after put_timeout_s.
+        with contextlib.suppress(StoreError):
+            self._m.batch_put_revoke(keys)
+
+    # ------------------------------------------------------------------- reads
+    def get(self, key: str) -> bytes:
+        """The value of ``key``.
+
+        Raises:
+            NotFoundError: no such key.
+            ConflictError: OBJECT_NOT_READY, still being written.
+            UnavailableError: no replica could be read.
+        """
+        self._check_key(key)
+        res = self._m.get_replica_list(key)
+        with self._staging_lock:
+            st = self._stage(res.size)
+            self._read(res, st, 0)
+            return bytes(st.view()[: res.size])
+
+    def get_into(self, key: str, buffer_ptr: int, size: int) -> int:
+        """Read ``key`` into a registered buffer of ``size`` bytes; returns the object size.
+
+        Raises:
+            InvalidArgumentError: the range is not registered, or smaller than the object
+                (nothing is written then).
+            (and the errors of :meth:`get`)
+        """
+        self._check_key(key)
+        region, off = self._buffers.find(buffer_ptr, size)
+        res = self._m.get_replica_list(key)
+        if res.size > size:
+            raise InvalidArgumentError(
+                ErrorCode.INVALID_PARAMS,
+                f"get_into {key!r}: buffer of {size} bytes is smaller than the object "
+                f"({res.size} bytes)",
+            )
+        self._read(res, region, off)
+        return res.size
+
+    def _order(self, replicas: Sequence[Replica]) -> list[Replica]:
+        """Replicas this process hosts entirely first (memcpy), then the master's order."""
+        local = self._local
+        return sorted(replicas, key=lambda r: 0 if all(s.segment in local for s in r) else 1)
+
+    def _read(self, res: GetResult, region: Region, off: int) -> None:
+        reasons: list[str] = []
+        for replica in self._order(res.replicas):
+            (err,) = self._dp.run([plan(OpCode.READ, region, off, replica)])
+            if err is None:
+                return
+            reasons.append(err)
+        raise UnavailableError(
+            ErrorCode.UNAVAILABLE,
+            f"get {res.key!r}: none of {len(res.replicas)} replicas readable: "
+            + "; ".join(reasons),
+        )
+
+    def get_size(self, key: str) -> int:
+        """Size in bytes of ``key`` (no lease).
+
+        Raises:
+            NotFoundError: no such key.
+        """
+        return self.stat(key).size
+
+    def stat(self, key: str) -> ObjectInfo:
+        """Describe one object: size, state, replicas, lease, pin (no lease granted)."""
+        self._check_key(key)
+        return self._m.stat(key)
+
+    def is_exist(self, key: str) -> bool:
+        """Whether ``key`` is readable (does not renew leases)."""
+        self._check_key(key)
+        return self._m.exist(key)
+
+    def batch_is_exist(self, keys: Sequence[str]) -> list[bool]:
+        """:meth:`is_exist` for each key."""
+        for k in keys:
+            self._check_key(k)
+        return self._m.batch_exist(keys)
+
+    def list_keys(
+        self, prefix: str = "", start_after: str = "", limit: int = 1000
+    ) -> ListKeysResult:
+        """One page of keys in key order (pass ``next_start_after`` back for the next)."""
+        return self._m.list_keys(prefix, start_after, limit)
+
+    # ---------------------------------------------------------------- removals
+    def remove(self, key: str, *, force: bool = False) -> None:
+        """Remove ``key`` (refused while a reader holds a lease unless ``force``)."""
+        self._check_key(key)
+        self._m.remove(key, force)
+
+    def remove_by_regex(self, pattern: str, *, force: bool = False) -> RemoveManyResult:
+        """Remove every removable key matching ``pattern`` (Python ``re.search``)."""
+        return self._m.remove_by_regex(pattern, force)
+
+    def remove_by_prefix(self, prefix: str, *, force: bool = False) -> RemoveManyResult:
+        """Remove every removable key under ``prefix`` (non-empty)."""
+        return self._m.remove_by_prefix(prefix, force)
+
+    def remove_all(self, *, force: bool = False) -> RemoveManyResult:
+        """Remove every removable object."""
+        return self._m.remove_all(force)
+
+    # -------------------------------------------------------------------- pins
+    def pin(
+        self, target: str, *, prefix: bool = False, hard: bool = False, ttl_s: float | None = None
+    ) -> Pin:
+        """Pin a key (must exist) or a key prefix (also covers keys written later)."""
+        return self._m.pin(target, prefix, hard, ttl_s)
+
+    def unpin(self, target: str, *, prefix: bool = False) -> Pin:
+        """Clear the pin on exactly this key or prefix (``PIN_NOT_FOUND`` if none)."""
+        return self._m.unpin(target, prefix)
+
+    def list_pins(self) -> list[Pin]:
+        """Live pins, keys then prefixes."""
+        return self._m.list_pins()
+
+    # ------------------------------------------------------------------ tensors
+    def put_tensor(
+        self, key: str, tensor: torch.Tensor, config: ReplicateConfig | None = None
+    ) -> None:
+        """Store a CPU tensor (dtype and shape travel with it; any dtype torch has)."""
+        self.put(key, client_tensor.encode(tensor), config)
+
+    def get_tensor(self, key: str) -> torch.Tensor:
+        """Read a tensor stored by :meth:`put_tensor`.
+
+        Raises:
+            InvalidArgumentError: the object is not a tensor written by put_tensor.
+        """
+        return client_tensor.decode(key, self.get(key))
+
+    # ------------------------------------------------------------------ batches
+    def put_batch(
+        self,
+        keys: Sequence[str],
+        values: Sequence[bytes | bytearray | memoryview],
+        config: ReplicateConfig | None = None,
+    ) -> list[StoreError | None]:
+        """:meth:`put` for many keys in one PutStart, one transfer batch and one PutEnd.
+
+        Returns:
+            ``None`` per stored key, else that key's error (the others still stored).
+
+        Raises:
+            InvalidArgumentError: ``keys`` and ``values`` differ in length.
+        """
+        _same_len("values", keys, values)
+        views = [memoryview(v).cast("B") for v in values]
+        with self._staging_lock:
+            st = self._stage(max(1, sum(v.nbytes for v in views)))
+            mem, pos, offs = st.view(), 0, []
+            for v in views:
+                mem[pos : pos + v.nbytes] = v
+                offs.append(pos)
+                pos += v.nbytes
+            return self._put_many(keys, [(st, o) for o in offs], [v.nbytes for v in views], config)
+
+    def batch_put_from(
+        self,
+        keys: Sequence[str],
+        buffer_ptrs: Sequence[int],
+        sizes: Sequence[int],
+        config: ReplicateConfig | None = None,
+    ) -> list[StoreError | None]:
+        """:meth:`put_from` for many keys; per-key results as in :meth:`put_batch`."""
+        _same_len("buffer_ptrs", keys, buffer_ptrs)
+        _same_len("sizes", keys, sizes)
+        where: list[tuple[Region, int] | StoreError] = []
+        for p, n in zip(buffer_ptrs, sizes, strict=True):
+            try:
+                where.append(self._buffers.find(p, n))
+            except StoreError as exc:
+                where.append(exc)
+        return self._put_many(keys, where, list(sizes), config)
+
+    def _put_many(
+        self,
+        keys: Sequence[str],
+        where: Sequence[tuple[Region, int] | StoreError],
+        sizes: Sequence[int],
+        config: ReplicateConfig | None,
+    ) -> list[StoreError | None]:
+        out: list[StoreError | None] = [None] * len(keys)
+        todo: list[int] = []
+        for i, (k, w, n) in enumerate(zip(keys, where, sizes, strict=True)):
+            try:
+                self._check_key(k)
+                self._check_size(k, n)
+                if isinstance(w, StoreError):
+                    raise w
+                todo.append(i)
+            except StoreError as exc:
+                out[i] = exc
+        if not todo:
+            return out
+        starts = self._m.batch_put_start([(keys[i], sizes[i]) for i in todo], config)
+        started: list[int] = []
+        groups: list[list[Op]] = []
+        for i, r in zip(todo, starts, strict=True):
+            if isinstance(r, StoreError):
+                out[i] = r
+                continue
+            region, off = where[i]  # type: ignore[misc]
+            groups.append([o for rep in r for o in plan(OpCode.WRITE, region, off, rep)])
+            started.append(i)
+        errors = self._dp.run(groups) if groups else []
+        done = [i for i, e in zip(started, errors, strict=True) if e is None]
+        failed = [(i, e) for i, e in zip(started, errors, strict=True) if e is not None]
+        if failed:
+            self._revoke([keys[i] for i, _ in failed])
+            for i, e in failed:
+                out[i] = UnavailableError(
+                    ErrorCode.UNAVAILABLE,
+                    f"put {keys[i]!r}: writing a replica failed ({e}); revoked",
+                )
+        if done:
+            for i, e2 in zip(done, self._m.batch_put_end([keys[i] for i in done]), strict=True):
+                out[i] = e2
+        return out
+
+    def get_batch(self, keys: Sequence[str]) -> list[bytes | StoreError]:
+        """:meth:`get` for many keys: one GetReplicaList and one transfer batch per round."""
+        with self._staging_lock:
+            metas = self._metas(keys)
+            sizes = [m.size if isinstance(m, GetResult) else 0 for m in metas]
+            st = self._stage(max(1, sum(sizes)))
+            offs, pos = [], 0
+            for n in sizes:
+                offs.append(pos)
+                pos += n
+            got = self._read_many(metas, [(st, o) for o in offs])
+            mem = st.view()
+            return [
+                g if isinstance(g, StoreError) else bytes(mem[o : o + g])
+                for g, o in zip(got, offs, strict=True)
+            ]
+
+    def batch_get_into(
+        self, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int]
+    ) -> list[int | StoreError]:
+        """:meth:`get_into` for many keys; per key its size or its error."""
+        _same_len("buffer_ptrs", keys, buffer_ptrs)
+        _same_len("sizes", keys, sizes)
+        where: list[tuple[Region, int] | StoreError] = []
+        for p, n in zip(buffer_ptrs, sizes, strict=True):
+            try:
+                where.append(self._buffers.find(p, n))
+            except StoreError as exc:
+                where.append(exc)
+        ok = [i for i, w in enumerate(where) if not isinstance(w, StoreError)]
+        metas: list[GetResult | StoreError] = list(where)  # type: ignore[arg-type]
+        for i, m in zip(ok, self._metas([keys[i] for i in ok]), strict=True):
+            if isinstance(m, GetResult) and m.size > sizes[i]:
+                m = InvalidArgumentError(
+                    ErrorCode.INVALID_PARAMS,
+                    f"get_into {keys[i]!r}: buffer of {sizes[i]} bytes is smaller than the "
+                    f"object ({m.size} bytes)",
+                )
+            metas[i] = m
+        return self._read_many(metas, where)
+
+    def _metas(self, keys: Sequence[str]) -> list[GetResult | StoreError]:
+        out: list[GetResult | StoreError] = [NotFoundError(ErrorCode.OBJECT_NOT_FOUND, "")] * len(
+            keys
+        )
+        ask: list[int] = []
+        for i, k in enumerate(keys):
+            try:
+                self._check_key(k)
+                ask.append(i)
+            except StoreError as exc:
+                out[i] = exc
+        if ask:
+            for i, r in zip(
+                ask, self._m.batch_get_replica_list([keys[i] for i in ask]), strict=True
+            ):
+                out[i] = r
+        return out
+
+    def _read_many(
+        self,
+        metas: Sequence[GetResult | StoreError],
+        where: Sequence[tuple[Region, int] | StoreError],
+    ) -> list[int | StoreError]:
+        out: list[int | StoreError] = [m if isinstance(m, StoreError) else 0 for m in metas]
+        queues = {
+            i: self._order(m.replicas) for i, m in enumerate(metas) if isinstance(m, GetResult)
+        }
+        reasons: dict[int, list[str]] = {i: [] for i in queues}
+        for i in [i for i, q in queues.items() if not q]:
+            del queues[i]
+            out[i] = UnavailableError(ErrorCode.UNAVAILABLE, f"get: no replica listed for item {i}")
+        while queues:
+            idx = list(queues)
+            groups = []
+            for i in idx:
+                region, off = where[i]  # type: ignore[misc]
+                groups.append(plan(OpCode.READ, region, off, queues[i].pop(0)))
+            for i, err in zip(idx, self._dp.run(groups), strict=True):
+                meta = metas[i]
+                if err is None:
+                    out[i] = meta.size  # type: ignore[union-attr]
+                    del queues[i]
+                    continue
+                reasons[i].append(err)
+                if not queues[i]:
+                    del queues[i]
+                    out[i] = UnavailableError(
+                        ErrorCode.UNAVAILABLE,
+                        f"get {meta.key!r}: no replica readable: " + "; ".join(reasons[i]),  # type: ignore[union-attr]
+                    )
+        return out
+
+
+def _same_len(what: str, keys: Sequence[object], other: Sequence[object]) -> None:
+    if len(keys) != len(other):
+        raise InvalidArgumentError(
+            ErrorCode.INVALID_PARAMS,
+            f"{len(keys)} keys but {len(other)} {what}; they must match one to one",
+        )

@@ -1,0 +1,274 @@
+"""The store client's data path: where each segment is, and moving slices to and from it.
+
+::
+
+    Client.put_from(key, ptr, n)
+      master.put_start ─▶ replicas ─▶ plan(): one Op per slice of every replica
+                                        │
+      DataPath.run(groups) ─────────────┤ segment hosted by this process ─▶ memcpy (C, no GIL)
+                                        │ other segment ─▶ TransferEngine batch (shm on
+                                        │   this host, tcp elsewhere), all slices in flight
+                                        ▼
+      one error reason (or None) per group ─▶ put_end / put_revoke
+
+A *group* is everything one object needs (all slices of all its replicas for a put, the
+slices of one replica for a get): it succeeds only if every op in it does.
+
+Segment names are resolved to Transfer Engine names (``<transport_address>/<segment>``)
+from the master's snapshot, opened once and cached; a failed transfer drops the cache
+entry so a node that came back on another port is found again.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import struct
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from mooncake_core.transfer import (
+    Batch,
+    OpCode,
+    Region,
+    RemoteSegment,
+    TransferEngine,
+    TransferError,
+    TransferRequest,
+    TransferState,
+)
+from mooncake_core.transfer._c import native as _native
+
+from .errors import ErrorCode, InvalidArgumentError
+from .objects import Replica
+
+_JOB = struct.Struct("<QQQ")
+_COPY_THREADS = 2
+"""Threads for a large local copy (two cores on the reference machine)."""
+_SPLIT_MIN = 4 << 20
+"""Local copies below this use one thread: starting a thread costs more."""
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One slice to move between a local buffer and a segment.
+
+    Attributes:
+        op: WRITE (buffer -> segment) or READ (segment -> buffer).
+        region: registered local memory holding the buffer.
+        offset: byte offset of the slice inside ``region``.
+        segment: store segment name.
+        seg_offset: byte offset inside the segment.
+        length: bytes.
+    """
+
+    op: OpCode
+    region: Region
+    offset: int
+    segment: str
+    seg_offset: int
+    length: int
+
+
+def plan(op: OpCode, region: Region, offset: int, replica: Replica) -> list[Op]:
+    """Ops that move one replica between ``region[offset:]`` and its slices, in object order."""
+    out: list[Op] = []
+    pos = offset
+    for s in replica:
+        out.append(Op(op, region, pos, s.segment, s.offset, s.length))
+        pos += s.length
+    return out
+
+
+class Buffers:
+    """Registered user buffers, looked up by address range (``register_buffer``)."""
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._regions: dict[int, Region] = {}
+        self._lock = threading.Lock()
+
+    def add(self, region: Region) -> None:
+        """Remember a registered region (by its start address)."""
+        with self._lock:
+            if region.address in self._regions:
+                raise InvalidArgumentError(
+                    ErrorCode.INVALID_PARAMS,
+                    f"a buffer at {region.address:#x} is already registered",
+                )
+            bisect.insort(self._starts, region.address)
+            self._regions[region.address] = region
+
+    def remove(self, address: int) -> Region:
+        """Forget the region starting at ``address``.
+
+        Raises:
+            InvalidArgumentError: nothing registered there.
+        """
+        with self._lock:
+            region = self._regions.pop(address, None)
+            if region is None:
+                raise InvalidArgumentError(
+                    ErrorCode.INVALID_PARAMS, f"no buffer registered at {address:#x}"
+                )
+            self._starts.remove(address)
+            return region
+
+    def all(self) -> list[Region]:
+        """Every registered region."""
+        with self._lock:
+            return list(self._regions.values())
+
+    def find(self, address: int, size: int) -> tuple[Region, int]:
+        """The region holding ``[address, address + size)`` and the offset inside it.
+
+        Raises:
+            InvalidArgumentError: the range is not inside one registered buffer.
+        """
+        if not isinstance(address, int) or isinstance(address, bool) or address <= 0:
+            raise InvalidArgumentError(
+                ErrorCode.INVALID_PARAMS, f"buffer address must be a positive int, got {address!r}"
+            )
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise InvalidArgumentError(
+                ErrorCode.INVALID_PARAMS, f"buffer size must be a non-negative int, got {size!r}"
+            )
+        with self._lock:
+            i = bisect.bisect_right(self._starts, address) - 1
+            region = self._regions[self._starts[i]] if i >= 0 else None
+        if region is None or address + size > region.address + region.length:
+            where = (
+                f"registered buffer {region.address:#x}+{region.length}"
+                if region is not None
+                else "no registered buffer below it"
+            )
+            raise InvalidArgumentError(
+                ErrorCode.INVALID_PARAMS,
+                f"buffer range {address:#x}+{size} is not inside a registered buffer "
+                f"({where}); call register_buffer first",
+            )
+        return region, address - region.address
+
+
+Resolver = Callable[[str], str]
+"""Segment name -> transport address (``host:port``); raises on an unknown segment."""
+
+
+class DataPath:
+    """Moves op groups: memcpy for this process's segments, the engine for the rest.
+
+    Args:
+        engine: this client's Transfer Engine (started).
+        local: segments hosted by this process, by name.
+        resolve: segment name -> transport address (asks the master on a miss).
+        timeout_s: longest wait for one engine batch.
+    """
+
+    def __init__(
+        self,
+        engine: TransferEngine,
+        local: dict[str, Region],
+        resolve: Resolver,
+        timeout_s: float,
+    ) -> None:
+        self.engine = engine
+        self.local = local
+        self._resolve = resolve
+        self._timeout = timeout_s
+        self._remote: dict[str, RemoteSegment] = {}
+        self._lock = threading.Lock()
+
+    def transport_of(self, segment: str) -> str:
+        """``local``, ``shm`` or ``tcp`` for an already opened segment, else ``unknown``."""
+        if segment in self.local:
+            return "local"
+        seg = self._remote.get(segment)
+        return seg.transport if seg is not None else "unknown"
+
+    def forget(self, segment: str) -> None:
+        """Drop a cached segment handle (it failed; reopen on next use)."""
+        with self._lock:
+            self._remote.pop(segment, None)
+
+    def _open(self, segment: str) -> RemoteSegment:
+        seg = self._remote.get(segment)
+        if seg is not None:
+            return seg
+        address = self._resolve(segment)
+        seg = self.engine.open_segment(f"{address}/{segment}")
+        with self._lock:
+            self._remote[segment] = seg
+        return seg
+
+    def run(self, groups: Sequence[Sequence[Op]]) -> list[str | None]:
+        """Move every op of every group; all remote ops are in flight at once.
+
+        Returns:
+            Per group ``None`` (every op done) or the first failure's reason.
+        """
+        errors: list[str | None] = [None] * len(groups)
+        jobs: list[bytes] = []
+        reqs: list[TransferRequest] = []
+        owners: list[int] = []
+        for g, ops in enumerate(groups):
+            for o in ops:
+                if errors[g] is not None:
+                    break
+                own = self.local.get(o.segment)
+                if own is not None:
+                    if o.seg_offset + o.length > own.length:
+                        errors[g] = f"slice {o.segment}@{o.seg_offset}+{o.length} outside segment"
+                        continue
+                    seg_addr = own.address + o.seg_offset
+                    buf_addr = o.region.address + o.offset
+                    if o.op == OpCode.WRITE:
+                        jobs.append(_JOB.pack(seg_addr, buf_addr, o.length))
+                    else:
+                        jobs.append(_JOB.pack(buf_addr, seg_addr, o.length))
+                    continue
+                try:
+                    seg = self._open(o.segment)
+                except TransferError as exc:
+                    errors[g] = f"segment {o.segment}: {exc}"
+                    continue
+                reqs.append(TransferRequest(o.op, o.region, o.offset, seg, o.seg_offset, o.length))
+                owners.append(g)
+        batch = self._submit(reqs, owners, errors) if reqs else None
+        if jobs:
+            # Runs while the engine moves the remote slices; GIL released in C.
+            _native.copy_many(b"".join(jobs), _COPY_THREADS, _SPLIT_MIN)
+        if batch is not None:
+            self._finish(batch, reqs, owners, errors)
+        return errors
+
+    def _submit(
+        self, reqs: list[TransferRequest], owners: list[int], errors: list[str | None]
+    ) -> Batch | None:
+        batch = self.engine.allocate_batch(len(reqs))
+        try:
+            self.engine.submit(batch, reqs)
+        except TransferError as exc:
+            # submit validates everything first: nothing of this batch is in flight.
+            with contextlib.suppress(TransferError):
+                self.engine.free_batch(batch)
+            for g in owners:
+                errors[g] = errors[g] or str(exc)
+            return None
+        return batch
+
+    def _finish(
+        self,
+        batch: Batch,
+        reqs: list[TransferRequest],
+        owners: list[int],
+        errors: list[str | None],
+    ) -> None:
+        statuses = self.engine.wait(batch, timeout=self._timeout)
+        for req, g, st in zip(reqs, owners, statuses, strict=True):
+            if st.state is not TransferState.COMPLETED and errors[g] is None:
+                reason = st.reason or "still pending at the client's timeout"
+                errors[g] = f"{req.segment.name}@{req.target_offset}+{req.length}: {reason}"
+                self.forget(req.segment.name.rpartition("/")[2])
+        with contextlib.suppress(TransferError):
+            self.engine.free_batch(batch)

@@ -1,0 +1,131 @@
+"""Options of the store client (what it connects to, what it hosts, how it moves data)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from mooncake_core.config.models import MasterConfig, TransferConfig
+
+from .errors import ErrorCode, InvalidArgumentError
+
+if TYPE_CHECKING:
+    from mooncake_core.config import ClusterConfig
+
+Transport = Literal["auto", "tcp", "shm"]
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentSpec:
+    """A DRAM segment the client hosts and lends to the store.
+
+    Attributes:
+        name: cluster-unique segment name (no ``/``: it is also the Transfer Engine
+            segment name under this client's ``host:port``).
+        size: bytes.
+        location: memory location (``cpu:N``).
+    """
+
+    name: str
+    size: int
+    location: str = "cpu:0"
+
+
+@dataclass(frozen=True, slots=True)
+class ClientOptions:
+    """How a :class:`~mooncake_core.store.client.Client` connects and what it hosts.
+
+    Attributes:
+        master: ``host:port`` of the master.
+        secret: cluster secret (control-plane token and data-plane handshake), or None.
+        client_id: identity at the master (default: host-pid-random).
+        segments: segments to host and mount; empty: a pure user (reads and writes
+            other processes' segments only).
+        host: address the Transfer Engine's data server binds and advertises.
+        data_port: data server port (0: any free port).
+        transport: ``auto`` (shm on this host, tcp elsewhere), or force ``tcp``/``shm``.
+        transfer: Transfer Engine settings (``transport`` overrides its protocol).
+        master_config: the master's limits, checked here before any call (the master
+            checks them again).
+        rpc_timeout_s: deadline of each master call.
+        connect_timeout_s: how long ``setup`` waits for the master.
+        heartbeat_interval_s: heartbeat period.
+    """
+
+    master: str = "127.0.0.1:50051"
+    secret: bytes | None = None
+    client_id: str | None = None
+    segments: tuple[SegmentSpec, ...] = ()
+    host: str = "127.0.0.1"
+    data_port: int = 0
+    transport: Transport = "auto"
+    transfer: TransferConfig = field(default_factory=TransferConfig)
+    master_config: MasterConfig = field(default_factory=MasterConfig)
+    rpc_timeout_s: float = 10.0
+    connect_timeout_s: float = 10.0
+    heartbeat_interval_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        names = [s.name for s in self.segments]
+        for s in self.segments:
+            if not s.name or "/" in s.name or len(s.name) > 256:
+                raise InvalidArgumentError(
+                    ErrorCode.INVALID_PARAMS,
+                    f"segment name must be 1..256 characters without '/', got {s.name!r}",
+                )
+            if not isinstance(s.size, int) or s.size <= 0:
+                raise InvalidArgumentError(
+                    ErrorCode.INVALID_PARAMS, f"segment {s.name!r}: size must be > 0, got {s.size}"
+                )
+        if len(set(names)) != len(names):
+            raise InvalidArgumentError(ErrorCode.INVALID_PARAMS, f"segment names repeat: {names}")
+        if self.transport not in ("auto", "tcp", "shm"):
+            raise InvalidArgumentError(
+                ErrorCode.INVALID_PARAMS,
+                f"transport must be auto, tcp or shm, got {self.transport!r}",
+            )
+
+    @classmethod
+    def from_cluster(
+        cls,
+        cfg: ClusterConfig,
+        *,
+        master: str | None = None,
+        secret_file: Path | None = None,
+        **overrides: object,
+    ) -> ClientOptions:
+        """Options from the cluster config: master address, limits, transfer settings.
+
+        Args:
+            cfg: the loaded cluster config.
+            master: ``host:port`` overriding the configured master.
+            secret_file: secret file overriding ``cfg.secret_path``; the secret is read
+                when the file exists (no file: no authentication).
+            overrides: any other field of this class.
+        """
+        from .auth import read_secret
+
+        if master is None:
+            try:
+                addr = cfg.host(cfg.master.host).address
+            except KeyError:
+                addr = "127.0.0.1"
+            master = f"{addr}:{cfg.master.port}"
+        path = secret_file or cfg.secret_path
+        secret = read_secret(path) if path.is_file() else None
+        kw: dict[str, object] = {
+            "master": master,
+            "secret": secret,
+            "transfer": cfg.transfer,
+            "master_config": cfg.master,
+            "heartbeat_interval_s": cfg.master.heartbeat_interval_s,
+        }
+        kw.update(overrides)
+        return cls(**kw)  # type: ignore[arg-type]
+
+    def engine_config(self) -> TransferConfig:
+        """The Transfer Engine config with ``transport`` applied."""
+        if self.transport == "auto":
+            return self.transfer
+        return self.transfer.model_copy(update={"protocol": self.transport})
