@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import struct
 import threading
 from array import array
 from collections import deque
@@ -159,6 +160,17 @@ class Endpoint:
                 )
                 results = array("i", bytes(4 * len(chunk)))
                 done, err, msg = _native.transfer(sock.fileno(), buf, results, PIPELINE_WINDOW)
+                if err:
+                    # Abort (RST) before the failed slices are retried elsewhere: bytes of a
+                    # WRITE still queued here must never reach the target after its retry.
+                    with contextlib.suppress(OSError):
+                        sock.setsockopt(
+                            socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                        )
+                    with self._cv:
+                        self._socks.discard(sock)
+                    sock.close()
+                    sock = None
                 self._owner.chunk_done(self, chunk, results, done, err, msg)
                 if err:
                     return
