@@ -192,3 +192,41 @@ def test_mixed_reads_and_writes_on_one_connection_do_not_deadlock(start_target, 
     assert all(s.state is TransferState.COMPLETED for s in statuses), statuses[0]
     assert bytes(local.view()[: n * block]) == pattern(2 * n * block)[: n * block]
     assert target.sha256(n * block, n * block) == hashlib.sha256(data).hexdigest()
+
+
+def test_concurrent_submitters_share_one_engine(start_target, make_engine):
+    import threading
+
+    nics = ("127.0.0.1", "127.0.0.2")
+    target = start_target(size=16 * MiB, nics=nics)
+    eng = make_engine(nics=nics)
+    seg = eng.open_segment(target.name)
+    expected = pattern(16 * MiB)
+    errors: list[BaseException] = []
+
+    def worker(t: int) -> None:
+        try:
+            local = eng.register_memory(bytearray(4 * MiB))
+            for _ in range(5):
+                batch = eng.allocate_batch(64)
+                eng.submit(
+                    batch,
+                    [
+                        TransferRequest(
+                            OpCode.READ, local, i * 65536, seg, t * 4 * MiB + i * 65536, 65536
+                        )
+                        for i in range(64)
+                    ],
+                )
+                assert all(s.state is TransferState.COMPLETED for s in eng.wait(batch, 30))
+                eng.free_batch(batch)
+                assert bytes(local.view()) == expected[t * 4 * MiB : (t + 1) * 4 * MiB]
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=60)
+    assert not errors, errors
