@@ -382,14 +382,17 @@ class TransferEngine:
         deadline = time.monotonic() + self.config.request_timeout_s
         states = [RequestState(r, r.segment.transport, deadline) for r in requests]
         tcp: list[RequestState] = []
-        jobs: list[Job] = []
+        # shm jobs first: mapping is the last thing that can fail, and nothing is
+        # counted in flight or added to the batch before it succeeded.
+        jobs = [self._shm_job(st) for st in states if st.transport == "shm" and st.request.length]
         with self._outcome.cv:
             batch.requests.extend(states)
             for st in states:
                 if st.request.length == 0:
                     st.state = TransferState.COMPLETED
                 elif st.transport == "shm":
-                    jobs.append(self._shm_job(st))
+                    st.pending = 1
+                    st.request.local.acquire(1)
                 else:
                     tcp.append(st)
         if jobs:
@@ -404,8 +407,6 @@ class TransferEngine:
             raise TransferError(f"{info.name} has no shared-memory file")
         remote = self._shm.map(info.shm_path, info.size) + req.target_offset
         local = req.local.address + req.local_offset
-        st.pending = 1
-        req.local.acquire(1)
         if req.op == OpCode.READ:
             return (st, local, remote, req.length)
         return (st, remote, local, req.length)
