@@ -62,7 +62,7 @@ def discover(
     try:
         inv = run_discovery(sysfs_root, include_loopback=include_loopback)
     except TopologyError as exc:
-        fail(_markup_safe(str(exc)), 2)
+        fail(str(exc), 2)
     for line in inv.warnings:
         err.print(f"[yellow]warning:[/] {_markup_safe(line)}", highlight=False, soft_wrap=True)
     matrix = build_matrix(inv)
@@ -94,16 +94,16 @@ def show(
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except OSError as exc:
-        fail(_markup_safe(f"{file}: cannot read ({exc.strerror or exc})"), 2)
+        fail(f"{file}: cannot read ({exc.strerror or exc})", 2)
     except (ValueError, UnicodeError) as exc:
-        fail(_markup_safe(f"{file}: not valid JSON ({exc})"), 2)
+        fail(f"{file}: not valid JSON ({exc})", 2)
     try:
         matrix = validate_matrix(data, str(file))
         inv = None
         if isinstance(data, dict) and "inventory" in data:
             inv = Inventory.from_dict(data["inventory"], f"{file}: inventory")
     except TopologyError as exc:
-        fail(_markup_safe(str(exc)), 2)
+        fail(str(exc), 2)
     out.print(_matrix_table(matrix, file))
     if inv is not None:
         for table in _inventory_tables(inv):
