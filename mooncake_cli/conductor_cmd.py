@@ -1,0 +1,71 @@
+"""`mooncake conductor serve`: the live conductor (scheduler, audit, HTTP front door)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .common import ConfigOption, err, fail, load
+
+app = typer.Typer(help="Run the conductor (global scheduler + front door).", no_args_is_help=True)
+
+
+@app.command("serve")
+def serve(
+    config: ConfigOption = None,
+    secret_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--secret-file",
+            help="Cluster secret (default: the config's secret_file if set, else no auth).",
+        ),
+    ] = None,
+    no_store_kv: Annotated[
+        bool, typer.Option("--no-store-kv", help="Do not store new KV blocks to the Store.")
+    ] = False,
+    no_profile: Annotated[
+        bool,
+        typer.Option("--no-profile", help="Skip the start-up self-profile (default predictors)."),
+    ] = False,
+) -> None:
+    """Serve until SIGINT/SIGTERM; ready when GET /health answers 200."""
+    import asyncio
+    import logging
+
+    from mooncake_core.conductor.service import ConductorServiceOptions
+    from mooncake_core.store.auth import read_secret
+    from mooncake_web.frontdoor import serve as run_front
+
+    cfg = load(config)
+    secret: bytes | None = None
+    path = secret_file or cfg.secret_file
+    if path is not None:
+        try:
+            secret = read_secret(path.expanduser())
+        except (OSError, ValueError) as exc:
+            fail(f"cannot read the cluster secret: {exc}")
+    try:
+        host = cfg.host(cfg.conductor.host).address
+    except KeyError:
+        fail(f"conductor.host {cfg.conductor.host!r} is not one of the configured hosts")
+    port = cfg.conductor.http_port
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    opts = ConductorServiceOptions(secret=secret, store_kv=not no_store_kv, profile=not no_profile)
+
+    def ready() -> None:
+        err.print(
+            f"mooncake conductor: serving on http://{host}:{port} "
+            f"(policy {cfg.conductor.policy}, admission {cfg.conductor.admission})",
+            highlight=False,
+            markup=False,
+        )
+
+    try:
+        asyncio.run(run_front(cfg, opts, host=host, port=port, on_ready=ready))
+    except RuntimeError as exc:
+        fail(str(exc))
+    err.print("mooncake conductor: stopped", highlight=False, markup=False)

@@ -1,0 +1,430 @@
+"""The front door's logic: one completion request through schedule, prefill and decode.
+
+The HTTP adapter (``mooncake_web/frontdoor``) only translates JSON/SSE to and from
+:meth:`FrontDoor.complete`; everything else is here, on the conductor's event loop:
+
+```
+complete(req)
+  tokens -> block keys -> Conductor.schedule -> audit.submit_source
+  rejected?  -> raise Rejected(retry_after)                       (HTTP 429)
+  decode.Prepare(len)            reserve blocks, learn the pool segment
+  prefill.Prefill(tokens, fetch keys, target blocks)
+        worker: Store fetch -> incremental prefill -> layer-wise store + KV WRITEs
+  yield first token                                               (TTFT)
+  on_prefill_done, on_decode_join
+  decode.Admit(...) stream -> yield tokens                        (TBT)
+  on_decode_done, on_actual, audit.update_actual
+```
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from mooncake_core.conductor.decision import Decision, ScheduleRequest
+from mooncake_core.conductor.hashing import BlockHasher
+from mooncake_core.conductor.scheduler import Conductor
+from mooncake_core.conductor.service.links import WorkerLink
+from mooncake_core.rpc import worker_pb2 as pb
+from mooncake_core.worker.tokenizer import ByteTokenizer
+
+if TYPE_CHECKING:
+    from mooncake_core.conductor.audit.writer import AuditWriter
+
+__all__ = [
+    "CompletionChunk",
+    "CompletionRequest",
+    "FrontDoor",
+    "FrontDoorStats",
+    "Rejected",
+    "ServingError",
+    "tbt_of",
+]
+
+log = logging.getLogger(__name__)
+
+
+class Rejected(Exception):
+    """Admission control refused the request (HTTP 429).
+
+    Attributes:
+        reason: the stable reason code; detail: a sentence; retry_after_s: the hint.
+    """
+
+    def __init__(self, reason: str, detail: str, retry_after_s: float) -> None:
+        super().__init__(f"rejected ({reason}): {detail}")
+        self.reason = reason
+        self.detail = detail
+        self.retry_after_s = retry_after_s
+
+
+class ServingError(Exception):
+    """A worker failed while serving the request (HTTP 503 before the first token)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionRequest:
+    """One completion request.
+
+    Attributes:
+        prompt: text (tokenized with the byte tokenizer, BOS first), or None.
+        token_ids: token ids instead of text.
+        max_tokens: tokens to generate (the first comes from prefill).
+        temperature: 0 is greedy.
+        seed: sampling seed (temperature > 0).
+        stop_at_eos: stop after EOS.
+
+    Raises:
+        ValueError: neither or both of prompt/token_ids, an empty prompt, bad numbers.
+    """
+
+    prompt: str | None = None
+    token_ids: tuple[int, ...] | None = None
+    max_tokens: int = 16
+    temperature: float = 0.0
+    seed: int = 0
+    stop_at_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.prompt is None) == (self.token_ids is None):
+            raise ValueError("give exactly one of prompt and token_ids")
+        if self.token_ids is not None and not self.token_ids:
+            raise ValueError("token_ids must not be empty")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if not (0.0 <= self.temperature < math.inf):
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionChunk:
+    """One generated token as the client sees it.
+
+    Attributes:
+        request_id: the request.
+        token: token id; text: its bytes decoded (may be empty mid-character).
+        index: position among generated tokens.
+        finished: last token of the request.
+        prefill: the prefill instance; decode: the decode instance.
+        ttft_s: set on the first chunk; tbt_s, reused_tokens, computed_tokens: on the last.
+    """
+
+    request_id: str
+    token: int
+    text: str
+    index: int
+    finished: bool
+    prefill: str
+    decode: str
+    ttft_s: float | None = None
+    tbt_s: float | None = None
+    reused_tokens: int | None = None
+    computed_tokens: int | None = None
+
+
+@dataclass(slots=True)
+class FrontDoorStats:
+    """Counters of the front door."""
+
+    requests: int = 0
+    rejected: int = 0
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    reused_tokens: int = 0
+    computed_tokens: int = 0
+    fetched_blocks: int = 0
+    stored_blocks: int = 0
+    by_reason: dict[str, int] = field(default_factory=dict)
+
+
+def tbt_of(times: Sequence[float]) -> float | None:
+    """TBT of one request: the mean of the worst 10% token intervals (at least one).
+
+    Args:
+        times: arrival time of each generated token, in order.
+    """
+    gaps = sorted((b - a for a, b in itertools.pairwise(times)), reverse=True)
+    if not gaps:
+        return None
+    k = max(1, len(gaps) // 10)
+    return sum(gaps[:k]) / k
+
+
+class FrontDoor:
+    """Serves completion requests over the live workers.
+
+    Args:
+        conductor: the sans-IO scheduler (only touched on this event loop).
+        links: workers by name.
+        hashing: the block hasher shared with the workers.
+        audit: the audit writer, or None.
+        store_kv: ask prefill workers to store new blocks to the Store layer-wise.
+        rpc_timeout_s: deadline of one prefill / prepare call.
+        model_name: served model id.
+        vocab_size: the model's vocabulary (token ids are checked against it).
+    """
+
+    def __init__(
+        self,
+        conductor: Conductor,
+        links: dict[str, WorkerLink],
+        hasher: BlockHasher,
+        *,
+        audit: AuditWriter | None = None,
+        store_kv: bool = True,
+        rpc_timeout_s: float = 60.0,
+        model_name: str = "mooncake-tiny",
+        vocab_size: int = 259,
+    ) -> None:
+        self.conductor = conductor
+        self.links = links
+        self.hasher = hasher
+        self.audit = audit
+        self.store_kv = store_kv
+        self.rpc_timeout_s = rpc_timeout_s
+        self.model_name = model_name
+        self.vocab_size = vocab_size
+        self.tokenizer = ByteTokenizer()
+        self.stats = FrontDoorStats()
+        self._ids = itertools.count(1)
+        self._boot = f"{int(time.time() * 1000):x}"
+        # Per prefill instance, in dispatch order: the worker runs them FIFO on its engine
+        # thread, so the head is the one computing (on_prefill_start when it reaches it).
+        self._fifo: dict[str, deque[str]] = {}
+
+    def _link(self, name: str) -> WorkerLink:
+        try:
+            return self.links[name]
+        except KeyError:
+            raise ServingError(f"no connection to worker {name!r}") from None
+
+    def _start_next(self, instance: str, now: float) -> None:
+        q = self._fifo.get(instance)
+        if q:
+            self.conductor.on_prefill_start(q[0], now)
+
+    def _leave_fifo(self, instance: str, rid: str, now: float) -> None:
+        q = self._fifo.get(instance)
+        if not q or rid not in q:
+            return
+        head = q[0] == rid
+        q.remove(rid)
+        if head:
+            self._start_next(instance, now)
+
+    def new_request_id(self) -> str:
+        """A fresh request id (unique in this conductor's lifetime)."""
+        return f"cmpl-{self._boot}-{next(self._ids)}"
+
+    async def complete(
+        self, req: CompletionRequest, request_id: str | None = None
+    ) -> AsyncIterator[CompletionChunk]:
+        """Run one request; yields its tokens as they are generated.
+
+        Raises:
+            Rejected: before the first chunk, when admission control refuses it.
+            ServingError: a worker failed (before or after the first chunk).
+            ValueError: a bad token id or a prompt longer than the model allows.
+        """
+        rid = request_id or self.new_request_id()
+        arrival = time.time()
+        if req.token_ids is not None:
+            tokens = list(req.token_ids)
+        else:
+            tokens = self.tokenizer.encode(req.prompt or "")
+        vocab = self.vocab_size
+        if any(not 0 <= t < vocab for t in tokens):
+            raise ValueError(f"token ids must be in [0, {vocab})")
+        keys = tuple(self.hasher.block_keys(tokens))
+        self.stats.requests += 1
+        d = self.conductor.schedule(
+            ScheduleRequest(rid, keys, len(tokens), req.max_tokens), arrival
+        )
+        if self.audit is not None:
+            self.audit.submit_source(d)
+        if not d.admitted:
+            self.stats.rejected += 1
+            self.stats.by_reason[d.reason] = self.stats.by_reason.get(d.reason, 0) + 1
+            detail = d.admission.detail
+            raise Rejected(d.reason, detail, d.retry_after_s or 1.0)
+        async for chunk in self._run(rid, d, tokens, keys, req, arrival):
+            yield chunk
+
+    async def _run(
+        self,
+        rid: str,
+        d: Decision,
+        tokens: list[int],
+        keys: tuple[int, ...],
+        req: CompletionRequest,
+        arrival: float,
+    ) -> AsyncIterator[CompletionChunk]:
+        c = self.conductor
+        assert d.prefill is not None and d.decode is not None
+        pre, dec = self._link(d.prefill), self._link(d.decode)
+        sampling = pb.Sampling(
+            max_tokens=req.max_tokens,
+            temperature=req.temperature,
+            seed=req.seed,
+            stop_at_eos=req.stop_at_eos,
+        )
+        q = self._fifo.setdefault(d.prefill, deque())
+        q.append(rid)
+        if len(q) == 1:
+            c.on_prefill_start(rid, time.time())
+        reserved: pb.PrepareReply | None = None
+        admitted = False
+        finished = False
+        try:
+            try:
+                reserved = await dec.stub.Prepare(
+                    pb.PrepareRequest(request_id=rid, num_tokens=len(tokens)),
+                    timeout=self.rpc_timeout_s,
+                    metadata=dec.metadata,
+                )
+                fetch: tuple[int, ...] = ()
+                if d.prefix_blocks > d.local_blocks:
+                    fetch = keys[: d.prefix_blocks]
+                target = pb.DecodeTarget(
+                    instance=d.decode,
+                    segment=reserved.segment,
+                    seq_id=reserved.seq_id,
+                    blocks=list(reserved.blocks),
+                    block_nbytes=reserved.block_nbytes,
+                    layer_nbytes=reserved.layer_nbytes,
+                )
+                rep = await pre.stub.Prefill(
+                    pb.PrefillRequest(
+                        request_id=rid,
+                        tokens=tokens,
+                        sampling=sampling,
+                        fetch_keys=list(fetch),
+                        fetch_source=d.migration.source if d.migration else "",
+                        target=target,
+                        store_kv=self.store_kv,
+                    ),
+                    timeout=self.rpc_timeout_s,
+                    metadata=pre.metadata,
+                )
+            except grpc.RpcError as exc:
+                raise ServingError(f"{_rpc_text(exc)}") from None
+            now = time.time()
+            ttft = now - arrival
+            self._leave_fifo(d.prefill, rid, now)
+            c.on_prefill_done(rid, now, actual_transfer_s=rep.fetch_s if fetch else None)
+            st = self.stats
+            st.reused_tokens += rep.reused_tokens
+            st.computed_tokens += rep.computed_tokens
+            st.fetched_blocks += rep.fetched_blocks
+            st.stored_blocks += rep.stored_blocks
+            times = [now]
+            first_done = req.max_tokens == 1 or (req.stop_at_eos and rep.first_token == 257)
+            join = c.on_decode_join(rid, now)
+            if not join.admitted:
+                raise ServingError(f"rejected at decode join: {join.reason}")
+            admitted = True
+            first = CompletionChunk(
+                rid,
+                rep.first_token,
+                self.tokenizer.decode([rep.first_token]),
+                0,
+                first_done,
+                d.prefill,
+                d.decode,
+                ttft_s=ttft,
+                reused_tokens=rep.reused_tokens if first_done else None,
+                computed_tokens=rep.computed_tokens if first_done else None,
+            )
+            call: Any = dec.stub.Admit(
+                pb.AdmitRequest(
+                    request_id=rid,
+                    seq_id=reserved.seq_id,
+                    tokens=tokens,
+                    next_token=rep.first_token,
+                    sampling=sampling,
+                ),
+                metadata=dec.metadata,
+            )
+            reserved = None  # Admit owns the reservation now (it aborts on failure)
+            if first_done:
+                finished = True
+                yield first
+                async for _ in call:  # lets the worker retire the sequence
+                    pass
+            else:
+                yield first
+                try:
+                    async for ev in call:
+                        times.append(time.time())
+                        last = ev.finished
+                        tbt = tbt_of(times) if last else None
+                        finished = last
+                        yield CompletionChunk(
+                            rid,
+                            ev.token,
+                            self.tokenizer.decode([ev.token]),
+                            ev.index,
+                            last,
+                            d.prefill,
+                            d.decode,
+                            tbt_s=tbt,
+                            reused_tokens=rep.reused_tokens if last else None,
+                            computed_tokens=rep.computed_tokens if last else None,
+                        )
+                except grpc.RpcError as exc:
+                    raise ServingError(f"decode stream: {_rpc_text(exc)}") from None
+            if not finished:
+                raise ServingError(f"decode {d.decode} ended the stream before the last token")
+            end = time.time()
+            c.on_decode_done(rid, end)
+            admitted = False
+            tbt_final = tbt_of(times)
+            c.on_actual(rid, ttft, tbt_final)
+            if self.audit is not None:
+                self.audit.update_actual(rid, ttft, tbt_final)
+            self.stats.completed += 1
+        except BaseException as exc:
+            if isinstance(exc, ServingError):
+                self.stats.failed += 1
+                log.warning("request %s failed: %s", rid, exc)
+            else:
+                self.stats.cancelled += 1
+            await self._cleanup(rid, d, dec, reserved, admitted)
+            raise
+
+    async def _cleanup(
+        self,
+        rid: str,
+        d: Decision,
+        dec: WorkerLink,
+        reserved: pb.PrepareReply | None,
+        admitted: bool,
+    ) -> None:
+        now = time.time()
+        assert d.prefill is not None
+        self._leave_fifo(d.prefill, rid, now)
+        with contextlib.suppress(grpc.RpcError):
+            await dec.stub.Cancel(
+                pb.CancelRequest(request_id=rid), timeout=5.0, metadata=dec.metadata
+            )
+        if admitted:
+            self.conductor.on_decode_done(rid, now)
+        else:
+            self.conductor.cancel(rid, now)
+
+
+def _rpc_text(exc: grpc.RpcError) -> str:
+    code = exc.code() if hasattr(exc, "code") else None
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    return f"{code.name if code else 'ERROR'}: {details}"

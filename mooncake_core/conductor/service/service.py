@@ -1,0 +1,200 @@
+"""The live conductor: sans-IO Conductor + audit writer + worker links + front door.
+
+Everything runs on one asyncio loop (the HTTP server runs on the same loop, see
+``mooncake_web/frontdoor``): the Conductor is only touched from it, so it needs no lock.
+The audit writer has its own thread (it formats and inserts off the decision path).
+
+Startup:
+1. audit: create or upgrade the database in place (``mooncake db upgrade`` logic; an
+   existing database is never recreated), open the writer;
+2. predictors: a quick self-profile of the same tiny model on this host (or the JSON
+   models given in the options), so predicted times are in the model's scale;
+3. links: one gRPC channel per worker, ``Health`` until it answers (bounded), then its
+   ``Watch`` stream feeds cache events to the Conductor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from mooncake_core.conductor.hashing import BlockHasher
+from mooncake_core.conductor.options import ConductorOptions
+from mooncake_core.conductor.predictors import DecodeStepModel, PrefillTimeModel
+from mooncake_core.conductor.scheduler import Conductor
+from mooncake_core.conductor.service.frontdoor import FrontDoor
+from mooncake_core.conductor.service.links import WorkerLink
+from mooncake_core.config.models import ClusterConfig
+
+if TYPE_CHECKING:
+    from mooncake_core.conductor.audit.writer import AuditWriter
+
+__all__ = ["ConductorService", "ConductorServiceOptions", "kv_bytes_per_token"]
+
+log = logging.getLogger(__name__)
+
+
+def kv_bytes_per_token(cluster: ClusterConfig) -> int:
+    """KV bytes of one token of the configured model (all layers, K and V)."""
+    m = cluster.model
+    itemsize = 4 if m.dtype == "float32" else 2
+    return m.layers * 2 * m.kv_heads * (m.hidden // m.heads) * itemsize
+
+
+@dataclass(frozen=True, slots=True)
+class ConductorServiceOptions:
+    """Process settings of the live conductor (not in ``ConductorConfig`` yet).
+
+    Attributes:
+        secret: cluster secret for worker RPCs, or None.
+        store_kv: prefill workers store new blocks to the Store layer-wise.
+        profile: self-profile the model at start to fit the predictors (else defaults,
+            which are for a large model and make every prediction far too slow).
+        prefill_model_path, decode_model_path: fitted predictor JSON to use instead.
+        worker_wait_s: how long start() waits for each worker's first Health answer.
+        report_interval_s: worker report period.
+        rpc_timeout_s: deadline of one prefill/prepare RPC.
+        conductor_options: extra knobs of the sans-IO Conductor.
+    """
+
+    secret: bytes | None = None
+    store_kv: bool = True
+    profile: bool = True
+    prefill_model_path: Path | None = None
+    decode_model_path: Path | None = None
+    worker_wait_s: float = 60.0
+    report_interval_s: float = 0.25
+    rpc_timeout_s: float = 120.0
+    conductor_options: ConductorOptions | None = None
+
+
+def _profile_models(cluster: ClusterConfig) -> tuple[PrefillTimeModel, DecodeStepModel]:
+    """Fit the predictors on this host with a small grid (about a second for tiny models)."""
+    import torch
+
+    from mooncake_core.worker.engine import InferenceEngine
+    from mooncake_core.worker.profile import profile_engine
+
+    torch.set_num_threads(1)
+    bs = cluster.hashing.block_size
+    top = max(4 * bs, min(cluster.model.max_seq_len // 2, 512))
+    lens = sorted({max(bs + 1, top // 4), max(bs + 2, top // 2), top})
+    grid = [(n, p) for n in lens for p in (0, (n // 2) // bs * bs, (n * 3 // 4) // bs * bs)]
+    dgrid = [(b, b * c) for b in (1, 4) for c in (32, 128)]
+    eng = InferenceEngine(
+        cluster.model, cluster.hashing, num_blocks=max(64, 4 * top // bs + 64), device="cpu"
+    )
+    prof = profile_engine(eng, prefill_grid=grid, decode_grid=dgrid, repeats=1)
+    return prof.prefill_model, prof.decode_model
+
+
+class ConductorService:
+    """Owns the Conductor, the audit writer, the worker links and the front door.
+
+    Args:
+        cluster: the cluster config.
+        options: process settings.
+    """
+
+    def __init__(self, cluster: ClusterConfig, options: ConductorServiceOptions) -> None:
+        self.cluster = cluster
+        self.options = options
+        self.conductor: Conductor | None = None
+        self.audit: AuditWriter | None = None
+        self.links: dict[str, WorkerLink] = {}
+        self.front: FrontDoor | None = None
+        self.started_at = 0.0
+
+    async def start(self) -> FrontDoor:
+        """Open the audit DB, fit predictors, connect to every worker.
+
+        Raises:
+            RuntimeError: a worker did not answer within ``worker_wait_s``, or the audit
+                database cannot be opened or upgraded.
+        """
+        cl, opts = self.cluster, self.options
+        loop = asyncio.get_running_loop()
+        if cl.audit.enabled:
+            self.audit = await loop.run_in_executor(None, self._open_audit)
+        if opts.prefill_model_path and opts.decode_model_path:
+            pm = PrefillTimeModel.load(opts.prefill_model_path)
+            dm = DecodeStepModel.load(opts.decode_model_path)
+        elif opts.profile:
+            pm, dm = await loop.run_in_executor(None, _profile_models, cl)
+        else:
+            pm, dm = None, None
+        copts = opts.conductor_options or ConductorOptions(bytes_per_token=kv_bytes_per_token(cl))
+        self.conductor = Conductor.from_cluster(
+            cl, prefill_model=pm, decode_model=dm, options=copts
+        )
+        for role, workers in (("prefill", cl.prefill_workers), ("decode", cl.decode_workers)):
+            for w in workers:
+                addr = f"{cl.host(w.host).address}:{w.rpc_port}"
+                self.links[w.name] = WorkerLink(w.name, role, addr, opts.secret)
+        await asyncio.gather(*(self._hello(link) for link in self.links.values()))
+        for link in self.links.values():
+            link.follow(self.conductor.apply, opts.report_interval_s)
+        self.front = FrontDoor(
+            self.conductor,
+            self.links,
+            BlockHasher(cl.hashing),
+            audit=self.audit,
+            store_kv=opts.store_kv,
+            rpc_timeout_s=opts.rpc_timeout_s,
+            model_name=cl.model.name,
+            vocab_size=cl.model.vocab_size,
+        )
+        self.started_at = time.time()
+        return self.front
+
+    def _open_audit(self) -> AuditWriter:
+        from mooncake_core.conductor.audit import AuditWriter, WriterOptions, upgrade
+
+        url = str(self.cluster.audit_url)
+        try:
+            upgrade(url, "head")  # creates a new database; upgrades an old one in place
+            writer = AuditWriter.open(url, WriterOptions.from_config(self.cluster.audit))
+        except Exception as exc:
+            raise RuntimeError(f"audit database {url}: {exc}") from exc
+        writer.start()
+        return writer
+
+    async def _hello(self, link: WorkerLink) -> None:
+        deadline = time.monotonic() + self.options.worker_wait_s
+        while True:
+            try:
+                await link.hello(timeout=2.0)
+                return
+            except grpc.RpcError as exc:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"{link.role} worker {link.name} at {link.address} did not answer "
+                        f"Health within {self.options.worker_wait_s:.0f}s: {exc.code().name}"
+                    ) from None
+            await asyncio.sleep(0.2)
+
+    def health(self) -> dict[str, Any]:
+        """Liveness summary for ``GET /health``."""
+        now = time.time()
+        workers = {}
+        for name, link in self.links.items():
+            rep = link.report
+            workers[name] = {
+                "role": link.role,
+                "address": link.address,
+                "report_age_s": None if rep is None else round(now - rep.time, 3),
+            }
+        return {"status": "ok", "uptime_s": round(now - self.started_at, 3), "workers": workers}
+
+    async def stop(self) -> None:
+        """Close the worker links and flush the audit."""
+        for link in self.links.values():
+            await link.close()
+        if self.audit is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.audit.close)

@@ -1,0 +1,440 @@
+"""The worker process: one engine behind a gRPC server (prefill or decode role).
+
+```
+conductor --gRPC--> WorkerServicer (asyncio)          Transfer Engine data server
+                      | Prefill/FetchPrefix/Prepare/Admit/Cancel/Watch      (KV bytes)
+                      v
+               engine thread (1-thread executor): InferenceEngine, PrefillRunner,
+                                                  DecodeRunner steps
+```
+
+The engine is not thread-safe and its calls are CPU-heavy, so every engine call runs on
+one dedicated thread; the asyncio loop only moves control messages. Prefill requests
+queue on that thread in arrival order (the queue the conductor's ``T_queue`` models).
+A decode worker exposes its whole KV pool as the Transfer Engine segment
+``<host:data_port>/kv``; prefill workers write reserved blocks there (``kv_stream.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import grpc
+
+from mooncake_core.conductor.events import BlockStored
+from mooncake_core.config.models import ClusterConfig, WorkerConfig
+from mooncake_core.rpc import worker_pb2 as pb
+from mooncake_core.rpc import worker_pb2_grpc as pbg
+from mooncake_core.store.auth import TokenAuthInterceptor, auth_metadata
+from mooncake_core.transfer import TransferEngine
+from mooncake_core.worker.engine import InferenceEngine
+from mooncake_core.worker.kv_stream import KVStreamError, StreamTarget
+from mooncake_core.worker.kvcache import CacheFullError
+from mooncake_core.worker.sampling import SamplingParams
+from mooncake_core.worker.service_decode import DecodeRunner
+from mooncake_core.worker.service_prefill import PrefillJob, PrefillRunner, PrefixStore
+
+__all__ = [
+    "WorkerRole",
+    "WorkerService",
+    "WorkerServiceOptions",
+    "probe_worker",
+    "sampling_from_pb",
+    "sampling_to_pb",
+]
+
+log = logging.getLogger(__name__)
+
+WorkerRole = Literal["prefill", "decode"]
+KV_SEGMENT = "kv"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerServiceOptions:
+    """How one worker process runs (from ``WorkerConfig`` plus process settings).
+
+    Attributes:
+        name: instance name (cache events, reports).
+        role: ``prefill`` or ``decode``.
+        host: bind address of the RPC and data servers.
+        rpc_port: gRPC port (0: any free port).
+        data_port: Transfer Engine data port (0: any free port).
+        num_blocks: paged KV pool size in blocks (``WorkerConfig.local_cache_blocks``).
+        max_batch: decode batch limit.
+        device: ``cpu``, ``cuda`` or None (CUDA when available).
+        secret: cluster secret (control and data plane), or None.
+        torch_threads: intra-op threads of torch (the machines are small and shared).
+        io_timeout_s: longest wait for KV / Store writes of one request.
+    """
+
+    name: str
+    role: WorkerRole
+    host: str = "127.0.0.1"
+    rpc_port: int = 0
+    data_port: int = 0
+    num_blocks: int = 1024
+    max_batch: int = 8
+    device: str | None = None
+    secret: bytes | None = None
+    torch_threads: int = 1
+    io_timeout_s: float = 30.0
+
+    @classmethod
+    def from_cluster(
+        cls, cluster: ClusterConfig, role: WorkerRole, name: str, **overrides: Any
+    ) -> WorkerServiceOptions:
+        """Options for worker ``name`` of ``role`` in ``cluster``.
+
+        Raises:
+            KeyError: no such worker in the config (message lists the known names).
+        """
+        workers: list[WorkerConfig] = (
+            cluster.prefill_workers if role == "prefill" else cluster.decode_workers
+        )
+        for w in workers:
+            if w.name == name:
+                host = cluster.host(w.host).address
+                vals: dict[str, Any] = {
+                    "name": name,
+                    "role": role,
+                    "host": host,
+                    "rpc_port": w.rpc_port,
+                    "data_port": w.data_port,
+                    "num_blocks": max(w.local_cache_blocks, 16),
+                    "max_batch": w.max_batch,
+                    "device": None if w.device == "auto" else w.device,
+                }
+                vals.update(overrides)
+                return cls(**vals)
+        known = ", ".join(w.name for w in workers) or "none"
+        raise KeyError(f"no {role} worker named {name!r} in the config (known: {known})")
+
+
+def sampling_to_pb(s: SamplingParams) -> pb.Sampling:
+    """Protobuf form of :class:`SamplingParams`."""
+    return pb.Sampling(
+        max_tokens=s.max_tokens, temperature=s.temperature, seed=s.seed, stop_at_eos=s.stop_at_eos
+    )
+
+
+def sampling_from_pb(s: pb.Sampling) -> SamplingParams:
+    """:class:`SamplingParams` from protobuf (raises ValueError on bad values)."""
+    return SamplingParams(
+        max_tokens=max(1, s.max_tokens),
+        temperature=s.temperature,
+        seed=s.seed,
+        stop_at_eos=s.stop_at_eos,
+    )
+
+
+async def _abort(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
+    code = grpc.StatusCode.INTERNAL
+    if isinstance(exc, CacheFullError):
+        code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    elif isinstance(exc, KeyError):
+        code = grpc.StatusCode.NOT_FOUND
+    elif isinstance(exc, ValueError):
+        code = grpc.StatusCode.INVALID_ARGUMENT
+    elif isinstance(exc, KVStreamError):
+        code = grpc.StatusCode.UNAVAILABLE
+    await context.abort(code, f"{type(exc).__name__}: {exc}")
+
+
+class WorkerService(pbg.WorkerServicer):
+    """A prefill or decode instance: engine thread + gRPC servicer + Transfer Engine.
+
+    Args:
+        cluster: the cluster config (model, hashing, transfer settings).
+        options: this worker's process options.
+        store: the Store bridge for prefix fetch and layer-wise store (prefill only), or
+            None to run without the Store.
+    """
+
+    def __init__(
+        self,
+        cluster: ClusterConfig,
+        options: WorkerServiceOptions,
+        store: PrefixStore | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.options = options
+        self.store = store
+        self.rpc_port = options.rpc_port
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"engine-{options.name}")
+        self._server: grpc.aio.Server | None = None
+        self._transfer: TransferEngine | None = None
+        self._engine: InferenceEngine | None = None
+        self._prefill: PrefillRunner | None = None
+        self._decode: DecodeRunner | None = None
+        self._decode_task: asyncio.Task[None] | None = None
+        self._queued = 0
+        self._inflight: dict[str, asyncio.Future[Any]] = {}
+        self.kv_segment = ""
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Build the engine, start the data server and the gRPC server.
+
+        Raises:
+            RuntimeError: the RPC port cannot be bound.
+        """
+        opts = self.options
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._build)
+        assert self._engine is not None and self._transfer is not None
+        if opts.role == "decode":
+            self._decode = DecodeRunner(self._engine, self._executor, opts.max_batch)
+            self._decode_task = asyncio.create_task(self._decode.run(), name="decode-loop")
+        interceptors = [TokenAuthInterceptor(opts.secret)] if opts.secret else []
+        self._server = grpc.aio.server(
+            interceptors=interceptors,
+            options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 64 << 20)],
+        )
+        pbg.add_WorkerServicer_to_server(self, self._server)
+        try:
+            self.rpc_port = self._server.add_insecure_port(f"{opts.host}:{opts.rpc_port}")
+        except RuntimeError as exc:
+            raise RuntimeError(f"cannot bind {opts.host}:{opts.rpc_port}: {exc}") from None
+        if self.rpc_port == 0:
+            raise RuntimeError(f"cannot bind {opts.host}:{opts.rpc_port} (port in use?)")
+        await self._server.start()
+        log.info(
+            "%s worker %s serving on %s:%d (kv segment %s)",
+            opts.role,
+            opts.name,
+            opts.host,
+            self.rpc_port,
+            self.kv_segment,
+        )
+
+    def _build(self) -> None:
+        import torch
+
+        opts = self.options
+        torch.set_num_threads(opts.torch_threads)
+        self._engine = InferenceEngine(
+            self.cluster.model,
+            self.cluster.hashing,
+            num_blocks=opts.num_blocks,
+            device=opts.device,
+            location=opts.name,
+        )
+        te = TransferEngine(
+            self.cluster.transfer, nics=(opts.host,), port=opts.data_port, secret=opts.secret
+        )
+        te.start()
+        self._transfer = te
+        if opts.role == "decode":
+            te.register_memory(self._engine.cache.pool_view(), name=KV_SEGMENT)
+            self.kv_segment = f"{te.segment_name}/{KV_SEGMENT}"
+        else:
+            self._prefill = PrefillRunner(
+                self._engine, te, self.store, io_timeout_s=opts.io_timeout_s
+            )
+
+    async def stop(self, grace: float = 2.0) -> None:
+        """Stop serving: refuse new calls, end decode streams, free the data plane."""
+        if self._decode is not None:
+            self._decode.stop()
+        if self._server is not None:
+            await self._server.stop(grace)
+        if self._decode_task is not None:
+            self._decode_task.cancel()
+            await asyncio.gather(self._decode_task, return_exceptions=True)
+        loop = asyncio.get_running_loop()
+        if self._transfer is not None:
+            await loop.run_in_executor(self._executor, self._transfer.close)
+        self._executor.shutdown(wait=True)
+
+    async def wait_closed(self) -> None:
+        """Block until the gRPC server terminates."""
+        if self._server is not None:
+            await self._server.wait_for_termination()
+
+    async def _call(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    @property
+    def engine(self) -> InferenceEngine:
+        """The instance's engine (after :meth:`start`)."""
+        if self._engine is None:
+            raise RuntimeError("worker not started")
+        return self._engine
+
+    # ---- RPCs -----------------------------------------------------------------------------
+
+    async def Health(self, request: pb.HealthRequest, context: Any) -> pb.HealthReply:
+        eng = self.engine
+        c = eng.cache
+        return pb.HealthReply(
+            name=self.options.name,
+            role=pb.ROLE_PREFILL if self.options.role == "prefill" else pb.ROLE_DECODE,
+            model=eng.config.name,
+            kv_segment=self.kv_segment,
+            block_nbytes=c.block_nbytes,
+            layer_nbytes=c.layer_nbytes,
+            block_size=c.block_size,
+            num_blocks=c.num_blocks,
+            max_batch=self.options.max_batch,
+        )
+
+    async def Prefill(self, request: pb.PrefillRequest, context: Any) -> pb.PrefillReply:
+        if self._prefill is None:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "not a prefill worker")
+        runner = self._prefill
+        assert runner is not None
+        try:
+            target = None
+            if request.HasField("target"):
+                t = request.target
+                target = StreamTarget(t.segment, tuple(t.blocks), t.block_nbytes, t.layer_nbytes)
+            job = PrefillJob(
+                request.request_id,
+                tuple(request.tokens),
+                sampling_from_pb(request.sampling),
+                tuple(request.fetch_keys),
+                target,
+                request.store_kv,
+            )
+        except ValueError as exc:
+            await _abort(context, exc)
+        t0 = time.perf_counter()
+        self._queued += 1
+        started: list[float] = []
+
+        def run() -> Any:
+            started.append(time.perf_counter())
+            return runner.run(job)
+
+        try:
+            out = await self._call(run)
+        except Exception as exc:  # engine/stream errors become gRPC statuses
+            await _abort(context, exc)
+        finally:
+            self._queued -= 1
+        return pb.PrefillReply(
+            request_id=request.request_id,
+            first_token=out.first_token,
+            reused_tokens=out.reused_tokens,
+            computed_tokens=out.computed_tokens,
+            fetched_blocks=out.fetched_blocks,
+            stored_blocks=out.stored_blocks,
+            queue_s=started[0] - t0 if started else 0.0,
+            fetch_s=out.fetch_s,
+            compute_s=out.compute_s,
+            stream_wait_s=out.stream_wait_s,
+            store_wait_s=out.store_wait_s,
+        )
+
+    async def FetchPrefix(
+        self, request: pb.FetchPrefixRequest, context: Any
+    ) -> pb.FetchPrefixReply:
+        if self._prefill is None:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "not a prefill worker")
+        assert self._prefill is not None
+        try:
+            fetched, cached, secs = await self._call(self._prefill.fetch_prefix, list(request.keys))
+        except Exception as exc:
+            await _abort(context, exc)
+        return pb.FetchPrefixReply(fetched_blocks=fetched, already_cached=cached, fetch_s=secs)
+
+    async def Prepare(self, request: pb.PrepareRequest, context: Any) -> pb.PrepareReply:
+        if self._decode is None:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "not a decode worker")
+        assert self._decode is not None
+        try:
+            sid, blocks = await self._decode.prepare(request.request_id, request.num_tokens)
+        except Exception as exc:
+            await _abort(context, exc)
+        c = self.engine.cache
+        return pb.PrepareReply(
+            seq_id=sid,
+            segment=self.kv_segment,
+            blocks=list(blocks),
+            block_nbytes=c.block_nbytes,
+            layer_nbytes=c.layer_nbytes,
+        )
+
+    async def Admit(self, request: pb.AdmitRequest, context: Any) -> AsyncIterator[pb.TokenEvent]:
+        if self._decode is None:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "not a decode worker")
+        assert self._decode is not None
+        try:
+            sampling = sampling_from_pb(request.sampling)
+            stream = self._decode.admit(
+                request.request_id,
+                request.seq_id,
+                list(request.tokens),
+                request.next_token,
+                sampling,
+            )
+            async for tok in stream:
+                yield pb.TokenEvent(
+                    token=tok.token,
+                    index=tok.index,
+                    time=tok.time,
+                    finished=tok.finished,
+                    batch=tok.batch,
+                )
+        except (KeyError, ValueError, CacheFullError) as exc:
+            await _abort(context, exc)
+
+    async def Cancel(self, request: pb.CancelRequest, context: Any) -> pb.CancelReply:
+        found = False
+        if self._decode is not None:
+            found = await self._decode.cancel(request.request_id)
+        return pb.CancelReply(found=found)
+
+    async def Watch(self, request: pb.WatchRequest, context: Any) -> AsyncIterator[pb.WorkerReport]:
+        interval = request.interval_s if request.interval_s > 0 else 0.5
+        eng = self.engine
+        role = pb.ROLE_PREFILL if self.options.role == "prefill" else pb.ROLE_DECODE
+        while True:
+            # Only prefill caches feed the conductor's index (decode blocks are private).
+            events = await self._call(eng.take_events) if self._prefill is not None else []
+            snap = eng.cache.snapshot()
+            dec = self._decode
+            yield pb.WorkerReport(
+                name=self.options.name,
+                role=role,
+                time=time.time(),
+                queued=self._queued,
+                running=dec.running if dec is not None else 0,
+                batch=dec.last_batch if dec is not None else 0,
+                used_blocks=snap.used_blocks,
+                num_blocks=snap.num_blocks,
+                computed_tokens=eng.stats.computed_tokens,
+                reused_tokens=eng.stats.reused_tokens,
+                events=[
+                    pb.BlockEvent(
+                        stored=isinstance(e, BlockStored),
+                        keys=list(e.keys),
+                        tier=str(e.tier),
+                        location=e.location,
+                    )
+                    for e in events
+                ],
+            )
+            await asyncio.sleep(interval)
+
+
+def probe_worker(address: str, timeout: float = 1.0, secret: bytes | None = None) -> bool:
+    """Whether a worker answers ``Health`` at ``address`` (``host:port``) within ``timeout``.
+
+    For the launcher's readiness check; never raises for an unreachable worker.
+    """
+    try:
+        with grpc.insecure_channel(address) as ch:
+            pbg.WorkerStub(ch).Health(
+                pb.HealthRequest(), timeout=timeout, metadata=auth_metadata(secret)
+            )
+        return True
+    except grpc.RpcError:
+        return False

@@ -1,0 +1,206 @@
+"""FastAPI app: ``POST /v1/completions``, ``GET /v1/models``, ``GET /health``."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, Field
+
+from mooncake_core.conductor.service import (
+    CompletionChunk,
+    CompletionRequest,
+    ConductorService,
+    Rejected,
+    ServingError,
+)
+
+__all__ = ["CompletionBody", "create_app"]
+
+
+class CompletionBody(BaseModel):
+    """Request body of ``POST /v1/completions`` (the OpenAI fields we support)."""
+
+    model: str | None = None
+    prompt: str | list[int]
+    """Text (byte tokenizer, BOS first) or token ids."""
+    max_tokens: Annotated[int, Field(ge=1, le=1 << 16)] = 16
+    temperature: Annotated[float, Field(ge=0, le=100)] = 0.0
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
+    stream: bool = False
+    stop_at_eos: bool = False
+
+
+def _error(status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> Any:
+    return JSONResponse(
+        {"error": {"type": kind, "message": message}}, status_code=status, headers=headers
+    )
+
+
+def _usage(prompt_tokens: int, chunks: list[CompletionChunk]) -> dict[str, Any]:
+    last = chunks[-1]
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": len(chunks),
+        "total_tokens": prompt_tokens + len(chunks),
+        "cached_tokens": last.reused_tokens,
+        "computed_tokens": last.computed_tokens,
+    }
+
+
+def create_app(service: ConductorService) -> FastAPI:
+    """The front door app over a started :class:`ConductorService`."""
+    app = FastAPI(title="mooncake conductor", docs_url=None, redoc_url=None)
+    router = APIRouter(tags=["front door"])
+
+    def front() -> Any:
+        if service.front is None:
+            raise RuntimeError("conductor not started")
+        return service.front
+
+    @router.get("/health")
+    async def health() -> dict[str, Any]:
+        return service.health()
+
+    @router.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": service.cluster.model.name,
+                    "object": "model",
+                    "created": int(service.started_at),
+                    "owned_by": "mooncake",
+                }
+            ],
+        }
+
+    @router.post("/v1/completions")
+    async def completions(body: CompletionBody, request: Request) -> Any:
+        fd = front()
+        if body.model is not None and body.model != service.cluster.model.name:
+            return _error(404, "model_not_found", f"model {body.model!r} is not served here")
+        try:
+            if isinstance(body.prompt, str):
+                req = CompletionRequest(
+                    prompt=body.prompt,
+                    max_tokens=body.max_tokens,
+                    temperature=body.temperature,
+                    seed=body.seed,
+                    stop_at_eos=body.stop_at_eos,
+                )
+            else:
+                req = CompletionRequest(
+                    token_ids=tuple(body.prompt),
+                    max_tokens=body.max_tokens,
+                    temperature=body.temperature,
+                    seed=body.seed,
+                    stop_at_eos=body.stop_at_eos,
+                )
+        except ValueError as exc:
+            return _error(400, "invalid_request_error", str(exc))
+        rid = fd.new_request_id()
+        gen = fd.complete(req, rid)
+        try:
+            first = await gen.__anext__()
+        except Rejected as exc:
+            retry = max(1, math.ceil(exc.retry_after_s))
+            return _error(
+                429, "rejected", f"{exc.reason}: {exc.detail}", {"Retry-After": str(retry)}
+            )
+        except ValueError as exc:
+            return _error(400, "invalid_request_error", str(exc))
+        except ServingError as exc:
+            return _error(503, "serving_error", str(exc))
+        except StopAsyncIteration:
+            return _error(503, "serving_error", "no tokens produced")
+        created = int(time.time())
+        prompt_tokens = (
+            len(req.token_ids)
+            if req.token_ids is not None
+            else len(fd.tokenizer.encode(req.prompt or ""))
+        )
+        if body.stream:
+            return StreamingResponse(
+                _sse(first, gen, created, service.cluster.model.name, prompt_tokens),
+                media_type="text/event-stream",
+                headers={"X-Request-Id": rid},
+            )
+        chunks = [first]
+        try:
+            async for ch in gen:
+                chunks.append(ch)
+        except ServingError as exc:
+            return _error(503, "serving_error", str(exc))
+        return {
+            "id": rid,
+            "object": "text_completion",
+            "created": created,
+            "model": service.cluster.model.name,
+            "choices": [
+                {
+                    "index": 0,
+                    "text": fd.tokenizer.decode([c.token for c in chunks]),
+                    "token_ids": [c.token for c in chunks],
+                    "finish_reason": "length",
+                }
+            ],
+            "usage": _usage(prompt_tokens, chunks),
+            "timing": {
+                "ttft_s": first.ttft_s,
+                "tbt_s": chunks[-1].tbt_s,
+                "prefill": first.prefill,
+                "decode": first.decode,
+            },
+        }
+
+    app.include_router(router)
+    return app
+
+
+async def _sse(
+    first: CompletionChunk,
+    gen: AsyncIterator[CompletionChunk],
+    created: int,
+    model: str,
+    prompt_tokens: int,
+) -> AsyncIterator[bytes]:
+    chunks = [first]
+
+    def event(ch: CompletionChunk, usage: dict[str, Any] | None) -> bytes:
+        doc: dict[str, Any] = {
+            "id": ch.request_id,
+            "object": "text_completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "text": ch.text,
+                    "token_ids": [ch.token],
+                    "finish_reason": "length" if ch.finished else None,
+                }
+            ],
+        }
+        if ch.ttft_s is not None:
+            doc["timing"] = {"ttft_s": ch.ttft_s, "prefill": ch.prefill, "decode": ch.decode}
+        if usage is not None:
+            doc["usage"] = usage
+            doc.setdefault("timing", {})["tbt_s"] = ch.tbt_s
+        return f"data: {json.dumps(doc)}\n\n".encode()
+
+    yield event(first, _usage(prompt_tokens, chunks) if first.finished else None)
+    try:
+        async for ch in gen:
+            chunks.append(ch)
+            yield event(ch, _usage(prompt_tokens, chunks) if ch.finished else None)
+    except ServingError as exc:
+        err = {"error": {"type": "serving_error", "message": str(exc)}}
+        yield f"data: {json.dumps(err)}\n\n".encode()
+    yield b"data: [DONE]\n\n"
