@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from .common import ConfigOption, err, fail, load
+
+if TYPE_CHECKING:
+    from mooncake_core.config.models import MasterConfig
+    from mooncake_core.store.master_service import MasterService, ServiceOptions
 
 app = typer.Typer(
     help="Run the store master (metadata, allocation, leases, pins, eviction).",
@@ -40,6 +44,42 @@ def master(
             "secret_file if set, else no authentication).",
         ),
     ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-dir",
+            help="Journal + snapshots here; committed metadata survives a restart "
+            "(default: master.data_dir; unset: nothing is kept).",
+        ),
+    ] = None,
+    fsync: Annotated[
+        str,
+        typer.Option(
+            "--fsync",
+            help="Journal sync policy: always | batch (group commit, default) | none.",
+        ),
+    ] = "batch",
+    fsync_batch_ms: Annotated[
+        float, typer.Option("--fsync-batch-ms", min=0.1, help="Group-commit period.")
+    ] = 5.0,
+    ha: Annotated[
+        str | None,
+        typer.Option(
+            "--ha",
+            help="etcd://HOST:PORT: run as one of several masters; the leader is elected "
+            "through etcd and the metadata is replicated there.",
+        ),
+    ] = None,
+    member_id: Annotated[
+        str | None,
+        typer.Option("--id", help="This master's name under --ha (default: host-pid)."),
+    ] = None,
+    ha_cluster: Annotated[
+        str, typer.Option("--ha-cluster", help="Cluster name in etcd (masters sharing it).")
+    ] = "default",
+    lease_ttl: Annotated[
+        int, typer.Option("--lease-ttl", min=1, max=60, help="Leader lease TTL, seconds.")
+    ] = 3,
 ) -> None:
     """Serve until SIGINT/SIGTERM; prints one 'serving on' line on stderr when ready."""
     import asyncio
@@ -47,7 +87,7 @@ def master(
     import signal
 
     from mooncake_core.store.auth import read_secret
-    from mooncake_core.store.master_service import MasterService, ServiceOptions
+    from mooncake_core.store.master_service import ServiceOptions
 
     cfg = load(config)
     mcfg = cfg.master
@@ -62,6 +102,10 @@ def master(
             secret = read_secret(path.expanduser())
         except (OSError, ValueError) as exc:
             fail(f"cannot read the cluster secret: {exc}")
+    if fsync not in ("always", "batch", "none"):
+        fail(f"--fsync must be always, batch or none, got {fsync!r}")
+    if ha is not None and (data_dir is not None or mcfg.data_dir is not None):
+        fail("--ha keeps the metadata in etcd; do not combine it with --data-dir")
     opts = ServiceOptions(
         host=bind,
         port=mcfg.port if port is None else port,
@@ -73,12 +117,38 @@ def master(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
 
+    directory = data_dir or mcfg.data_dir
+    exit_code = 0
+
     async def run() -> None:
-        service = MasterService(mcfg, opts)
+        nonlocal exit_code
+        service, note = _make_service(mcfg, opts, directory, fsync, fsync_batch_ms, ha)
         try:
             await service.start()
         except RuntimeError as exc:
             fail(str(exc))
+        controller = None
+        if ha is not None:
+            import os
+            import socket
+
+            from mooncake_core.store.ha.election import HaController, HaOptions, parse_ha_url
+
+            hopts = HaOptions(
+                endpoint=parse_ha_url(ha),
+                member_id=member_id or f"{socket.gethostname()}-{os.getpid()}",
+                cluster=ha_cluster,
+                lease_ttl_s=lease_ttl,
+            )
+            controller = HaController(
+                service, hopts, f"{bind}:{service.port}", f"{bind}:{service.metrics_port}"
+            )
+            try:
+                await controller.start()
+            except Exception as exc:
+                await service.stop()
+                fail(f"cannot reach etcd at {hopts.endpoint}: {exc}")
+            note = f"ha member {hopts.member_id} via {hopts.endpoint}"
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -86,12 +156,56 @@ def master(
         auth = "on" if secret is not None else "off (no cluster secret)"
         err.print(
             f"mooncake master: serving on {bind}:{service.port} "
-            f"(metrics on {bind}:{service.metrics_port}, auth {auth})",
+            f"(metrics on {bind}:{service.metrics_port}, auth {auth}; {note})",
             highlight=False,
             markup=False,
         )
-        await stop.wait()
+        waits = [asyncio.create_task(stop.wait())]
+        if controller is not None:
+            waits.append(asyncio.create_task(controller.deposed.wait()))
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        if controller is not None and controller.deposed.is_set():
+            err.print("mooncake master: lost leadership; exiting", highlight=False, markup=False)
+            exit_code = 3
         err.print("mooncake master: shutting down", highlight=False, markup=False)
+        if controller is not None:
+            await controller.stop()
         await service.stop()
 
     asyncio.run(run())
+    if exit_code:
+        raise typer.Exit(exit_code)
+
+
+def _make_service(
+    mcfg: MasterConfig,
+    opts: ServiceOptions,
+    directory: Path | None,
+    fsync: str,
+    batch_ms: float,
+    ha: str | None,
+) -> tuple[MasterService, str]:
+    """The service, restored from ``directory`` when given; plus a note for the ready line."""
+    from mooncake_core.store.journal import JournalOptions
+    from mooncake_core.store.master_service import MasterService
+
+    if ha is not None:
+        return MasterService(mcfg, opts, role="recovering"), "ha"
+    if directory is None:
+        return MasterService(mcfg, opts), "no journal: metadata is lost on restart"
+    from mooncake_core.store.ha.durable import restore_local
+
+    try:
+        r = restore_local(
+            directory.expanduser(),
+            mcfg,
+            JournalOptions(fsync=fsync, batch_ms=batch_ms),  # type: ignore[arg-type]
+        )
+    except (OSError, ValueError, RuntimeError) as exc:
+        fail(f"cannot recover the journal in {directory}: {exc}")
+    service = MasterService(mcfg, opts, state=r.state, sink=r.journal, image=r.image)
+    note = (
+        f"journal {directory} fsync={fsync}: restored {r.objects} objects, "
+        f"{r.segments} segments from {r.records} records in {r.seconds:.3f} s"
+    )
+    return service, note

@@ -24,7 +24,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 
@@ -74,13 +74,20 @@ class MasterClient:
         client_id: str | None = None,
         secret: bytes | None = None,
         timeout_s: float = 10.0,
+        resolver: Callable[[], Awaitable[str]] | None = None,
+        failover_timeout_s: float = 15.0,
     ) -> None:
         self.address = address
         self.client_id = client_id or default_client_id()
         self._metadata = auth_metadata(secret)
         self._timeout = timeout_s
+        self._resolver = resolver
+        self._failover_timeout = failover_timeout_s
         self._channel = grpc.aio.insecure_channel(address, options=cv.GRPC_OPTIONS)
         self._stub = pb_grpc.MasterServiceStub(self._channel)
+        self._owned_resolver: Any = None
+        self.leader_changes = 0
+        """How many times this client switched to another master."""
         self.watch_start_seq: int | None = None
         """Sequence number after which the last ``watch_events`` stream started."""
 
@@ -90,15 +97,94 @@ class MasterClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def close(self) -> None:
-        """Close the channel."""
-        await self._channel.close(None)
+    @classmethod
+    async def from_etcd(
+        cls,
+        endpoint: str,
+        *,
+        cluster: str = "default",
+        wait_s: float = 15.0,
+        **kwargs: object,
+    ) -> MasterClient:
+        """A client that finds the HA leader through etcd and follows it on change.
 
-    async def _call(self, call: Awaitable[T]) -> T:
-        try:
-            return await call
-        except grpc.aio.AioRpcError as exc:
-            raise self._transport_error(exc) from None
+        Args:
+            endpoint: etcd URL (``etcd://host:port`` or ``http://host:port``).
+            cluster: the masters' cluster name.
+            wait_s: how long to wait for a leader to be elected.
+            kwargs: as the constructor (client_id, secret, timeout_s, failover_timeout_s).
+
+        Raises:
+            UnavailableError: no leader within ``wait_s``.
+        """
+        from .ha.discovery import EtcdLeaderResolver
+
+        resolver = EtcdLeaderResolver(endpoint, cluster)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                address = await resolver()
+                break
+            except UnavailableError:
+                if time.monotonic() > deadline:
+                    await resolver.close()
+                    raise
+                await asyncio.sleep(0.1)
+        client = cls(address, resolver=resolver, **kwargs)  # type: ignore[arg-type]
+        client._owned_resolver = resolver
+        return client
+
+    async def close(self) -> None:
+        """Close the channel (and the etcd connection of :meth:`from_etcd`)."""
+        await self._channel.close(None)
+        owned = getattr(self, "_owned_resolver", None)
+        if owned is not None:
+            await owned.close()
+
+    async def _call(self, make: Callable[[], Awaitable[T]]) -> T:
+        """Run one unary call; on UNAVAILABLE (master down, or NOT_LEADER) follow the
+        leader (the refusal's hint, else the resolver) with backoff for up to
+        ``failover_timeout_s``. A client without a resolver follows hints only.
+
+        A retried call may have been applied by the old leader before it died (its
+        reply lost): PutEnd can then answer INVALID_STATE (already complete) and
+        PutStart OBJECT_ALREADY_EXISTS; callers treat those as "done before".
+        """
+        deadline: float | None = None
+        delay = 0.05
+        while True:
+            try:
+                return await make()
+            except grpc.aio.AioRpcError as exc:
+                err = self._transport_error(exc)
+                if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise err from None
+                hint = _leader_hint(exc)
+                if self._resolver is None and hint is None:
+                    raise err from None
+                now = time.monotonic()
+                deadline = deadline or now + self._failover_timeout
+                if now >= deadline:
+                    raise err from None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+            address = hint
+            if address is None and self._resolver is not None:
+                try:
+                    address = await self._resolver()
+                except StoreError:
+                    continue
+            if address and address != self.address:
+                await self._switch(address)
+
+    async def _switch(self, address: str) -> None:
+        log.info("master client %s: following the leader to %s", self.client_id, address)
+        old = self._channel
+        self.address = address
+        self._channel = grpc.aio.insecure_channel(address, options=cv.GRPC_OPTIONS)
+        self._stub = pb_grpc.MasterServiceStub(self._channel)
+        self.leader_changes += 1
+        await old.close(None)
 
     def _transport_error(self, exc: grpc.aio.AioRpcError) -> StoreError:
         code = exc.code()
@@ -123,25 +209,27 @@ class MasterClient:
             transport_address=transport_address,
             location=location,
         )
-        r = await self._call(self._stub.MountSegment(req, **self._kw))
+        r = await self._call(lambda: self._stub.MountSegment(req, **self._kw))
         cv.raise_for(r.error)
         return cv.segment_from_pb(r.segment)
 
     async def unmount_segment(self, name: str) -> None:
         """Start unmounting one of this client's segments (readable during the grace)."""
         req = pb.SegmentRequest(client_id=self.client_id, name=name)
-        r = await self._call(self._stub.UnmountSegment(req, **self._kw))
+        r = await self._call(lambda: self._stub.UnmountSegment(req, **self._kw))
         cv.raise_for(r.error)
 
     async def drain_segment(self, name: str) -> None:
         """Stop placing on a segment (operator action)."""
-        r = await self._call(self._stub.DrainSegment(pb.SegmentRequest(name=name), **self._kw))
+        r = await self._call(
+            lambda: self._stub.DrainSegment(pb.SegmentRequest(name=name), **self._kw)
+        )
         cv.raise_for(r.error)
 
     async def heartbeat(self) -> bool:
         """Tell the master this client is alive; False: it forgot us, remount segments."""
         req = pb.HeartbeatRequest(client_id=self.client_id)
-        r = await self._call(self._stub.Heartbeat(req, **self._kw))
+        r = await self._call(lambda: self._stub.Heartbeat(req, **self._kw))
         cv.raise_for(r.error)
         return r.known
 
@@ -176,7 +264,7 @@ class MasterClient:
         req = pb.PutStartRequest(
             client_id=self.client_id, key=key, size=size, config=cv.config_to_pb(config)
         )
-        r = await self._call(self._stub.PutStart(req, **self._kw))
+        r = await self._call(lambda: self._stub.PutStart(req, **self._kw))
         cv.raise_for(r.error)
         return cv.replicas_from_pb(r.replicas)
 
@@ -187,19 +275,19 @@ class MasterClient:
         req = pb.PutStartRequest(
             client_id=self.client_id, key=key, size=size, config=cv.config_to_pb(config)
         )
-        r = await self._call(self._stub.Upsert(req, **self._kw))
+        r = await self._call(lambda: self._stub.Upsert(req, **self._kw))
         cv.raise_for(r.error)
         return cv.replicas_from_pb(r.replicas)
 
     async def put_end(self, key: str) -> None:
         """Make a written object readable."""
         req = pb.KeyRequest(client_id=self.client_id, key=key)
-        cv.raise_for((await self._call(self._stub.PutEnd(req, **self._kw))).error)
+        cv.raise_for((await self._call(lambda: self._stub.PutEnd(req, **self._kw))).error)
 
     async def put_revoke(self, key: str) -> None:
         """Abandon a write and free its space."""
         req = pb.KeyRequest(client_id=self.client_id, key=key)
-        cv.raise_for((await self._call(self._stub.PutRevoke(req, **self._kw))).error)
+        cv.raise_for((await self._call(lambda: self._stub.PutRevoke(req, **self._kw))).error)
 
     async def batch_put_start(
         self, items: Sequence[tuple[str, int]], config: ReplicateConfig | None = None
@@ -222,7 +310,7 @@ class MasterClient:
             config=cv.config_to_pb(config),
         )
         method = self._stub.BatchUpsert if upsert else self._stub.BatchPutStart
-        r = await self._call(method(req, **self._kw))
+        r = await self._call(lambda: method(req, **self._kw))
         out: list[tuple[Replica, ...] | StoreError] = []
         for x in r.results:
             e = cv.error_from_pb(x.error)
@@ -232,27 +320,27 @@ class MasterClient:
     async def batch_put_end(self, keys: Sequence[str]) -> list[StoreError | None]:
         """:meth:`put_end` for each key; ``None`` where it succeeded."""
         req = pb.BatchKeysRequest(client_id=self.client_id, keys=list(keys))
-        r = await self._call(self._stub.BatchPutEnd(req, **self._kw))
+        r = await self._call(lambda: self._stub.BatchPutEnd(req, **self._kw))
         return [cv.error_from_pb(e) for e in r.errors]
 
     async def batch_put_revoke(self, keys: Sequence[str]) -> list[StoreError | None]:
         """:meth:`put_revoke` for each key."""
         req = pb.BatchKeysRequest(client_id=self.client_id, keys=list(keys))
-        r = await self._call(self._stub.BatchPutRevoke(req, **self._kw))
+        r = await self._call(lambda: self._stub.BatchPutRevoke(req, **self._kw))
         return [cv.error_from_pb(e) for e in r.errors]
 
     # ------------------------------------------------------------------- reads
     async def get_replica_list(self, key: str) -> GetResult:
         """Where to read ``key``; grants a read lease."""
         r = await self._call(
-            self._stub.GetReplicaList(pb.GetReplicaListRequest(key=key), **self._kw)
+            lambda: self._stub.GetReplicaList(pb.GetReplicaListRequest(key=key), **self._kw)
         )
         return cv.get_result_from_pb(key, r)
 
     async def batch_get_replica_list(self, keys: Sequence[str]) -> list[GetResult | StoreError]:
         """:meth:`get_replica_list` for each key; errors per item."""
         req = pb.BatchKeysRequest(client_id=self.client_id, keys=list(keys))
-        r = await self._call(self._stub.BatchGetReplicaList(req, **self._kw))
+        r = await self._call(lambda: self._stub.BatchGetReplicaList(req, **self._kw))
         out: list[GetResult | StoreError] = []
         for k, x in zip(keys, r.results, strict=True):
             e = cv.error_from_pb(x.error)
@@ -261,18 +349,18 @@ class MasterClient:
 
     async def exist(self, key: str) -> bool:
         """Whether ``key`` is readable (no lease, no recency update)."""
-        r = await self._call(self._stub.Exist(pb.ExistRequest(key=key), **self._kw))
+        r = await self._call(lambda: self._stub.Exist(pb.ExistRequest(key=key), **self._kw))
         cv.raise_for(r.error)
         return r.exists
 
     async def batch_exist(self, keys: Sequence[str]) -> list[bool]:
         """:meth:`exist` for each key."""
         req = pb.BatchKeysRequest(client_id=self.client_id, keys=list(keys))
-        return list((await self._call(self._stub.BatchExist(req, **self._kw))).exists)
+        return list((await self._call(lambda: self._stub.BatchExist(req, **self._kw))).exists)
 
     async def stat(self, key: str) -> ObjectInfo:
         """Describe one object (no lease, no recency update)."""
-        r = await self._call(self._stub.Stat(pb.StatRequest(key=key), **self._kw))
+        r = await self._call(lambda: self._stub.Stat(pb.StatRequest(key=key), **self._kw))
         return cv.stat_from_pb(r)
 
     async def list_keys(
@@ -280,7 +368,7 @@ class MasterClient:
     ) -> ListKeysResult:
         """One page of keys in key order."""
         req = pb.ListKeysRequest(prefix=prefix, start_after=start_after, limit=limit)
-        return cv.list_from_pb(await self._call(self._stub.ListKeys(req, **self._kw)))
+        return cv.list_from_pb(await self._call(lambda: self._stub.ListKeys(req, **self._kw)))
 
     async def iter_keys(self, prefix: str = "", page: int = 1000) -> AsyncIterator[str]:
         """Every key under ``prefix``, fetched page by page."""
@@ -297,30 +385,30 @@ class MasterClient:
     async def remove(self, key: str, *, force: bool = False) -> None:
         """Remove one object (refused while leased unless ``force``)."""
         req = pb.RemoveRequest(key=key, force=force)
-        cv.raise_for((await self._call(self._stub.Remove(req, **self._kw))).error)
+        cv.raise_for((await self._call(lambda: self._stub.Remove(req, **self._kw))).error)
 
     async def batch_remove(
         self, keys: Sequence[str], *, force: bool = False
     ) -> list[StoreError | None]:
         """:meth:`remove` for each key."""
         req = pb.BatchKeysRequest(client_id=self.client_id, keys=list(keys), force=force)
-        r = await self._call(self._stub.BatchRemove(req, **self._kw))
+        r = await self._call(lambda: self._stub.BatchRemove(req, **self._kw))
         return [cv.error_from_pb(e) for e in r.errors]
 
     async def remove_by_prefix(self, prefix: str, *, force: bool = False) -> RemoveManyResult:
         """Remove every removable object under ``prefix``."""
         req = pb.RemoveByPrefixRequest(prefix=prefix, force=force)
-        return _many(await self._call(self._stub.RemoveByPrefix(req, **self._kw)))
+        return _many(await self._call(lambda: self._stub.RemoveByPrefix(req, **self._kw)))
 
     async def remove_by_regex(self, pattern: str, *, force: bool = False) -> RemoveManyResult:
         """Remove every removable object whose key matches ``pattern`` (Python ``re.search``)."""
         req = pb.RemoveByRegexRequest(pattern=pattern, force=force)
-        return _many(await self._call(self._stub.RemoveByRegex(req, **self._kw)))
+        return _many(await self._call(lambda: self._stub.RemoveByRegex(req, **self._kw)))
 
     async def remove_all(self, *, force: bool = False) -> RemoveManyResult:
         """Remove every removable object."""
         req = pb.RemoveAllRequest(force=force)
-        return _many(await self._call(self._stub.RemoveAll(req, **self._kw)))
+        return _many(await self._call(lambda: self._stub.RemoveAll(req, **self._kw)))
 
     # -------------------------------------------------------------------- pins
     async def pin(
@@ -330,27 +418,27 @@ class MasterClient:
         req = pb.PinRequest(target=target, prefix=prefix, hard=hard)
         if ttl_s is not None:
             req.ttl_s = ttl_s
-        r = await self._call(self._stub.Pin(req, **self._kw))
+        r = await self._call(lambda: self._stub.Pin(req, **self._kw))
         cv.raise_for(r.error)
         return cv.pin_from_pb(r.pin, time.monotonic())
 
     async def unpin(self, target: str, *, prefix: bool = False) -> Pin:
         """Clear the pin on exactly this key or prefix; returns it."""
         req = pb.UnpinRequest(target=target, prefix=prefix)
-        r = await self._call(self._stub.Unpin(req, **self._kw))
+        r = await self._call(lambda: self._stub.Unpin(req, **self._kw))
         cv.raise_for(r.error)
         return cv.pin_from_pb(r.pin, time.monotonic())
 
     async def list_pins(self) -> list[Pin]:
         """Live pins (keys, then prefixes, sorted)."""
-        r = await self._call(self._stub.ListPins(pb.ListPinsRequest(), **self._kw))
+        r = await self._call(lambda: self._stub.ListPins(pb.ListPinsRequest(), **self._kw))
         now = time.monotonic()
         return [cv.pin_from_pb(p, now) for p in r.pins]
 
     # -------------------------------------------------------- read-model, events
     async def get_snapshot(self) -> MasterSnapshot:
         """The master's read-model."""
-        r = await self._call(self._stub.GetSnapshot(pb.SnapshotRequest(), **self._kw))
+        r = await self._call(lambda: self._stub.GetSnapshot(pb.SnapshotRequest(), **self._kw))
         return cv.snapshot_from_pb(r)
 
     async def watch_events(
@@ -380,6 +468,15 @@ class MasterClient:
             raise self._transport_error(exc) from None
         finally:
             call.cancel()
+
+
+def _leader_hint(exc: grpc.aio.AioRpcError) -> str | None:
+    # A follower's NOT_LEADER refusal carries the leader's address in trailing metadata.
+    md: Any = exc.trailing_metadata() or ()
+    for key, value in md:
+        if key == "mooncake-leader":
+            return value if isinstance(value, str) else bytes(value).decode()
+    return None
 
 
 def _many(r: pb.RemoveManyResponse) -> RemoveManyResult:

@@ -10,6 +10,13 @@ other calls wait for it, which keeps the core single-threaded.
 After every core call the new events are drained and fanned out to ``WatchEvents``
 subscribers through bounded queues; a subscriber that falls too far behind is cut off
 with RESOURCE_EXHAUSTED (it resynchronises from ``ListKeys``) instead of growing memory.
+
+Durability (see ``docs/durability.md``): with a record sink (the local journal or, under
+HA, the etcd log) the drained events are also turned into journal records and written
+under the lock, in event order; the reply is sent only once the sink says those records
+are durable, so an acknowledged change is never lost. Under HA the service starts as a
+follower (``role``), refuses every RPC with NOT_LEADER (:class:`RoleGate`) and is
+promoted by the election with :meth:`MasterService.become_leader`.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from enum import Enum
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 from prometheus_client import CollectorRegistry, Counter, generate_latest
@@ -38,6 +45,11 @@ from .errors import ErrorCode, StoreError
 from .master_state import MasterState
 from .metrics_http import serve_http
 from .results import MasterSnapshot
+from .segment import SegmentSnapshot
+
+if TYPE_CHECKING:
+    from .ha.durable import RecordSink
+    from .ha.image import MetadataImage
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -151,6 +163,11 @@ class MasterService:
         rng: randomness for the ``random`` allocation strategy.
         clock: monotonic clock fed to the core as ``now``.
         wall: wall clock stamped on published events.
+        state: a restored core (default: an empty one).
+        sink: where committed changes are journaled (``None``: not durable).
+        image: the image the sink's records fold into (for its snapshots).
+        role: ``standalone`` (serves at once), or ``recovering`` under HA (refuses RPCs
+            until :meth:`become_leader`).
     """
 
     def __init__(
@@ -161,10 +178,24 @@ class MasterService:
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        state: MasterState | None = None,
+        sink: RecordSink | None = None,
+        image: MetadataImage | None = None,
+        role: str = "standalone",
     ) -> None:
         self.config = config
         self.options = options or ServiceOptions()
-        self.state = MasterState(config, rng=rng or random.Random())
+        self._rng = rng or random.Random()
+        self.state = state if state is not None else MasterState(config, rng=self._rng)
+        self.sink = sink
+        self.image = image
+        self.role = role
+        """standalone | recovering | follower | leader | deposed."""
+        self.ha_info: Callable[[], dict[str, Any]] = dict
+        """Extra readiness fields (set by the HA controller)."""
+        self.leader_hint: tuple[str, str] | None = None
+        """(id, address) of the current leader while this master is not serving."""
+        self._sink_error: str | None = None
         self._clock = clock
         self._wall = wall
         self._started = clock()
@@ -191,7 +222,7 @@ class MasterService:
         from .master_servicer import MasterServicer
 
         opts = self.options
-        interceptors = []
+        interceptors: list[grpc.aio.ServerInterceptor] = [RoleGate(self)]
         if opts.secret is not None:
             interceptors.append(
                 TokenAuthInterceptor(
@@ -234,6 +265,29 @@ class MasterService:
         self._server = server
         self._ticker = asyncio.create_task(self._upkeep(), name="master-upkeep")
 
+    @property
+    def serving(self) -> bool:
+        """Whether this master answers RPCs (standalone, or the elected leader)."""
+        return self.role in ("standalone", "leader")
+
+    async def become_leader(
+        self, state: MasterState, sink: RecordSink, image: MetadataImage
+    ) -> None:
+        """Start serving ``state`` (rebuilt from the replicated image), journaling to ``sink``."""
+        async with self._lock:
+            self.state = state
+            self.sink = sink
+            self.image = image
+            self._snapshot = state.snapshot()
+            self.leader_hint = None
+            self.role = "leader"
+
+    def step_down(self, reason: str) -> None:
+        """Stop serving at once (lost the leader lease, or a fenced write)."""
+        if self.role != "deposed":
+            log.error("master steps down: %s", reason)
+        self.role = "deposed"
+
     async def stop(self, grace_s: float = 1.0) -> None:
         """Stop accepting calls, end event streams, finish in-flight calls (up to ``grace_s``)."""
         if self._ticker is not None:
@@ -242,6 +296,9 @@ class MasterService:
                 await self._ticker
         for q in list(self._watchers):
             _offer(q, _CLOSED)
+        if self.sink is not None:
+            with contextlib.suppress(Exception):
+                await self.sink.close()
         if self._http is not None:
             self._http.close()
             await self._http.wait_closed()
@@ -257,8 +314,8 @@ class MasterService:
         """
         async with self._lock:
             result = self._invoke(rpc, fn, self._clock())
-            self._publish()
-            return result
+            seq = self._publish()
+        return await self._durable(rpc, result, seq)
 
     async def call_bulk(self, rpc: str, fn: Callable[[float], T]) -> T | StoreError:
         """Like :meth:`call`, for calls that walk every key: the core call runs in a
@@ -266,8 +323,22 @@ class MasterService:
         published back on the loop, because asyncio queues are not thread-safe."""
         async with self._lock:
             result = await asyncio.to_thread(self._invoke, rpc, fn, self._clock())
-            self._publish()
-            return result
+            seq = self._publish()
+        return await self._durable(rpc, result, seq)
+
+    async def _durable(self, rpc: str, result: T | StoreError, seq: int) -> T | StoreError:
+        # Reply only once the change is durable: an acknowledged write is never lost.
+        if seq < 0:
+            return StoreError(
+                ErrorCode.INTERNAL, f"{rpc}: journal write failed: {self._sink_error}"
+            )
+        if seq and self.sink is not None:
+            try:
+                await self.sink.wait_durable(seq)
+            except Exception as exc:
+                self.metrics.failures.labels(rpc, ErrorCode.INTERNAL.name).inc()
+                return StoreError(ErrorCode.INTERNAL, f"{rpc}: change not made durable: {exc}")
+        return result
 
     def call_heartbeat(self, client_id: str) -> bool | StoreError:
         """Record a heartbeat without waiting for the lock.
@@ -329,14 +400,20 @@ class MasterService:
         """Whether a queue item says the master is shutting down."""
         return item is _CLOSED
 
-    def _publish(self) -> None:
+    def _publish(self) -> int:
+        """Journal and fan out the core's new events.
+
+        Returns:
+            The last journal seq written (0: nothing to journal, -1: the write failed).
+        """
         events = self.state.take_events()
         if not events:
-            return
+            return 0
+        seq = self._journal(events)
         self.metrics.events.inc(len(events))
         if not self._watchers:
             self._seq += len(events)
-            return
+            return seq
         wall = self._wall()
         for e in events:
             self._seq += 1
@@ -347,11 +424,39 @@ class MasterService:
                     _offer(q, _OVERFLOW)
                 else:
                     q.put_nowait(msg)
+        return seq
+
+    def _journal(self, events: list[Any]) -> int:
+        if self.sink is None:
+            return 0
+        from .ha.image import records_from_events
+
+        records = records_from_events(events, self._wall() - self._clock(), self._segment_info)
+        if not records:
+            return 0
+        try:
+            seq = self.sink.append(records)
+        except Exception as exc:  # disk full, I/O error: refuse to acknowledge
+            log.exception("journal append failed")
+            self._sink_error = f"{type(exc).__name__}: {exc}"
+            return -1
+        if self.image is not None:
+            self.image.apply_all(records)
+            self.sink.maybe_compact(self.image)
+        return seq
+
+    def _segment_info(self, name: str) -> SegmentSnapshot | None:
+        for seg in self.state.snapshot().segments:
+            if seg.name == name:
+                return seg
+        return None
 
     # ---------------------------------------------------------------- upkeep
     async def _upkeep(self) -> None:
         while True:
             await asyncio.sleep(self.options.tick_interval_s)
+            if not self.serving:
+                continue
             async with self._lock:
                 try:
                     self.state.tick(self._clock())
@@ -384,11 +489,27 @@ class MasterService:
             "keys": s.key_count,
             "segments": len(s.segments),
             "clients": s.client_count,
+            "readiness": self.readiness(),
         }
         return 200, "application/json", json.dumps(body).encode()
 
+    def readiness(self) -> dict[str, Any]:
+        """Role, durability and (under HA) election and catch-up state."""
+        out: dict[str, Any] = {
+            "state": self.role,
+            "serving": self.serving,
+            "durable": self.sink is not None,
+            "journal_seq": self.sink.last_seq if self.sink is not None else None,
+        }
+        if self.leader_hint is not None:
+            out["leader_id"], out["leader_address"] = self.leader_hint
+        out.update(self.ha_info())
+        return out
+
     def _snap(self) -> tuple[int, str, bytes]:
         data = _plain(dataclasses.asdict(self._current_snapshot()))
+        assert isinstance(data, dict)
+        data["readiness"] = self.readiness()
         return 200, "application/json", json.dumps(data, indent=1).encode()
 
 
@@ -409,3 +530,59 @@ def _offer(q: asyncio.Queue[object], item: object) -> None:
     if q.full():
         q.get_nowait()
     q.put_nowait(item)
+
+
+NOT_LEADER = "NOT_LEADER"
+LEADER_METADATA = "mooncake-leader"
+
+
+class RoleGate(grpc.aio.ServerInterceptor):
+    """Refuses every RPC with UNAVAILABLE ``NOT_LEADER: ...`` while the master is not
+    serving (an HA follower, a master still recovering, or one that stepped down).
+
+    The details name the leader when known, and the trailing metadata
+    ``mooncake-leader`` carries its address, so a client can follow without etcd.
+    """
+
+    def __init__(self, service: MasterService) -> None:
+        self._svc = service
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Any],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Any:
+        handler = await continuation(handler_call_details)
+        if self._svc.serving or handler is None:
+            return handler
+        return _not_leader(handler, self._svc)
+
+
+def _not_leader(handler: Any, svc: MasterService) -> Any:
+    def refusal() -> tuple[str, tuple[tuple[str, str], ...]]:
+        hint = svc.leader_hint
+        if hint is None:
+            return f"{NOT_LEADER}: this master is {svc.role}; no leader known yet", ()
+        text = f"{NOT_LEADER}: this master is {svc.role}; the leader is {hint[0]} at {hint[1]}"
+        return text, ((LEADER_METADATA, hint[1]),)
+
+    async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        text, md = refusal()
+        if md:
+            context.set_trailing_metadata(md)
+        await context.abort(grpc.StatusCode.UNAVAILABLE, text)
+
+    async def stream(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        text, md = refusal()
+        if md:
+            context.set_trailing_metadata(md)
+        await context.abort(grpc.StatusCode.UNAVAILABLE, text)
+        yield  # never reached; makes this an async generator like the real handler
+
+    kw = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(stream, **kw)
+    return grpc.unary_unary_rpc_method_handler(unary, **kw)

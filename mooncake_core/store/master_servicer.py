@@ -20,6 +20,7 @@ from .results import GetResult
 
 if TYPE_CHECKING:
     from .master_service import MasterService
+    from .master_state import MasterState
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
 
@@ -29,7 +30,11 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
 
     def __init__(self, service: MasterService) -> None:
         self._svc = service
-        self._st = service.state
+
+    @property
+    def _st(self) -> MasterState:
+        # Read at call time: an HA master swaps its core when it is promoted.
+        return self._svc.state
 
     # ------------------------------------------------------- segments, clients
     async def MountSegment(

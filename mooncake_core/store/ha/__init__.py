@@ -1,0 +1,33 @@
+"""Store durability: the metadata image, local restore, etcd election and replication.
+
+See ``docs/durability.md``. Public API::
+
+    restore_local(directory, config, options) -> Restored     # journal -> serving core
+    MetadataImage, records_from_events                         # records <-> state
+    build_state(image, config, now, wall) -> MasterState
+    EtcdClient, HaKeys, EtcdLog, LogFollower                   # etcd pieces
+    HaController, HaOptions                                    # election + promotion
+    EtcdLeaderResolver                                         # client-side discovery
+"""
+
+from .durable import RecordSink, Restored, restore_local
+from .etcd import EtcdClient, EtcdError
+from .image import MetadataImage, records_from_events
+from .rebuild import RebuildError, build_state
+from .replication import EtcdLog, FencedOut, HaKeys, LogFollower
+
+__all__ = [
+    "EtcdClient",
+    "EtcdError",
+    "EtcdLog",
+    "FencedOut",
+    "HaKeys",
+    "LogFollower",
+    "MetadataImage",
+    "RebuildError",
+    "RecordSink",
+    "Restored",
+    "build_state",
+    "records_from_events",
+    "restore_local",
+]

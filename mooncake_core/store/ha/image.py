@@ -1,0 +1,245 @@
+"""The durable image of the master's metadata, rebuilt from journal records. Sans-IO.
+
+The master's core emits typed events for every change (:mod:`..events`). The service
+turns the events that matter after a restart into plain JSON records
+(:func:`records_from_events`), journals them (locally or in etcd), and a
+:class:`MetadataImage` folds records into the state a new master starts from:
+
+    segments  name -> (client, capacity, transport address, location, state)
+    objects   key  -> (size, replicas), in write order (oldest first: the LRU order)
+    pins      (target, is_prefix) -> (hard, wall-clock expiry)
+
+What is **not** durable, on purpose: writes in progress (PutStart without PutEnd: the
+writer's PutEnd after a restart fails with OBJECT_NOT_FOUND and it writes again), read
+leases, read recency (restored LRU order is write order), client heartbeat times (every
+client of a restored segment gets a fresh ``client_ttl_s`` to come back) and counters.
+
+Pin expiries are stored as wall-clock times: the master's monotonic clock means nothing
+in another process.
+
+Record types (``s`` is the seq, set by the journal)::
+
+    {"t": "mount", "seg", "client", "cap", "addr", "loc"}
+    {"t": "seg_state", "seg", "state"}        UNMOUNTING | DRAINING | DRAINED
+    {"t": "unmount", "seg"}                   the segment and its replicas are gone
+    {"t": "stored", "key", "size", "replicas": [[[seg, offset, length], ...], ...]}
+    {"t": "removed", "key"}
+    {"t": "replica_dropped", "key", "seg"}
+    {"t": "pin", "target", "prefix", "hard", "expires_wall"}
+    {"t": "unpin", "target", "prefix"}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .. import events as ev
+from ..objects import Replica, Slice
+from ..segment import SegmentSnapshot
+
+Record = dict[str, Any]
+
+
+@dataclass(slots=True)
+class SegmentRecord:
+    """A segment as the image keeps it."""
+
+    client_id: str
+    capacity: int
+    transport_address: str
+    location: str
+    state: str = "MOUNTED"
+
+
+@dataclass(frozen=True, slots=True)
+class PinRecord:
+    """A pin as the image keeps it (expiry on the wall clock, None for hard pins)."""
+
+    hard: bool
+    expires_wall: float | None
+
+
+def _replicas_to_json(replicas: tuple[Replica, ...]) -> list[list[list[Any]]]:
+    return [[[s.segment, s.offset, s.length] for s in r] for r in replicas]
+
+
+def _replicas_from_json(data: list[list[list[Any]]]) -> tuple[Replica, ...]:
+    return tuple(tuple(Slice(str(s[0]), int(s[1]), int(s[2])) for s in r) for r in data)
+
+
+def records_from_events(
+    events: Iterable[ev.Event],
+    wall_minus_mono: float,
+    segment_info: Callable[[str], SegmentSnapshot | None],
+) -> list[Record]:
+    """Translate core events into journal records (events that change nothing durable
+    are skipped).
+
+    Args:
+        events: drained from ``MasterState.take_events()``, in order.
+        wall_minus_mono: ``time.time() - time.monotonic()`` of the master, to turn pin
+            expiries into wall-clock times.
+        segment_info: the segment's snapshot by name (for the transport address and
+            location, which ``SegmentMounted`` does not carry).
+
+    Returns:
+        Records without seq numbers, in event order.
+    """
+    out: list[Record] = []
+    for e in events:
+        if isinstance(e, ev.ObjectStored):
+            out.append(
+                {
+                    "t": "stored",
+                    "key": e.key,
+                    "size": e.size,
+                    "replicas": _replicas_to_json(e.replicas),
+                }
+            )
+        elif isinstance(e, ev.ObjectRemoved):
+            if e.was_complete:
+                out.append({"t": "removed", "key": e.key})
+        elif isinstance(e, ev.ReplicaDropped):
+            out.append({"t": "replica_dropped", "key": e.key, "seg": e.segment})
+        elif isinstance(e, ev.ObjectPinned):
+            exp = None if e.expires_at is None else e.expires_at + wall_minus_mono
+            out.append(
+                {
+                    "t": "pin",
+                    "target": e.target,
+                    "prefix": e.is_prefix,
+                    "hard": e.hard,
+                    "expires_wall": exp,
+                }
+            )
+        elif isinstance(e, ev.ObjectUnpinned):
+            out.append({"t": "unpin", "target": e.target, "prefix": e.is_prefix})
+        elif isinstance(e, ev.SegmentMounted):
+            info = segment_info(e.name)
+            out.append(
+                {
+                    "t": "mount",
+                    "seg": e.name,
+                    "client": e.client_id,
+                    "cap": e.capacity,
+                    "addr": info.transport_address if info else "",
+                    "loc": info.location if info else "cpu:0",
+                }
+            )
+        elif isinstance(e, ev.SegmentStateChanged):
+            out.append({"t": "seg_state", "seg": e.name, "state": e.state})
+        elif isinstance(e, ev.SegmentUnmounted):
+            out.append({"t": "unmount", "seg": e.name})
+        # ClientExpired: its SegmentUnmounted records already say everything.
+    return out
+
+
+class MetadataImage:
+    """Segments, complete objects and pins, folded from records.
+
+    Applying is tolerant: a record naming an unknown key or segment changes nothing and
+    is counted in :attr:`ignored` (a snapshot and a log may overlap after a crash).
+    """
+
+    def __init__(self) -> None:
+        self.segments: dict[str, SegmentRecord] = {}
+        self.objects: dict[str, tuple[int, tuple[Replica, ...]]] = {}
+        self.pins: dict[tuple[str, bool], PinRecord] = {}
+        self.applied_seq = 0
+        self.ignored = 0
+
+    def apply_all(self, records: Iterable[Record]) -> None:
+        """Apply records in order."""
+        for rec in records:
+            self.apply(rec)
+
+    def apply(self, rec: Record) -> None:
+        """Fold one record into the image.
+
+        Raises:
+            ValueError: an unknown record type (a newer master's journal).
+        """
+        t = rec.get("t")
+        if t == "stored":
+            key = rec["key"]
+            self.objects.pop(key, None)
+            self.objects[key] = (int(rec["size"]), _replicas_from_json(rec["replicas"]))
+        elif t == "removed":
+            if self.objects.pop(rec["key"], None) is None:
+                self.ignored += 1
+        elif t == "replica_dropped":
+            self._drop_replica(rec["key"], rec["seg"])
+        elif t == "pin":
+            self.pins[(rec["target"], bool(rec["prefix"]))] = PinRecord(
+                bool(rec["hard"]), rec.get("expires_wall")
+            )
+        elif t == "unpin":
+            if self.pins.pop((rec["target"], bool(rec["prefix"])), None) is None:
+                self.ignored += 1
+        elif t == "mount":
+            self.segments[rec["seg"]] = SegmentRecord(
+                rec["client"], int(rec["cap"]), rec.get("addr", ""), rec.get("loc", "cpu:0")
+            )
+        elif t == "seg_state":
+            seg = self.segments.get(rec["seg"])
+            if seg is None:
+                self.ignored += 1
+            else:
+                seg.state = rec["state"]
+        elif t == "unmount":
+            self._unmount(rec["seg"])
+        else:
+            raise ValueError(f"unknown journal record type {t!r} (seq {rec.get('s')})")
+        seq = rec.get("s", 0)
+        if isinstance(seq, int) and seq > self.applied_seq:
+            self.applied_seq = seq
+
+    def _drop_replica(self, key: str, segment: str) -> None:
+        found = self.objects.get(key)
+        if found is None:
+            self.ignored += 1
+            return
+        size, replicas = found
+        keep = tuple(r for r in replicas if all(s.segment != segment for s in r))
+        if keep:
+            self.objects[key] = (size, keep)
+        else:
+            del self.objects[key]
+
+    def _unmount(self, name: str) -> None:
+        if self.segments.pop(name, None) is None:
+            self.ignored += 1
+            return
+        # The core reports lost replicas before the unmount; this catches any left over.
+        for key in [k for k, (_, reps) in self.objects.items() if _touches(reps, name)]:
+            self._drop_replica(key, name)
+
+    def records(self) -> Iterator[Record]:
+        """Records that rebuild this image from nothing (a snapshot's content)."""
+        for name, seg in self.segments.items():
+            yield {
+                "t": "mount",
+                "seg": name,
+                "client": seg.client_id,
+                "cap": seg.capacity,
+                "addr": seg.transport_address,
+                "loc": seg.location,
+            }
+            if seg.state != "MOUNTED":
+                yield {"t": "seg_state", "seg": name, "state": seg.state}
+        for key, (size, replicas) in self.objects.items():
+            yield {"t": "stored", "key": key, "size": size, "replicas": _replicas_to_json(replicas)}
+        for (target, prefix), pin in self.pins.items():
+            yield {
+                "t": "pin",
+                "target": target,
+                "prefix": prefix,
+                "hard": pin.hard,
+                "expires_wall": pin.expires_wall,
+            }
+
+
+def _touches(replicas: tuple[Replica, ...], segment: str) -> bool:
+    return any(s.segment == segment for r in replicas for s in r)

@@ -1,0 +1,357 @@
+"""The master's local journal: append-only record files, CRC-checked, group-committed.
+
+On-disk layout of a data directory::
+
+    snap-00000000000000001200.mj    records that rebuild the image at seq 1200 (atomic rename)
+    log-00000000000000001200.mj     records with seq > 1200, appended in order
+
+Every file is a sequence of frames::
+
+    +----------------+----------------+---------------------------+
+    | length u32 LE  | crc32 u32 LE   | payload (length bytes)    |
+    +----------------+----------------+---------------------------+
+
+``payload`` is the UTF-8 JSON of one record (``{"s": seq, "t": type, ...}``, see
+:mod:`.ha.image`); ``crc32`` covers the payload. A reader stops at the first frame that is
+short or whose CRC does not match (a torn tail: the process died while writing) and the
+writer truncates the file there before appending, so a crash never leaves garbage in the
+middle of a log.
+
+**Durability.** :meth:`Journal.append` writes the frames with ``os.write`` at once (under
+the service lock, so the order on disk is the order of the events) and returns the last
+seq written; :meth:`Journal.wait_durable` returns when that seq is durable under the
+policy:
+
+- ``always``: ``fsync`` before every reply;
+- ``batch`` (default): one ``fsync`` every ``batch_ms`` covers every record written
+  since (group commit); a reply waits for the fsync that covers it;
+- ``none``: no fsync; records are in the OS page cache once written.
+
+So with ``always`` and ``batch`` an acknowledged PutEnd survives a crash of the machine;
+with ``none`` it survives a crash (or SIGKILL) of the master process only.
+
+**Snapshots** (:meth:`Journal.snapshot`) start a new log file at the current seq, write the
+image's records to ``snap-<seq>.mj.tmp``, fsync it, rename it and then delete older files.
+Recovery takes the newest snapshot and replays every log whose start is at or after it,
+skipping records already covered; a crash at any step leaves a readable set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import struct
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+log = logging.getLogger(__name__)
+
+FsyncPolicy = Literal["always", "batch", "none"]
+Record = dict[str, Any]
+
+_HEADER = struct.Struct("<II")
+_MAX_RECORD = 64 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class JournalOptions:
+    """How the journal syncs and compacts."""
+
+    fsync: FsyncPolicy = "batch"
+    """``always``, ``batch`` (group commit every ``batch_ms``) or ``none``."""
+    batch_ms: float = 5.0
+    """Group-commit period of the ``batch`` policy."""
+    snapshot_every: int = 100_000
+    """Write a snapshot (and drop older logs) after this many records."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """Records read from one file and whether it ended cleanly."""
+
+    records: list[Record]
+    good_bytes: int
+    """Length of the valid prefix of the file."""
+    torn: bool
+    """True when bytes after ``good_bytes`` were ignored (short or corrupt frame)."""
+
+
+def encode(record: Record) -> bytes:
+    """One frame: header plus the record's compact JSON."""
+    payload = json.dumps(record, separators=(",", ":")).encode()
+    return _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def decode_all(data: bytes) -> ReadResult:
+    """Decode frames until the end or the first short/corrupt one.
+
+    Args:
+        data: a whole file's bytes.
+
+    Returns:
+        The good records, the good prefix length and whether a tail was ignored.
+    """
+    out: list[Record] = []
+    pos = 0
+    n = len(data)
+    while pos < n:
+        if n - pos < _HEADER.size:
+            return ReadResult(out, pos, True)
+        length, crc = _HEADER.unpack_from(data, pos)
+        end = pos + _HEADER.size + length
+        if length > _MAX_RECORD or end > n:
+            return ReadResult(out, pos, True)
+        payload = data[pos + _HEADER.size : end]
+        if zlib.crc32(payload) != crc:
+            return ReadResult(out, pos, True)
+        try:
+            rec = json.loads(payload)
+        except ValueError:
+            return ReadResult(out, pos, True)
+        if not isinstance(rec, dict) or not isinstance(rec.get("s"), int):
+            return ReadResult(out, pos, True)
+        out.append(rec)
+        pos = end
+    return ReadResult(out, pos, False)
+
+
+def _name(kind: str, seq: int) -> str:
+    return f"{kind}-{seq:020d}.mj"
+
+
+def _files(directory: Path, kind: str) -> list[tuple[int, Path]]:
+    found = []
+    for p in directory.glob(f"{kind}-*.mj"):
+        with contextlib.suppress(ValueError):
+            found.append((int(p.name[len(kind) + 1 : -3]), p))
+    return sorted(found)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """What :func:`recover` found in a data directory."""
+
+    records: list[Record]
+    """Snapshot records then log records, in seq order, each seq once."""
+    last_seq: int
+    torn_files: list[str]
+    """Files whose tail was ignored."""
+
+
+def recover(directory: Path) -> Recovered:
+    """Read the newest snapshot and the logs after it.
+
+    Args:
+        directory: the data directory (may be empty or missing).
+
+    Returns:
+        The records to replay, in order; snapshot records carry seq 0 and come first.
+    """
+    if not directory.exists():
+        return Recovered([], 0, [])
+    torn: list[str] = []
+    snaps = _files(directory, "snap")
+    base = 0
+    records: list[Record] = []
+    if snaps:
+        base, path = snaps[-1]
+        res = decode_all(path.read_bytes())
+        if res.torn:
+            # A renamed snapshot was fsynced first, so this is real damage, not a crash.
+            raise ValueError(f"snapshot {path} is corrupt after byte {res.good_bytes}")
+        records.extend(res.records)
+    last = base
+    for start, path in _files(directory, "log"):
+        if start < base:
+            continue
+        res = decode_all(path.read_bytes())
+        if res.torn:
+            torn.append(path.name)
+        for rec in res.records:
+            if rec["s"] > last:
+                records.append(rec)
+                last = rec["s"]
+    return Recovered(records, last, torn)
+
+
+class Journal:
+    """Appends records to the current log file; syncs per :class:`JournalOptions`.
+
+    Args:
+        directory: data directory (created if missing).
+        last_seq: seq of the last record already in the directory (from :func:`recover`).
+        options: fsync policy and snapshot period.
+    """
+
+    def __init__(
+        self, directory: Path, last_seq: int, options: JournalOptions | None = None
+    ) -> None:
+        self.directory = directory
+        self.options = options or JournalOptions()
+        directory.mkdir(parents=True, exist_ok=True)
+        self.last_seq = last_seq
+        self.durable_seq = last_seq
+        self.since_snapshot = 0
+        self.fsyncs = 0
+        self._fd = self._open_log(last_seq)
+        self._cond: asyncio.Condition | None = None
+        self._flusher: asyncio.Task[None] | None = None
+        self._closed = False
+        self._snapshotting: asyncio.Task[None] | None = None
+
+    def _open_log(self, start: int) -> int:
+        logs = _files(self.directory, "log")
+        if logs and logs[-1][0] <= start:
+            # Continue the newest log (it holds the records up to ``start``), cutting a torn tail so appends follow good frames.
+            path = logs[-1][1]
+            res = decode_all(path.read_bytes())
+            if res.torn:
+                log.warning("journal %s: ignoring a torn tail after byte %d", path, res.good_bytes)
+                os.truncate(path, res.good_bytes)
+        else:
+            path = self.directory / _name("log", start)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        _fsync_dir(self.directory)
+        return fd
+
+    # ---------------------------------------------------------------- append
+    def append(self, records: Iterable[Record]) -> int:
+        """Number and write the records (not yet synced).
+
+        Returns:
+            The seq of the last record written (the value to pass to :meth:`wait_durable`).
+        """
+        chunks = []
+        for rec in records:
+            self.last_seq += 1
+            rec["s"] = self.last_seq
+            chunks.append(encode(rec))
+        if chunks:
+            os.write(self._fd, b"".join(chunks))
+            self.since_snapshot += len(chunks)
+        return self.last_seq
+
+    async def wait_durable(self, seq: int) -> None:
+        """Return once every record up to ``seq`` is durable under the fsync policy."""
+        policy = self.options.fsync
+        if policy == "none" or seq <= self.durable_seq:
+            return
+        if policy == "always":
+            await self._sync()
+            return
+        if self._cond is None:
+            self._cond = asyncio.Condition()
+            self._flusher = asyncio.create_task(self._flush_loop(), name="journal-flush")
+        async with self._cond:
+            await self._cond.wait_for(lambda: self.durable_seq >= seq or self._closed)
+
+    async def _sync(self) -> None:
+        target = self.last_seq
+        if target <= self.durable_seq:
+            return
+        await asyncio.to_thread(os.fsync, self._fd)
+        self.fsyncs += 1
+        self.durable_seq = max(self.durable_seq, target)
+
+    async def _flush_loop(self) -> None:
+        assert self._cond is not None
+        while not self._closed:
+            await asyncio.sleep(self.options.batch_ms / 1000)
+            if self.last_seq > self.durable_seq:
+                await self._sync()
+                async with self._cond:
+                    self._cond.notify_all()
+
+    # -------------------------------------------------------------- snapshot
+    def rotate(self) -> int:
+        """Start a new log at the current seq (call under the service lock).
+
+        Returns:
+            The seq the snapshot to write next must cover.
+        """
+        os.fsync(self._fd)
+        os.close(self._fd)
+        seq = self.last_seq
+        self._fd = os.open(
+            self.directory / _name("log", seq), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
+        )
+        self.durable_seq = seq
+        self.since_snapshot = 0
+        return seq
+
+    def write_snapshot(self, seq: int, records: Iterator[Record] | list[Record]) -> Path:
+        """Write ``snap-<seq>`` atomically, then delete files it makes redundant.
+
+        Safe in a worker thread: touches only files, not the open log.
+        """
+        path = self.directory / _name("snap", seq)
+        tmp = path.with_suffix(".mj.tmp")
+        with open(tmp, "wb") as f:
+            buf = []
+            for rec in records:
+                rec["s"] = 0
+                buf.append(encode(rec))
+                if len(buf) >= 4096:
+                    f.write(b"".join(buf))
+                    buf.clear()
+            f.write(b"".join(buf))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(self.directory)
+        for s, p in _files(self.directory, "snap"):
+            if s < seq:
+                p.unlink(missing_ok=True)
+        for s, p in _files(self.directory, "log"):
+            if s < seq:
+                p.unlink(missing_ok=True)
+        return path
+
+    def maybe_compact(self, image: Any) -> None:
+        """Snapshot when ``snapshot_every`` records accumulated (call under the service
+        lock: the log is rotated and the image copied there; the file is written in a
+        worker thread)."""
+        if self.since_snapshot < self.options.snapshot_every or self._snapshotting is not None:
+            return
+        seq = self.rotate()
+        records = list(image.records())
+        self._snapshotting = asyncio.create_task(self._snapshot_in_thread(seq, records))
+
+    async def _snapshot_in_thread(self, seq: int, records: list[Record]) -> None:
+        try:
+            await asyncio.to_thread(self.write_snapshot, seq, records)
+        except OSError:
+            log.exception("journal snapshot at seq %d failed; logs are kept", seq)
+        finally:
+            self._snapshotting = None
+
+    async def close(self) -> None:
+        """Sync, stop the flusher and close the file."""
+        if self._closed:
+            return
+        if self._snapshotting is not None:
+            await self._snapshotting
+        await self._sync()
+        self._closed = True
+        if self._cond is not None:
+            async with self._cond:
+                self._cond.notify_all()
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+        os.close(self._fd)
