@@ -10,6 +10,7 @@ from mooncake_core import __version__
 from . import (
     audit_cmd,
     bench_cmd,
+    cluster_cmd,
     conductor_cmd,
     config_cmd,
     db_cmd,
@@ -34,6 +35,7 @@ app.add_typer(audit_cmd.app, name="audit")
 app.add_typer(db_cmd.app, name="db")
 app.add_typer(sim_cmd.app, name="sim")
 app.add_typer(master_cmd.app, name="master")
+app.add_typer(cluster_cmd.app, name="cluster")
 app.add_typer(store_cmd.app, name="store")
 app.add_typer(worker_cmd.app, name="worker")
 app.add_typer(conductor_cmd.app, name="conductor")

@@ -1,0 +1,131 @@
+"""Helpers for the cluster tests: a config on free ports, the CLI as a subprocess."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mooncake_core.config import ClusterConfig
+
+
+def free_port(address: str = "127.0.0.1") -> int:
+    """A TCP port that is free right now on ``address``."""
+    with socket.socket() as s:
+        s.bind((address, 0))
+        return int(s.getsockname()[1])
+
+
+def make_config(
+    tmp_path: Path,
+    *,
+    address: str = "127.0.0.1",
+    workers: bool = False,
+    name: str = "mooncake.yaml",
+    **top: Any,
+) -> tuple[Path, dict[str, Any]]:
+    """Write the default config with every port free, a temp state_dir and small segments.
+
+    Returns:
+        The file and the dict written (tests edit and rewrite it).
+    """
+    cfg: dict[str, Any] = ClusterConfig().model_dump(mode="json", exclude_none=True)
+    cfg["state_dir"] = str(tmp_path / "state")
+    cfg["hosts"] = [{"name": "local", "address": address}]
+    ports = _unique_ports(address, 16)
+    cfg["master"]["port"], cfg["master"]["metrics_port"] = ports.pop(), ports.pop()
+    for node in cfg["store_nodes"]:
+        node["data_port"], node["metrics_port"] = ports.pop(), ports.pop()
+        node["segment_size"] = 16 << 20
+    cfg["conductor"]["http_port"], cfg["conductor"]["rpc_port"] = ports.pop(), ports.pop()
+    for role in ("prefill_workers", "decode_workers"):
+        if workers:
+            for w in cfg[role]:
+                w["rpc_port"], w["data_port"] = ports.pop(), ports.pop()
+        else:
+            cfg[role] = []
+    cfg["dashboard"]["port"] = ports.pop()
+    cfg.update(top)
+    path = tmp_path / name
+    write_config(path, cfg)
+    return path, cfg
+
+
+def write_config(path: Path, cfg: dict[str, Any]) -> None:
+    """Write ``cfg`` as YAML to ``path``."""
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+
+
+def _unique_ports(address: str, n: int) -> list[int]:
+    ports: set[int] = set()
+    while len(ports) < n:
+        ports.add(free_port(address))
+    return sorted(ports)
+
+
+def cli(
+    *args: str, timeout: float = 120, prefix: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    """Run ``mooncake ARGS`` (optionally behind ``prefix``, e.g. ``ip netns exec NS``)."""
+    env = {**os.environ, "COLUMNS": "250", "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(
+        [*prefix, sys.executable, "-m", "mooncake_cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def has_command(*path: str) -> bool:
+    """Whether this installation has ``mooncake PATH...``."""
+    from mooncake_cli.cluster_cmd import available_commands
+
+    return tuple(path) in available_commands()
+
+
+def pid_gone(pid: int) -> bool:
+    """True when ``pid`` no longer runs (a zombie counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def group_gone(pgid: int) -> bool:
+    """True when no live process is left in process group ``pgid``."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return False
+    return True
+
+
+def kill_recorded(state_dir: Path) -> None:
+    """Teardown safety net: SIGKILL every process group recorded under ``state_dir``."""
+    import json
+
+    for rec in (state_dir / "run").glob("*.json"):
+        try:
+            pgid = int(json.loads(rec.read_text())["pgid"])
+        except (OSError, ValueError, KeyError):
+            continue
+        try:
+            if not group_gone(pgid):
+                os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    time.sleep(0.1)
