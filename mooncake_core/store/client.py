@@ -83,6 +83,10 @@ class Client:
             ConflictError: a segment name is already mounted by another client.
             StoreError: anything else the master refused; nothing is left running.
         """
+        if self._master is not None:
+            return self  # already set up (setup() then `with`)
+        if self._closed:
+            raise UnavailableError(ErrorCode.UNAVAILABLE, "client is closed; make a new one")
         o = self.options
         try:
             self._master = SyncMaster(o.master, self.client_id, o.secret, o.rpc_timeout_s)

@@ -1,0 +1,38 @@
+"""Fixtures: one real master + two real store nodes per module, clients in the test process."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from store_client_procs import TEST_MASTER, Cluster, start_cluster
+
+from mooncake_core.config.models import MasterConfig
+from mooncake_core.store.client import Client
+from mooncake_core.store.client_options import ClientOptions
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = start_cluster(tmp_path_factory.mktemp("store_client"))
+    yield c
+    c.close()
+
+
+def make_client(c: Cluster, **kw: object) -> Client:
+    opts = ClientOptions(master=c.address, master_config=MasterConfig(**TEST_MASTER), **kw)  # type: ignore[arg-type]
+    return Client(opts).setup()
+
+
+@pytest.fixture(scope="module")
+def client(cluster: Cluster) -> Iterator[Client]:
+    """A client hosting no segment (auto transport: shm to the nodes on this host)."""
+    with make_client(cluster) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def tcp_client(cluster: Cluster) -> Iterator[Client]:
+    """A client forced onto tcp."""
+    with make_client(cluster, transport="tcp") as c:
+        yield c

@@ -1,0 +1,150 @@
+"""Real processes for the store client tests: a master and store nodes on free ports."""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import yaml
+
+MASTER_READY = re.compile(r"serving on ([\d.]+):(\d+) \(metrics on [\d.]+:(\d+)")
+NODE_READY = re.compile(r"serving segment (\S+) .* at ([\d.]+:\d+) \(health on ([\d.]+:\d+)\)")
+
+TEST_MASTER = {
+    "client_ttl_s": 2.0,
+    "heartbeat_interval_s": 0.5,
+    "unmount_grace_s": 0.5,
+    "max_slice_size": 16 << 20,
+    "max_object_size": 100 << 20,
+}
+"""Short TTLs so a killed node expires quickly; 16 MiB slices so 70 MiB spans segments."""
+
+
+@dataclass
+class Proc:
+    """A started process, its ready-line match and captured stderr."""
+
+    proc: subprocess.Popen[bytes]
+    match: re.Match[str]
+    log: list[str] = field(default_factory=list)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _drain(stream: IO[bytes], log: list[str]) -> None:
+    for line in stream:
+        log.append(line.decode(errors="replace"))
+
+
+def spawn(cmd: list[str], ready: re.Pattern[str], timeout: float = 60.0) -> Proc:
+    """Start ``python -m mooncake_cli <cmd>`` and wait for ``ready`` on its stderr."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mooncake_cli", *cmd],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        env=env,
+    )
+    assert proc.stderr is not None
+    deadline = time.monotonic() + timeout
+    buf = b""
+    while time.monotonic() < deadline:
+        r, _, _ = select.select([proc.stderr], [], [], 0.2)
+        if r:
+            chunk = os.read(proc.stderr.fileno(), 65536)
+            if not chunk:
+                break
+            buf += chunk
+            m = ready.search(buf.decode(errors="replace").replace("\n", " "))
+            if m:
+                p = Proc(proc, m, [buf.decode(errors="replace")])
+                threading.Thread(target=_drain, args=(proc.stderr, p.log), daemon=True).start()
+                return p
+        if proc.poll() is not None:
+            break
+    proc.kill()
+    raise AssertionError(f"{cmd[:2]} did not start: {buf.decode(errors='replace')[-3000:]}")
+
+
+def stop(p: Proc, timeout: float = 15.0) -> int:
+    """SIGTERM and wait; returns the exit status (kills it if it hangs)."""
+    if p.proc.poll() is None:
+        p.proc.send_signal(signal.SIGTERM)
+        try:
+            return p.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.proc.kill()
+            p.proc.wait()
+            raise AssertionError("".join(p.log)[-3000:]) from None
+    return p.proc.returncode
+
+
+def remove_shm_of(pid: int) -> None:
+    """Delete /dev/shm files a SIGKILLed Transfer Engine could not clean up."""
+    for path in glob.glob(f"/dev/shm/mooncake-{pid}-*"):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+@dataclass
+class Cluster:
+    """A master and store nodes; ``config`` is the YAML they were started with."""
+
+    config: Path
+    master: Proc
+    address: str
+    nodes: dict[str, Proc]
+
+    def start_node(self, name: str, size: str = "64MiB") -> Proc:
+        cmd = ["store", "node", "--name", name, "--size", size, "--master", self.address]
+        cmd += ["--config", str(self.config), "--metrics-port", "0"]
+        p = spawn(cmd, NODE_READY)
+        self.nodes[name] = p
+        return p
+
+    def close(self) -> None:
+        for p in self.nodes.values():
+            if p.proc.poll() is None:
+                stop(p)
+            remove_shm_of(p.proc.pid)
+        stop(self.master)
+
+
+def start_cluster(tmp: Path, nodes: tuple[str, ...] = ("n0", "n1")) -> Cluster:
+    """A real master (TEST_MASTER settings) and one node per name, started in parallel."""
+    cfg = tmp / "mooncake.yaml"
+    cfg.write_text(yaml.safe_dump({"state_dir": str(tmp), "master": TEST_MASTER}))
+    port = free_port()
+    master = spawn(
+        ["master", "--config", str(cfg), "--port", str(port), "--metrics-port", "0"],
+        MASTER_READY,
+    )
+    c = Cluster(cfg, master, f"127.0.0.1:{port}", {})
+    try:
+        starters = [threading.Thread(target=c.start_node, args=(n,)) for n in nodes]
+        for t in starters:
+            t.start()
+        for t in starters:
+            t.join()
+        if set(c.nodes) != set(nodes):
+            raise AssertionError(f"only {sorted(c.nodes)} of {nodes} started")
+    except BaseException:
+        c.close()
+        raise
+    return c

@@ -1,0 +1,83 @@
+"""SIGKILL a store node: surviving replicas stay readable, lost objects are never garbage."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import make_client
+from store_client_procs import TEST_MASTER, Cluster, remove_shm_of, start_cluster
+
+from mooncake_core.store import ReplicateConfig
+from mooncake_core.store.client import Client
+from mooncake_core.store.errors import ConflictError, NotFoundError, UnavailableError
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def own_cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = start_cluster(tmp_path)
+    yield c
+    c.close()
+
+
+def _blob(n: int, seed: int) -> bytes:
+    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+def _wait_until_missing(c: Client, key: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while c.is_exist(key):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{key} still listed {timeout}s after its node died")
+        time.sleep(0.2)
+
+
+def test_kill_node_surviving_replicas_read_lost_ones_not_found(own_cluster: Cluster) -> None:
+    # tcp: a dead node is noticed at once (connection refused). auto: shm reads of a
+    # killed node's still-mapped file return its last (correct) bytes until the
+    # master expires the node; never anything else.
+    tcp = make_client(own_cluster, transport="tcp")
+    shm = make_client(own_cluster)
+    both, only1, only0 = _blob(1 << 20, 1), _blob(256 << 10, 2), _blob(4096, 3)
+    tcp.put("both", both, ReplicateConfig(replica_num=2))
+    tcp.put("only-n1", only1, ReplicateConfig(preferred_segments=("n1",)))
+    tcp.put("only-n0", only0, ReplicateConfig(preferred_segments=("n0",)))
+    assert tcp.stat("only-n1").replicas[0][0].segment == "n1"
+
+    victim = own_cluster.nodes["n1"].proc
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    remove_shm_of(victim.pid)
+
+    # Before the master notices: the surviving replica serves reads.
+    assert tcp.get("both") == both
+    assert tcp.get("only-n0") == only0
+    with pytest.raises((UnavailableError, NotFoundError)):
+        tcp.get("only-n1")
+    got = None
+    try:
+        got = shm.get("only-n1")
+    except (UnavailableError, NotFoundError):
+        pass
+    assert got in (None, only1)  # never garbage
+    # A write whose replica lands on the dead node is revoked, not left half-written.
+    with pytest.raises(UnavailableError, match="revoked"):
+        tcp.put("to-dead", b"x" * 4096, ReplicateConfig(preferred_segments=("n1",)))
+    with pytest.raises((NotFoundError, ConflictError)):
+        tcp.get("to-dead")
+
+    # After client_ttl_s the master drops n1: lost objects are NOT_FOUND everywhere.
+    _wait_until_missing(tcp, "only-n1", TEST_MASTER["client_ttl_s"] + 10)
+    for c in (tcp, shm):
+        with pytest.raises(NotFoundError):
+            c.get("only-n1")
+        assert c.get("both") == both
+    assert [r[0].segment for r in tcp.stat("both").replicas] == ["n0"]
+    tcp.close()
+    shm.close()

@@ -1,0 +1,168 @@
+"""Round trips through real processes: a master, two store nodes, clients in this process."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+import pytest
+import torch
+from conftest import make_client
+from store_client_procs import Cluster
+
+from mooncake_core.store import ReplicateConfig
+from mooncake_core.store.client import Client
+from mooncake_core.store.client_options import SegmentSpec
+from mooncake_core.store.errors import ErrorCode, NotFoundError, StoreError
+
+pytestmark = pytest.mark.integration
+
+KiB, MiB = 1 << 10, 1 << 20
+
+
+def blob(n: int, seed: int) -> bytes:
+    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+def sha(b: bytes | memoryview) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+@pytest.mark.parametrize("size", [4 * KiB, 1 * MiB])
+@pytest.mark.parametrize("which", ["client", "tcp_client"])
+def test_put_get_checksums(size: int, which: str, request: pytest.FixtureRequest) -> None:
+    c: Client = request.getfixturevalue(which)
+    key = f"rt/{which}/{size}"
+    data = blob(size, size)
+    c.put(key, data)
+    assert sha(c.get(key)) == sha(data)
+    assert c.get_size(key) == size
+    assert c.is_exist(key)
+    seg = c.stat(key).replicas[0][0].segment
+    assert c.transport_of(seg) == ("shm" if which == "client" else "tcp")
+    c.remove(key, force=True)
+    assert not c.is_exist(key)
+
+
+def test_zero_copy_70mib_sliced_across_both_nodes(client: Client) -> None:
+    n = 70 * MiB
+    src = np.frombuffer(bytearray(blob(n, 70)), dtype=np.uint8)
+    dst = np.zeros(n, dtype=np.uint8)
+    a, b = client.register_buffer(src), client.register_buffer(dst)
+    try:
+        client.put_from("big/70", a, n)
+        info = client.stat("big/70")
+        assert {s.segment for s in info.replicas[0]} == {"n0", "n1"}  # 64 MiB nodes
+        assert sum(s.length for s in info.replicas[0]) == n
+        assert client.get_into("big/70", b, n) == n
+        assert sha(dst) == sha(src)
+    finally:
+        client.remove("big/70", force=True)
+        client.unregister_buffer(a)
+        client.unregister_buffer(b)
+
+
+def test_two_replicas_on_distinct_nodes_each_readable(client: Client) -> None:
+    data = blob(1 * MiB, 2)
+    client.put("rep/2", data, ReplicateConfig(replica_num=2))
+    reps = client.stat("rep/2").replicas
+    assert len(reps) == 2
+    assert {r[0].segment for r in reps} == {"n0", "n1"}
+    assert client.get("rep/2") == data
+    client.remove("rep/2", force=True)
+
+
+def test_batch_calls_per_item_results(client: Client) -> None:
+    keys = [f"batch/{i}" for i in range(16)]
+    vals = [blob(4 * KiB + i, i) for i in range(16)]
+    assert client.put_batch(keys, vals) == [None] * 16
+    got = client.get_batch([*keys, "batch/missing"])
+    assert got[:16] == vals
+    assert isinstance(got[16], NotFoundError)
+    assert client.batch_is_exist(["batch/0", "batch/missing"]) == [True, False]
+    # zero-copy batches
+    src = np.frombuffer(bytearray(b"".join(blob(64 * KiB, 100 + i) for i in range(8))), np.uint8)
+    dst = np.zeros_like(src)
+    a, b = client.register_buffer(src), client.register_buffer(dst)
+    zk = [f"zbatch/{i}" for i in range(8)]
+    offs = [i * 64 * KiB for i in range(8)]
+    res = client.batch_put_from(zk, [a + o for o in offs], [64 * KiB] * 8)
+    assert res == [None] * 8
+    dup = client.batch_put_from(["zbatch/0"], [a], [64 * KiB])
+    assert isinstance(dup[0], StoreError) and dup[0].code == ErrorCode.OBJECT_ALREADY_EXISTS
+    sizes = client.batch_get_into(zk, [b + o for o in offs], [64 * KiB] * 8)
+    assert sizes == [64 * KiB] * 8
+    assert sha(dst) == sha(src)
+    removed = client.remove_by_regex(r"^z?batch/", force=True)
+    assert removed.removed == 24
+    client.unregister_buffer(a)
+    client.unregister_buffer(b)
+
+
+def test_upsert_replaces_and_tensor_round_trip(client: Client) -> None:
+    client.put("up/k", b"old value")
+    client.upsert("up/k", b"new")
+    assert client.get("up/k") == b"new"
+    t = torch.arange(24, dtype=torch.bfloat16).reshape(2, 3, 4)
+    client.put_tensor("up/t", t)
+    back = client.get_tensor("up/t")
+    assert back.dtype == torch.bfloat16 and back.shape == (2, 3, 4)
+    assert torch.equal(back, t)
+    client.remove_by_prefix("up/", force=True)
+
+
+def test_own_segment_uses_local_memcpy(cluster: Cluster) -> None:
+    with make_client(cluster, segments=(SegmentSpec(f"own-{os.getpid()}", 8 * MiB),)) as c:
+        seg = c.segments[0]
+        data = blob(2 * MiB, 9)
+        c.put("own/k", data, ReplicateConfig(preferred_segments=(seg,)))
+        assert c.stat("own/k").replicas[0][0].segment == seg
+        assert c.transport_of(seg) == "local"
+        assert c.get("own/k") == data
+        c.remove("own/k", force=True)
+
+
+def test_pins_through_client(client: Client) -> None:
+    client.put("pinned/a", b"x")
+    p = client.pin("pinned/", prefix=True, hard=True)
+    assert p.hard and p.is_prefix
+    assert any(q.target == "pinned/" for q in client.list_pins())
+    assert client.stat("pinned/a").pin.name == "HARD"
+    client.unpin("pinned/", prefix=True)
+    assert client.stat("pinned/a").pin.name == "NONE"
+    client.remove("pinned/a", force=True)
+
+
+def test_bad_inputs_are_refused_and_nothing_stored_changes(client: Client) -> None:
+    keep = {f"keep/{i}": blob(4 * KiB, 500 + i) for i in range(4)}
+    for k, v in keep.items():
+        client.put(k, v)
+    before = client.list_keys()
+    buf = np.zeros(64 * KiB, dtype=np.uint8)
+    a = client.register_buffer(buf)
+    cases: list[tuple[ErrorCode, object]] = [
+        (ErrorCode.INVALID_KEY, lambda: client.put("", b"x")),
+        (ErrorCode.INVALID_KEY, lambda: client.put("k" * 4097, b"x")),
+        (ErrorCode.INVALID_PARAMS, lambda: client.put("empty", b"")),
+        (ErrorCode.OBJECT_TOO_LARGE, lambda: client.put_from("huge", a, 101 * MiB)),
+        (ErrorCode.INVALID_PARAMS, lambda: client.put_from("oob", a + 1, 64 * KiB)),
+        (ErrorCode.INVALID_PARAMS, lambda: client.put_from("unreg", 4096, 16)),
+        (ErrorCode.INVALID_PARAMS, lambda: client.get_into("keep/0", a, 16)),
+        (ErrorCode.NO_AVAILABLE_SEGMENT, lambda: client.put("r3", b"x", ReplicateConfig(3))),
+        (ErrorCode.OBJECT_ALREADY_EXISTS, lambda: client.put("keep/0", b"overwrite?")),
+        (ErrorCode.OBJECT_NOT_FOUND, lambda: client.get("never/written")),
+        (ErrorCode.INVALID_PARAMS, lambda: client.put_batch(["a", "b"], [b"x"])),
+        (ErrorCode.INVALID_PARAMS, lambda: client.remove_by_regex("(")),
+    ]
+    for code, call in cases:
+        with pytest.raises(StoreError) as ei:
+            call()  # type: ignore[operator]
+        assert ei.value.code == code, (code, ei.value)
+        assert ei.value.message
+    assert buf[:16].tolist() == [0] * 16  # the too-small get_into wrote nothing
+    after = client.list_keys()
+    assert after == before  # no half-written or new key
+    assert client.get_batch(list(keep)) == list(keep.values())
+    client.unregister_buffer(a)
+    client.remove_by_prefix("keep/", force=True)
