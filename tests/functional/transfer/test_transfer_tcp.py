@@ -230,3 +230,28 @@ def test_concurrent_submitters_share_one_engine(start_target, make_engine):
     for th in threads:
         th.join(timeout=60)
     assert not errors, errors
+
+
+def test_edges_zero_length_and_exact_end(start_target, make_engine):
+    target = start_target(size=MiB)
+    eng = make_engine()
+    seg = eng.open_segment(target.name)
+    local = eng.register_memory(bytearray(MiB))
+    batch = eng.allocate_batch(3)
+    eng.submit(
+        batch,
+        [
+            TransferRequest(OpCode.READ, local, 0, seg, MiB, 0),  # empty, at the very end
+            TransferRequest(OpCode.READ, local, MiB - 1, seg, MiB - 1, 1),  # last byte
+            TransferRequest(OpCode.WRITE, local, 0, seg, 0, 0),
+        ],
+    )
+    statuses = eng.wait(batch, timeout=30)
+    assert [s.state for s in statuses] == [TransferState.COMPLETED] * 3
+    assert [s.transferred for s in statuses] == [0, 1, 0]
+    assert bytes(local.view()[MiB - 1 :]) == pattern(MiB)[MiB - 1 :]
+    eng.free_batch(batch)
+    with pytest.raises(TransferError, match="capacity must be"):
+        eng.allocate_batch(0)
+    with pytest.raises(TransferError, match="no request 7"):
+        eng.status(batch, 7)
