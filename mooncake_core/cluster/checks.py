@@ -295,14 +295,20 @@ class NicCheck:
                 elif mtu is not None:
                     mtus[f"{host.name}/{nic}"] = mtu
         if len(set(mtus.values())) > 1:
-            common = max(set(mtus.values()), key=list(mtus.values()).count)
+            values = list(mtus.values())
+            # The most common MTU wins; on a tie the larger (jumbo frames are deliberate).
+            common = max(set(values), key=lambda v: (values.count(v), v))
             odd = sorted(k for k, v in mtus.items() if v != common)
             results.append(
                 CheckResult(
                     self.name,
                     False,
                     "MTU mismatch: " + ", ".join(f"{k}={mtus[k]}" for k in sorted(mtus)),
-                    f"set the same MTU everywhere, e.g. ip link set <nic> mtu {common} on {', '.join(odd)}",
+                    "use one MTU on every NIC: "
+                    + "; ".join(
+                        f"on {k.split('/')[0]}: ip link set {k.split('/', 1)[1]} mtu {common}"
+                        for k in odd
+                    ),
                 )
             )
         if not results:

@@ -179,10 +179,8 @@ class SshLauncher:
 
     def group_alive(self, rec: ComponentRecord) -> bool:
         """Whether any live process of the group is left on the host."""
-        out = self.run(
-            f"ps -o stat= -g {rec.pgid} 2>/dev/null || ps -eo pgid=,stat= | awk '$1=={rec.pgid}{{print $2}}' || true"
-        )
-        return any(s and not s.startswith("Z") for s in out.split())
+        out = self.run(f"ps -eo pgid=,stat= | awk '$1 == {int(rec.pgid)} {{print $2}}'")
+        return any(not s.startswith("Z") for s in out.split())
 
     def stop(self, rec: ComponentRecord, grace_s: float = 10.0) -> bool:
         """SIGTERM the remote group, SIGKILL after ``grace_s``; remove the pid file."""

@@ -39,7 +39,8 @@ def make_config(
     cfg: dict[str, Any] = ClusterConfig().model_dump(mode="json", exclude_none=True)
     cfg["state_dir"] = str(tmp_path / "state")
     cfg["hosts"] = [{"name": "local", "address": address}]
-    ports = _unique_ports(address, 16)
+    # Free on loopback here; a fresh namespace has every port free anyway.
+    ports = _unique_ports("127.0.0.1", 16)
     cfg["master"]["port"], cfg["master"]["metrics_port"] = ports.pop(), ports.pop()
     for node in cfg["store_nodes"]:
         node["data_port"], node["metrics_port"] = ports.pop(), ports.pop()
