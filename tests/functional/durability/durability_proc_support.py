@@ -128,3 +128,42 @@ def health(proc: Proc) -> dict[str, Any]:
             return data
     except OSError:
         return {}
+
+
+NODE_READY = re.compile(r"serving segment (\S+) .* at ([\d.]+:\d+) \(health on ([\d.]+:\d+)\)")
+
+
+def start_node(config: Path, master: str, name: str, size: str = "32MiB") -> Proc:
+    """`mooncake store node` hosting one DRAM segment; waits for its ready line."""
+    cmd = [sys.executable, "-m", "mooncake_cli", "store", "node", "--name", name]
+    cmd += ["--size", size, "--master", master, "--config", str(config), "--metrics-port", "0"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env)
+    assert p.stderr is not None
+    buf = b""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([p.stderr], [], [], 0.2)
+        if ready:
+            chunk = os.read(p.stderr.fileno(), 65536)
+            if not chunk:
+                break
+            buf += chunk
+            if NODE_READY.search(buf.decode(errors="replace").replace("\n", " ")):
+                proc = Proc(p, [buf.decode(errors="replace")])
+                threading.Thread(target=_drain, args=(p.stderr, proc.log), daemon=True).start()
+                return proc
+        if p.poll() is not None:
+            break
+    p.kill()
+    raise AssertionError(f"node {name} did not start: {buf.decode(errors='replace')[-3000:]}")
+
+
+def remove_shm_of(pid: int) -> None:
+    """Delete /dev/shm files a killed Transfer Engine could not clean up."""
+    import contextlib
+    import glob
+
+    for path in glob.glob(f"/dev/shm/mooncake-{pid}-*"):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
