@@ -148,7 +148,7 @@ def _foreground(sup: Supervisor) -> None:
     with Live(_status_table(sup.status()), console=err, refresh_per_second=2) as live:
         while not stop.wait(1.0):
             live.update(_status_table(sup.status()))
-    err.print("shutting down", highlight=False)
+    err.print("\nshutting down", highlight=False)
     sup.down()
 
 

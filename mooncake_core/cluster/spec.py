@@ -5,7 +5,10 @@ does no I/O. Which role commands exist is passed in (the CLI knows its own comma
 the core never imports typer), so a component whose command is not built in this
 version is planned as *skipped* with a note instead of failing at start::
 
-    etcd (if enabled) -> master -> store nodes -> conductor -> prefill, decode -> dashboard
+    etcd (if enabled) -> master -> store nodes -> prefill, decode -> conductor -> dashboard
+
+Workers come before the conductor: the conductor's start waits for every configured
+worker's first Health answer, while workers need only the master and the store.
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ ROLE_ORDER: tuple[str, ...] = (
     "etcd",
     "master",
     "store",
-    "conductor",
     "prefill",
     "decode",
+    "conductor",
     "dashboard",
 )
 """Roles in dependency order; ``down`` stops them in reverse."""
@@ -193,16 +196,6 @@ def plan(
                 f"store_nodes.{i}.metrics_port": node.metrics_port,
             },
         )
-    add(
-        "conductor",
-        "conductor",
-        cfg.conductor.host,
-        (),
-        {
-            "conductor.http_port": cfg.conductor.http_port,
-            "conductor.rpc_port": cfg.conductor.rpc_port,
-        },
-    )
     for role, workers in (("prefill", cfg.prefill_workers), ("decode", cfg.decode_workers)):
         for i, w in enumerate(workers):
             add(
@@ -215,6 +208,16 @@ def plan(
                     f"{role}_workers.{i}.data_port": w.data_port,
                 },
             )
+    add(
+        "conductor",
+        "conductor",
+        cfg.conductor.host,
+        (),
+        {
+            "conductor.http_port": cfg.conductor.http_port,
+            "conductor.rpc_port": cfg.conductor.rpc_port,
+        },
+    )
     add("dashboard", "dashboard", cfg.dashboard.host, (), {"dashboard.port": cfg.dashboard.port})
     return select(specs, only)
 
