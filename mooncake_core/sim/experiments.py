@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from mooncake_core.sim import plots
 from mooncake_core.sim.cache import BlockLRU
 from mooncake_core.sim.config import SimConfig, set_field
@@ -265,6 +267,7 @@ def run_rejection(
             _row(
                 adm,
                 s,
+                load_correlation=_load_correlation(res, trace),
                 paper_rejected=PAPER["rejections"][adm],
                 reasons=", ".join(f"{k}={v}" for k, v in s.rejected_by_reason.items()) or "-",
             )
@@ -305,11 +308,28 @@ def run_rejection(
             "p90_ttft_s",
             "avg_tbt_s",
             "goodput_rps",
+            "load_correlation",
             "paper_rejected",
         ],
         files,
         command,
     )
+
+
+def _load_correlation(res: SimResult, trace: Sequence[TraceRequest]) -> float:
+    """Pearson correlation of prefill busy and decode slot load while requests arrive.
+
+    Anti-phase oscillation (the paper's early-rejection pathology) shows as a negative
+    value; loads that rise and fall together give a positive one.
+    """
+    end = trace[-1].arrival_s if trace else 0.0
+    pts = [(s.prefill_busy, s.decode_load) for s in res.load if s.time_s <= end]
+    if len(pts) < 3:
+        return math.nan
+    a = np.array(pts)
+    if a[:, 0].std() == 0 or a[:, 1].std() == 0:
+        return math.nan
+    return float(np.corrcoef(a[:, 0], a[:, 1])[0, 1])
 
 
 def _global_lru_hit_rate(trace: Sequence[TraceRequest], capacity_tokens: int) -> float:

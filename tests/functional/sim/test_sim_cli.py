@@ -128,6 +128,7 @@ def test_rejection_and_pd_ratio_small(trace: Path, tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     rows = json.loads(res.stdout)
     assert rows[0]["run"] == "baseline" and rows[0]["rejected"] == rows[0]["wasted_prefills"]
+    assert all("load_correlation" in r for r in rows)
     assert (
         "what-if settings {'decode_max_batch': '1'}"
         in (tmp_path / "w" / "rejection.md").read_text()
