@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     import torch
 
 _MIN_STAGING = 1 << 20
+_RANK = {"local": 0, "shm": 1, "unknown": 2, "tcp": 3}
+"""Read preference by how a segment is reached (lower first)."""
 
 
 class Client:
@@ -368,9 +370,15 @@ class Client:
         return res.size
 
     def _order(self, replicas: Sequence[Replica]) -> list[Replica]:
-        """Replicas this process hosts entirely first (memcpy), then the master's order."""
-        local = self._local
-        return sorted(replicas, key=lambda r: 0 if all(s.segment in local for s in r) else 1)
+        """Cheapest path first: this process's memory, shm, not yet opened, tcp.
+
+        A replica costs what its slowest slice costs; ties keep the master's order.
+        """
+        if len(replicas) < 2:
+            return list(replicas)
+        rank = _RANK
+        tr = self._dp.transport_of
+        return sorted(replicas, key=lambda r: max(rank.get(tr(s.segment), 2) for s in r))
 
     def _read(self, res: GetResult, region: Region, off: int) -> None:
         reasons: list[str] = []
