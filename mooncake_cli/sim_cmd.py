@@ -267,6 +267,10 @@ def run(
     admission: Annotated[
         str | None, typer.Option("--admission", help="Admission strategy.")
     ] = None,
+    per_request: Annotated[
+        Path | None,
+        typer.Option("--per-request", help="Also write one CSV row per request to this file."),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Simulate one config and print its summary."""
@@ -287,6 +291,12 @@ def run(
         fail(f"bad trace: {e}")
     except (ValueError, FileNotFoundError) as e:
         fail(str(e))
+    if per_request is not None:
+        try:
+            res.write_csv(per_request)
+        except OSError as e:
+            fail(f"--per-request {per_request}: {e.strerror or e}")
+        err.print(f"wrote {per_request}", highlight=False)
     data = summary.as_dict()
     data["wall_s"] = round(res.wall_s, 3)
     data["requests_per_s"] = round(len(trace_reqs) / res.wall_s, 1) if res.wall_s > 0 else None

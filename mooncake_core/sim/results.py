@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import csv
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from pathlib import Path
 
 import numpy as np
 
@@ -129,6 +131,21 @@ class SimResult:
     load: list[LoadSample] = field(default_factory=list)
     counters: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
+
+    def write_csv(self, path: str | Path) -> Path:
+        """Write one row per request (every :class:`RequestResult` field) to ``path``.
+
+        Returns:
+            The path written.
+        """
+        p = Path(path)
+        names = [f.name for f in fields(RequestResult)]
+        with p.open("w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(names)
+            for r in self.requests:
+                w.writerow([getattr(r, n) for n in names])
+        return p
 
     def summary(self, ttft_slo_s: float, tbt_slo_s: float) -> Summary:
         """Aggregate the per-request results.

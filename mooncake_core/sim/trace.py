@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import random
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +27,6 @@ __all__ = [
     "load_trace",
     "parse_sample",
     "parse_trace",
-    "unique_block_fraction",
 ]
 
 TRACE_BLOCK_TOKENS = 512
@@ -272,18 +271,3 @@ def load_trace(
             block_tokens=block_tokens,
             backwards_tolerance_ms=backwards_tolerance_ms,
         )
-
-
-def unique_block_fraction(requests: Sequence[TraceRequest]) -> float:
-    """Fraction of all trace blocks whose id appeared in an earlier request.
-
-    This is the hit rate of an unlimited cache that stores every block of every
-    request: a property of the data alone.
-    """
-    seen: set[int] = set()
-    hits = total = 0
-    for r in requests:
-        total += len(r.hash_ids)
-        hits += sum(1 for h in r.hash_ids if h in seen)
-        seen.update(r.hash_ids)
-    return hits / total if total else 0.0

@@ -1,6 +1,7 @@
 """`mooncake sim ...` as a user runs it: real subprocesses on a small generated trace."""
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -54,24 +55,29 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return p
 
 
-def test_run_prints_json_summary(trace: Path) -> None:
-    res = run(
-        "run",
-        "--trace",
-        str(trace),
-        "--prefill",
-        "2",
-        "--decode",
-        "2",
-        "--policy",
-        "cache_aware",
-        "--json",
-    )
+def test_run_prints_json_summary_and_per_request_csv(trace: Path, tmp_path: Path) -> None:
+    csv_path = tmp_path / "reqs.csv"
+    args = ["run", "--trace", str(trace), "--prefill", "2", "--decode", "2"]
+    res = run(*args, "--policy", "cache_aware", "--per-request", str(csv_path), "--json")
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
     assert data["requests"] == 120 and data["served"] == 120
     assert 0 < data["avg_ttft_s"] < 60
     assert data["hit_rate"] > 0
+    lines = csv_path.read_text().splitlines()
+    assert len(lines) == 121 and lines[0].startswith("rid,arrival_s,input_length")
+
+
+def test_same_run_in_two_processes_with_different_hash_seeds(trace: Path, tmp_path: Path) -> None:
+    outs = []
+    for hash_seed in ("1", "2"):
+        p = tmp_path / f"r{hash_seed}.csv"
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        args = ["run", "--trace", str(trace), "--prefill", "3", "--decode", "2", "--seed", "4"]
+        res = run(*args, "--policy", "random", "--per-request", str(p), "--json", env=env)
+        assert res.returncode == 0, res.stderr
+        outs.append(p.read_text())
+    assert outs[0] == outs[1]
 
 
 def test_fig5_writes_table_and_plots(trace: Path, tmp_path: Path) -> None:
