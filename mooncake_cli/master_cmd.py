@@ -56,12 +56,14 @@ def master(
         str,
         typer.Option(
             "--fsync",
-            help="Journal sync policy: always | batch (group commit, default) | none.",
+            help="Journal sync: always (fsync before each reply, shared by concurrent "
+            "replies; default) | batch (each fsync waits --fsync-batch-ms to gather more) "
+            "| none (page cache only: survives a master crash, not a machine crash).",
         ),
-    ] = "batch",
+    ] = "always",
     fsync_batch_ms: Annotated[
-        float, typer.Option("--fsync-batch-ms", min=0.1, help="Group-commit period.")
-    ] = 5.0,
+        float, typer.Option("--fsync-batch-ms", min=0.1, help="Delay of each batch fsync.")
+    ] = 2.0,
     ha: Annotated[
         str | None,
         typer.Option(

@@ -218,23 +218,24 @@ class SsdTier:
         return self.directory / name[:2] / f"{name}.obj"
 
     def _read(self, path: Path, key: str) -> bytes | None:
+        # Header first, then the data straight into its own bytes object (no slicing copy).
         try:
             with open(path, "rb") as f:
-                blob = f.read()
+                head = f.read(HEADER_SIZE)
+                if len(head) < HEADER_SIZE:
+                    return None
+                magic, klen, dlen, digest = _HDR.unpack_from(head, 0)
+                (crc,) = _CRC.unpack_from(head, _HDR.size)
+                if magic != MAGIC or crc != zlib.crc32(head[: _HDR.size]):
+                    return None
+                if os.fstat(f.fileno()).st_size != HEADER_SIZE + klen + dlen:
+                    return None
+                if f.read(klen) != key.encode():
+                    return None  # another key with the same hash, or a damaged key
+                data = f.read(dlen)
         except OSError:
             return None
-        if len(blob) < HEADER_SIZE:
-            return None
-        magic, klen, dlen, digest = _HDR.unpack_from(blob, 0)
-        (crc,) = _CRC.unpack_from(blob, _HDR.size)
-        if magic != MAGIC or crc != zlib.crc32(blob[: _HDR.size]):
-            return None
-        if len(blob) != HEADER_SIZE + klen + dlen:
-            return None
-        if blob[HEADER_SIZE : HEADER_SIZE + klen] != key.encode():
-            return None  # another key with the same hash, or a damaged key
-        data = blob[HEADER_SIZE + klen :]
-        if xxhash.xxh3_64_intdigest(data) != digest:
+        if len(data) != dlen or xxhash.xxh3_64_intdigest(data) != digest:
             return None
         return data
 

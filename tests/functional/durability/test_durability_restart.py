@@ -29,7 +29,7 @@ async def _all_keys(mc: MasterClient) -> list[str]:
     return [k async for k in mc.iter_keys()]
 
 
-@pytest.mark.parametrize("fsync", ["batch", "none"])
+@pytest.mark.parametrize("fsync", ["always", "batch", "none"])
 async def test_sigkill_and_restart_keeps_acknowledged_objects(tmp_path: Path, fsync: str) -> None:
     port = free_port()
     data = tmp_path / "journal"

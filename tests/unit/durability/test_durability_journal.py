@@ -72,6 +72,25 @@ async def test_batch_policy_group_commits(tmp_path: Path) -> None:
     await j.close()
 
 
+async def test_always_policy_shares_fsyncs_between_concurrent_replies(tmp_path: Path) -> None:
+    j = Journal(tmp_path, 0, JournalOptions(fsync="always"))
+    seqs = [j.append(_recs(1, i)) for i in range(10)]
+    await asyncio.gather(*(j.wait_durable(s) for s in seqs))
+    assert j.durable_seq == 10 and j.fsyncs == 1
+    j.append(_recs(1, 99))
+    await j.wait_durable(11)  # a later record needs a new fsync
+    assert j.fsyncs == 2
+    await j.close()
+
+
+async def test_none_policy_never_fsyncs(tmp_path: Path) -> None:
+    j = Journal(tmp_path, 0, JournalOptions(fsync="none"))
+    await j.wait_durable(j.append(_recs(3)))
+    assert j.fsyncs == 0
+    await j.close()
+    assert len(recover(tmp_path).records) == 3
+
+
 async def test_reopen_cuts_torn_tail_and_appends_after_good_frames(tmp_path: Path) -> None:
     j = Journal(tmp_path, 0)
     j.append(_recs(2))
