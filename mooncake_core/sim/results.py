@@ -162,7 +162,8 @@ class SimResult:
         for r in reqs:
             if r.rejected:
                 reasons[r.reason] = reasons.get(r.reason, 0) + 1
-        blocks = sum(math.ceil(r.input_length / 512) for r in served)
+        # Complete blocks only: a partial tail block is never cached (hashing rule).
+        blocks = sum(r.input_length // 512 for r in served)
         hits = sum(r.prefix_hit_blocks for r in served)
         local = sum(r.local_hit_blocks for r in served)
         good = sum(

@@ -159,3 +159,15 @@ def test_load_samples_average_prefill_busy_time_over_the_window() -> None:
     busy = [s.prefill_busy for s in res.load]
     assert busy[0] == pytest.approx(1.0)
     assert busy[1] == pytest.approx(0.024)
+
+
+def test_hit_rate_counts_complete_blocks_only() -> None:
+    # r1 has 2 complete blocks + 100 tokens in a partial third block (its id is never
+    # cached); both complete blocks hit, so its hit rate is 2/2, the run's 2/4.
+    trace = [
+        req(0, 0.0, [1, 2]),
+        TraceRequest(1, 5.0, 2 * B + 100, 1, (1, 2, 77)),
+    ]
+    res = simulate(trace, cfg(), linear_cost())
+    assert res.requests[1].prefix_hit_blocks == 2
+    assert res.summary(30.0, 0.2).hit_rate == pytest.approx(2 / 4)
