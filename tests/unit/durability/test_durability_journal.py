@@ -144,3 +144,28 @@ def test_recover_of_missing_directory_is_empty(tmp_path: Path) -> None:
     got = recover(tmp_path / "nope")
     assert got.records == [] and got.last_seq == 0
     assert not os.path.exists(tmp_path / "nope")
+
+
+async def test_maybe_compact_snapshots_the_image_after_n_records(tmp_path: Path) -> None:
+    from mooncake_core.store.ha.image import MetadataImage
+
+    image = MetadataImage()
+    j = Journal(tmp_path, 0, JournalOptions(fsync="none", snapshot_every=4))
+    recs = [
+        {"t": "mount", "seg": "a", "client": "c", "cap": 4096, "addr": "", "loc": "cpu:0"},
+        *(
+            {"t": "stored", "key": f"k{i}", "size": 8, "replicas": [[["a", i * 64, 8]]]}
+            for i in range(3)
+        ),
+    ]
+    j.append(recs[:2])
+    image.apply_all(recs[:2])
+    j.maybe_compact(image)  # 2 < 4: nothing
+    j.append(recs[2:])
+    image.apply_all(recs[2:])
+    j.maybe_compact(image)
+    await j.close()  # waits for the snapshot thread
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"log-{4:020d}.mj", f"snap-{4:020d}.mj"]
+    got = recover(tmp_path)
+    assert [r["t"] for r in got.records] == ["mount", "stored", "stored", "stored"]
+    assert got.last_seq == 4
