@@ -61,7 +61,9 @@ def supervisor(config: Path | None, ready_timeout_s: float = 60.0) -> Supervisor
         ssh["mooncake"] = tuple(remote.split())
     if known := os.environ.get(KNOWN_HOSTS_ENV):
         ssh["known_hosts"] = None if known.lower() == "none" else known
-    return Supervisor(
+    import atexit
+
+    sup = Supervisor(
         cfg,
         config_file,
         available_commands(),
@@ -69,6 +71,8 @@ def supervisor(config: Path | None, ready_timeout_s: float = 60.0) -> Supervisor
         ssh_options=ssh,
         ready_timeout_s=ready_timeout_s,
     )
+    atexit.register(sup.close)
+    return sup
 
 
 def _print_checks(results: list[CheckResult]) -> None:

@@ -8,17 +8,19 @@ On the remote host, under the cluster's ``state_dir`` (``~`` is the remote user'
     logs/<component>.log   its output
 
 A component is started with ``setsid nohup ... &`` so it survives the SSH session and
-owns a process group that ``stop`` signals as a whole. Each operation opens its own
-connection: the supervisor is a short-lived command, not a daemon holding sessions.
+owns a process group that ``stop`` signals as a whole. A launcher keeps one connection
+(on its own event loop thread) for the life of the command that uses it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import shlex
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import asyncssh
 
@@ -27,6 +29,8 @@ from mooncake_core.config import HostConfig
 from .launcher import Started
 from .runstate import LOG_DIR, RUN_DIR, ComponentRecord
 from .spec import ComponentSpec
+
+T = TypeVar("T")
 
 
 class SshError(RuntimeError):
@@ -66,6 +70,9 @@ class SshLauncher:
         self._timeout = connect_timeout_s
         self.config_file = config_file
         self.secret_file = secret_file
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._version: str | None = None
 
     # -- plumbing ---------------------------------------------------------------------
 
@@ -87,6 +94,45 @@ class SshLauncher:
                 f"({self.host.ssh_user}@{self.host.address}:{self.host.ssh_port}): {exc}"
             ) from exc
 
+    async def _run(self, command: str, stdin: str | None) -> asyncssh.SSHCompletedProcess:
+        for attempt in (0, 1):
+            if self._conn is None:
+                self._conn = await self._connect()
+            try:
+                return await self._conn.run(command, input=stdin, check=False)
+            except (OSError, asyncssh.Error) as exc:
+                # A dropped connection (sshd restarted, idle timeout): reconnect once.
+                self._conn.abort()
+                self._conn = None
+                if attempt:
+                    raise SshError(f"host {self.host.name!r}: `{command}` failed: {exc}") from exc
+        raise AssertionError("unreachable")
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        # One event loop thread and one connection per launcher: a command is a new
+        # channel on the open connection (milliseconds), not a new SSH handshake.
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            threading.Thread(
+                target=self._loop.run_forever, name=f"ssh-{self.host.name}", daemon=True
+            ).start()
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def close(self) -> None:
+        """Close the connection and stop the launcher's event loop (idempotent)."""
+        loop, self._loop = self._loop, None
+        if loop is None:
+            return
+
+        async def shut() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                await self._conn.wait_closed()
+                self._conn = None
+
+        asyncio.run_coroutine_threadsafe(shut(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+
     def run(self, command: str, *, check: bool = True, stdin: str | None = None) -> str:
         """Run a shell ``command`` on the host and return its stdout.
 
@@ -94,15 +140,7 @@ class SshLauncher:
             SshError: the host is unreachable, or ``check`` and the command failed.
         """
 
-        async def go() -> asyncssh.SSHCompletedProcess:
-            conn = await self._connect()
-            try:
-                return await conn.run(command, input=stdin, check=False)
-            finally:
-                conn.close()
-                await conn.wait_closed()
-
-        res = asyncio.run(go())
+        res = self._call(self._run(command, stdin))
         if check and res.exit_status != 0:
             raise SshError(
                 f"on host {self.host.name!r}: `{command}` exited {res.exit_status}: "
@@ -123,8 +161,11 @@ class SshLauncher:
     # -- launcher interface -------------------------------------------------------------
 
     def version(self) -> str:
-        """``mooncake --version`` on the host (e.g. ``mooncake-py 0.1.0``)."""
-        return self.run(" ".join(shlex.quote(a) for a in self.mooncake) + " --version").strip()
+        """``mooncake --version`` on the host (e.g. ``mooncake-py 0.1.0``), asked once."""
+        if self._version is None:
+            cmd = " ".join(shlex.quote(a) for a in self.mooncake) + " --version"
+            self._version = self.run(cmd).strip()
+        return self._version
 
     def argv(self, spec: ComponentSpec) -> list[str]:
         """The remote command line, with config and secret replaced by the remote copies."""

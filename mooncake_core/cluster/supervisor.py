@@ -135,6 +135,12 @@ class Supervisor:
         self.grace_s = grace_s
         self._ssh: dict[str, SshLauncher] = {}
 
+    def close(self) -> None:
+        """Close the SSH connections this supervisor opened."""
+        for launcher in self._ssh.values():
+            launcher.close()
+        self._ssh.clear()
+
     def secret(self) -> bytes | None:
         """The cluster secret, or None before the first ``up`` created it."""
         try:

@@ -14,7 +14,7 @@ from cluster_netns_support import (
     ssh_rig,
     sshd_unavailable_reason,
 )
-from cluster_support import cli, has_command, kill_recorded, make_config, write_config
+from cluster_support import cli, free_port, has_command, kill_recorded, make_config, write_config
 
 pytestmark = [pytest.mark.privileged, pytest.mark.integration]
 
@@ -61,12 +61,18 @@ def test_check_reports_down_nic_and_mtu_mismatch(netns_ok: None, tmp_path: Path)
         assert "on local: ip link set mcv1a mtu 1500" in fails[0]["fix"]
 
 
+SERVING_MISSING = [
+    " ".join(p)
+    for p in (("worker", "prefill"), ("worker", "decode"), ("conductor", "serve"))
+    if not has_command(*p)
+]
 needs_store_node = pytest.mark.skipif(
     not has_command("store", "node"), reason="`mooncake store node` is not built yet"
 )
 
 
 @needs_store_node
+@pytest.mark.slow
 def test_two_host_cluster_over_ssh(tmp_path: Path) -> None:
     reason = sshd_unavailable_reason()
     if reason:
@@ -82,6 +88,20 @@ def test_two_host_cluster_over_ssh(tmp_path: Path) -> None:
             cfg[section]["host"] = "a"
         cfg["store_nodes"][0]["host"] = "a"
         cfg["store_nodes"][1]["host"] = "b"
+        serving = not SERVING_MISSING
+        if serving:
+            # Prefill on b, decode and the front door on a: a request's KV crosses hosts.
+            cfg["prefill_workers"] = [
+                {
+                    "name": "prefill-0",
+                    "host": "b",
+                    "rpc_port": free_port(),
+                    "data_port": free_port(),
+                }
+            ]
+            cfg["decode_workers"] = [
+                {"name": "decode-0", "host": "a", "rpc_port": free_port(), "data_port": free_port()}
+            ]
         write_config(path, cfg)
         ns = ("ip", "netns", "exec", rig.ns("a"))
         env_prefix = (
@@ -90,27 +110,36 @@ def test_two_host_cluster_over_ssh(tmp_path: Path) -> None:
             "MOONCAKE_SSH_KNOWN_HOSTS=none",
         )
         prefix = (*ns, *env_prefix)
-        only = ("--only", "master", "--only", "store")
+        only: tuple[str, ...] = ("--only", "master", "--only", "store")
+        if serving:
+            only = (*only, "--only", "prefill", "--only", "decode", "--only", "conductor")
         try:
-            up = cli("cluster", "up", "-c", str(path), "--detach", *only, prefix=prefix)
+            up = cli(
+                "cluster",
+                "up",
+                "-c",
+                str(path),
+                "--detach",
+                "--ready-timeout",
+                "120",
+                *only,
+                prefix=prefix,
+                timeout=400,
+            )
             assert up.returncode == 0, up.stdout + up.stderr
             recs = {
                 p.stem: json.loads(p.read_text())
                 for p in (Path(cfg["state_dir"]) / "run").glob("*.json")
             }
-            assert {n: (r["host"], r["remote"]) for n, r in recs.items()} == {
-                "master": ("a", True),
-                "store-0": ("a", True),
-                "store-1": ("b", True),
-            }
+            placed = {n: (r["host"], r["remote"]) for n, r in recs.items()}
+            assert placed["master"] == ("a", True)
+            assert placed["store-0"] == ("a", True)
+            assert placed["store-1"] == ("b", True)
             st = cli("cluster", "status", "-c", str(path), "--json", *only, prefix=prefix)
             assert st.returncode == 0, st.stdout + st.stderr
             data = json.loads(st.stdout)
-            assert {r["name"]: r["state"] for r in data["components"]} == {
-                "master": "healthy",
-                "store-0": "healthy",
-                "store-1": "healthy",
-            }
+            states = {r["name"]: r["state"] for r in data["components"]}
+            assert set(states.values()) == {"healthy"} and set(states) == set(recs), states
             segs = {s["name"]: s["transport_address"] for s in data["store"]["segments"]}
             assert segs["store-1"].startswith(addr_b), segs
 
@@ -137,6 +166,25 @@ def test_two_host_cluster_over_ssh(tmp_path: Path) -> None:
             )
             used = {s["name"]: s["used"] for s in snap["store"]["segments"]}
             assert used["store-1"] >= 1 << 20 and used["store-0"] == 0, used
+
+            if serving:
+                assert placed["prefill-0"] == ("b", True) and placed["decode-0"] == ("a", True)
+                req = (
+                    "import httpx, json\n"
+                    f"r = httpx.post('http://{addr_a}:{cfg['conductor']['http_port']}/v1/completions',"
+                    " json={'prompt': 'across two hosts', 'max_tokens': 4}, timeout=60)\n"
+                    "print(json.dumps(r.json()))\n"
+                )
+                out = rig.run(
+                    "a", [sys.executable, "-c", req], capture_output=True, text=True, timeout=90
+                )
+                assert out.returncode == 0, out.stderr[-3000:]
+                body = json.loads(out.stdout)
+                assert body["usage"]["completion_tokens"] == 4, body
+                assert (
+                    body["timing"]["prefill"] == "prefill-0"
+                    and body["timing"]["decode"] == "decode-0"
+                )
 
             logs = cli("cluster", "logs", "store-1", "-c", str(path), "-n", "3", prefix=prefix)
             assert logs.returncode == 0 and "serving segment store-1" in logs.stdout, logs.stderr
