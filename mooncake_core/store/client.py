@@ -34,11 +34,12 @@ from typing import TYPE_CHECKING, Any
 from mooncake_core.transfer import OpCode, Region, TransferEngine, TransferError
 
 from . import client_tensor
-from .client_data import Buffers, DataPath, Op, plan
+from .client_batch import BatchOps
+from .client_data import Buffers, DataPath, plan
 from .client_heartbeat import Heartbeat, Mount
 from .client_master import SyncMaster
 from .client_options import ClientOptions
-from .errors import ErrorCode, InvalidArgumentError, NotFoundError, StoreError, UnavailableError
+from .errors import ErrorCode, InvalidArgumentError, StoreError, UnavailableError
 from .master_client import default_client_id
 from .objects import ObjectInfo, Replica
 from .pins import Pin
@@ -53,7 +54,7 @@ _RANK = {"local": 0, "shm": 1, "unknown": 2, "tcp": 3}
 """Read preference by how a segment is reached (lower first)."""
 
 
-class Client:
+class Client(BatchOps):
     """A store client: optionally hosts segments, reads and writes any segment.
 
     Args:
@@ -470,193 +471,3 @@ class Client:
             InvalidArgumentError: the object is not a tensor written by put_tensor.
         """
         return client_tensor.decode(key, self.get(key))
-
-    # ------------------------------------------------------------------ batches
-    def put_batch(
-        self,
-        keys: Sequence[str],
-        values: Sequence[bytes | bytearray | memoryview],
-        config: ReplicateConfig | None = None,
-    ) -> list[StoreError | None]:
-        """:meth:`put` for many keys in one PutStart, one transfer batch and one PutEnd.
-
-        Returns:
-            ``None`` per stored key, else that key's error (the others still stored).
-
-        Raises:
-            InvalidArgumentError: ``keys`` and ``values`` differ in length.
-        """
-        _same_len("values", keys, values)
-        views = [memoryview(v).cast("B") for v in values]
-        with self._staging_lock:
-            st = self._stage(max(1, sum(v.nbytes for v in views)))
-            mem, pos, offs = st.view(), 0, []
-            for v in views:
-                mem[pos : pos + v.nbytes] = v
-                offs.append(pos)
-                pos += v.nbytes
-            return self._put_many(keys, [(st, o) for o in offs], [v.nbytes for v in views], config)
-
-    def batch_put_from(
-        self,
-        keys: Sequence[str],
-        buffer_ptrs: Sequence[int],
-        sizes: Sequence[int],
-        config: ReplicateConfig | None = None,
-    ) -> list[StoreError | None]:
-        """:meth:`put_from` for many keys; per-key results as in :meth:`put_batch`."""
-        _same_len("buffer_ptrs", keys, buffer_ptrs)
-        _same_len("sizes", keys, sizes)
-        where: list[tuple[Region, int] | StoreError] = []
-        for p, n in zip(buffer_ptrs, sizes, strict=True):
-            try:
-                where.append(self._buffers.find(p, n))
-            except StoreError as exc:
-                where.append(exc)
-        return self._put_many(keys, where, list(sizes), config)
-
-    def _put_many(
-        self,
-        keys: Sequence[str],
-        where: Sequence[tuple[Region, int] | StoreError],
-        sizes: Sequence[int],
-        config: ReplicateConfig | None,
-    ) -> list[StoreError | None]:
-        out: list[StoreError | None] = [None] * len(keys)
-        todo: list[int] = []
-        for i, (k, w, n) in enumerate(zip(keys, where, sizes, strict=True)):
-            try:
-                self._check_key(k)
-                self._check_size(k, n)
-                if isinstance(w, StoreError):
-                    raise w
-                todo.append(i)
-            except StoreError as exc:
-                out[i] = exc
-        if not todo:
-            return out
-        starts = self._m.batch_put_start([(keys[i], sizes[i]) for i in todo], config)
-        started: list[int] = []
-        groups: list[list[Op]] = []
-        for i, r in zip(todo, starts, strict=True):
-            if isinstance(r, StoreError):
-                out[i] = r
-                continue
-            region, off = where[i]  # type: ignore[misc]
-            groups.append([o for rep in r for o in plan(OpCode.WRITE, region, off, rep)])
-            started.append(i)
-        errors = self._dp.run(groups) if groups else []
-        done = [i for i, e in zip(started, errors, strict=True) if e is None]
-        failed = [(i, e) for i, e in zip(started, errors, strict=True) if e is not None]
-        if failed:
-            self._revoke([keys[i] for i, _ in failed])
-            for i, e in failed:
-                out[i] = UnavailableError(
-                    ErrorCode.UNAVAILABLE,
-                    f"put {keys[i]!r}: writing a replica failed ({e}); revoked",
-                )
-        if done:
-            for i, e2 in zip(done, self._m.batch_put_end([keys[i] for i in done]), strict=True):
-                out[i] = e2
-        return out
-
-    def get_batch(self, keys: Sequence[str]) -> list[bytes | StoreError]:
-        """:meth:`get` for many keys: one GetReplicaList and one transfer batch per round."""
-        with self._staging_lock:
-            metas = self._metas(keys)
-            sizes = [m.size if isinstance(m, GetResult) else 0 for m in metas]
-            st = self._stage(max(1, sum(sizes)))
-            offs, pos = [], 0
-            for n in sizes:
-                offs.append(pos)
-                pos += n
-            got = self._read_many(metas, [(st, o) for o in offs])
-            mem = st.view()
-            return [
-                g if isinstance(g, StoreError) else bytes(mem[o : o + g])
-                for g, o in zip(got, offs, strict=True)
-            ]
-
-    def batch_get_into(
-        self, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int]
-    ) -> list[int | StoreError]:
-        """:meth:`get_into` for many keys; per key its size or its error."""
-        _same_len("buffer_ptrs", keys, buffer_ptrs)
-        _same_len("sizes", keys, sizes)
-        where: list[tuple[Region, int] | StoreError] = []
-        for p, n in zip(buffer_ptrs, sizes, strict=True):
-            try:
-                where.append(self._buffers.find(p, n))
-            except StoreError as exc:
-                where.append(exc)
-        ok = [i for i, w in enumerate(where) if not isinstance(w, StoreError)]
-        metas: list[GetResult | StoreError] = list(where)  # type: ignore[arg-type]
-        for i, m in zip(ok, self._metas([keys[i] for i in ok]), strict=True):
-            if isinstance(m, GetResult) and m.size > sizes[i]:
-                m = InvalidArgumentError(
-                    ErrorCode.INVALID_PARAMS,
-                    f"get_into {keys[i]!r}: buffer of {sizes[i]} bytes is smaller than the "
-                    f"object ({m.size} bytes)",
-                )
-            metas[i] = m
-        return self._read_many(metas, where)
-
-    def _metas(self, keys: Sequence[str]) -> list[GetResult | StoreError]:
-        out: list[GetResult | StoreError] = [NotFoundError(ErrorCode.OBJECT_NOT_FOUND, "")] * len(
-            keys
-        )
-        ask: list[int] = []
-        for i, k in enumerate(keys):
-            try:
-                self._check_key(k)
-                ask.append(i)
-            except StoreError as exc:
-                out[i] = exc
-        if ask:
-            for i, r in zip(
-                ask, self._m.batch_get_replica_list([keys[i] for i in ask]), strict=True
-            ):
-                out[i] = r
-        return out
-
-    def _read_many(
-        self,
-        metas: Sequence[GetResult | StoreError],
-        where: Sequence[tuple[Region, int] | StoreError],
-    ) -> list[int | StoreError]:
-        out: list[int | StoreError] = [m if isinstance(m, StoreError) else 0 for m in metas]
-        queues = {
-            i: self._order(m.replicas) for i, m in enumerate(metas) if isinstance(m, GetResult)
-        }
-        reasons: dict[int, list[str]] = {i: [] for i in queues}
-        for i in [i for i, q in queues.items() if not q]:
-            del queues[i]
-            out[i] = UnavailableError(ErrorCode.UNAVAILABLE, f"get: no replica listed for item {i}")
-        while queues:
-            idx = list(queues)
-            groups = []
-            for i in idx:
-                region, off = where[i]  # type: ignore[misc]
-                groups.append(plan(OpCode.READ, region, off, queues[i].pop(0)))
-            for i, err in zip(idx, self._dp.run(groups), strict=True):
-                meta = metas[i]
-                if err is None:
-                    out[i] = meta.size  # type: ignore[union-attr]
-                    del queues[i]
-                    continue
-                reasons[i].append(err)
-                if not queues[i]:
-                    del queues[i]
-                    out[i] = UnavailableError(
-                        ErrorCode.UNAVAILABLE,
-                        f"get {meta.key!r}: no replica readable: " + "; ".join(reasons[i]),  # type: ignore[union-attr]
-                    )
-        return out
-
-
-def _same_len(what: str, keys: Sequence[object], other: Sequence[object]) -> None:
-    if len(keys) != len(other):
-        raise InvalidArgumentError(
-            ErrorCode.INVALID_PARAMS,
-            f"{len(keys)} keys but {len(other)} {what}; they must match one to one",
-        )

@@ -151,6 +151,16 @@ class Buffers:
         return region, address - region.address
 
 
+@dataclass(slots=True)
+class Pending:
+    """Transfers started by :meth:`DataPath.start`, not yet waited for."""
+
+    batch: Batch | None
+    reqs: list[TransferRequest]
+    owners: list[int]
+    errors: list[str | None]
+
+
 Resolver = Callable[[str], str]
 """Segment name -> transport address (``host:port``); raises on an unknown segment."""
 
@@ -207,6 +217,13 @@ class DataPath:
         Returns:
             Per group ``None`` (every op done) or the first failure's reason.
         """
+        return self.finish(self.start(groups))
+
+    def start(self, groups: Sequence[Sequence[Op]]) -> Pending:
+        """Submit the remote ops and do the local copies; :meth:`finish` waits for the rest.
+
+        Between the two the caller may talk to the master while the engine moves bytes.
+        """
         errors: list[str | None] = [None] * len(groups)
         jobs: list[bytes] = []
         reqs: list[TransferRequest] = []
@@ -238,9 +255,13 @@ class DataPath:
         if jobs:
             # Runs while the engine moves the remote slices; GIL released in C.
             _native.copy_many(b"".join(jobs), _COPY_THREADS, _SPLIT_MIN)
-        if batch is not None:
-            self._finish(batch, reqs, owners, errors)
-        return errors
+        return Pending(batch, reqs, owners, errors)
+
+    def finish(self, p: Pending) -> list[str | None]:
+        """Wait for what :meth:`start` submitted; per group ``None`` or a reason."""
+        if p.batch is not None:
+            self._finish(p.batch, p.reqs, p.owners, p.errors)
+        return p.errors
 
     def _submit(
         self, reqs: list[TransferRequest], owners: list[int], errors: list[str | None]

@@ -166,3 +166,20 @@ def test_bad_inputs_are_refused_and_nothing_stored_changes(client: Client) -> No
     assert client.get_batch(list(keep)) == list(keep.values())
     client.unregister_buffer(a)
     client.remove_by_prefix("keep/", force=True)
+
+
+def test_pipelined_batches_of_1mib_round_trip(client: Client, tcp_client: Client) -> None:
+    n, size = 12, 1 * MiB  # 12 MiB: cut into 3 chunks whose round trips overlap copies
+    src = np.frombuffer(bytearray(blob(n * size, 12)), dtype=np.uint8)
+    for c in (client, tcp_client):
+        dst = np.zeros_like(src)
+        a, b = c.register_buffer(src), c.register_buffer(dst)
+        keys = [f"pipe/{id(c)}/{i}" for i in range(n)]
+        offs = [i * size for i in range(n)]
+        assert c.batch_put_from(keys, [a + o for o in offs], [size] * n) == [None] * n
+        got = c.batch_get_into([*keys, "pipe/none"], [b + o for o in offs] + [b], [size] * (n + 1))
+        assert got[:n] == [size] * n and isinstance(got[n], NotFoundError)
+        assert sha(dst) == sha(src)
+        c.unregister_buffer(a)
+        c.unregister_buffer(b)
+    assert client.remove_by_prefix("pipe/", force=True).removed == 2 * n

@@ -10,6 +10,7 @@ import typer
 
 from mooncake_cli.store_cmd import parse_duration, parse_size
 from mooncake_core.config.models import TransferConfig
+from mooncake_core.store.client_batch import chunks
 from mooncake_core.store.client_data import Buffers, DataPath, plan
 from mooncake_core.store.client_options import ClientOptions, SegmentSpec
 from mooncake_core.store.client_tensor import decode, encode
@@ -115,3 +116,14 @@ def test_cli_size_and_duration_parsing() -> None:
     for bad in ("", "-5m", "5 weeks"):
         with pytest.raises(typer.BadParameter, match="bad duration"):
             parse_duration(bad)
+
+
+def test_batch_chunks_split_big_batches_only() -> None:
+    KiB, MiB = 1 << 10, 1 << 20
+    assert chunks(list(range(64)), [4 * KiB] * 64) == [list(range(64))]
+    assert chunks([], []) == []
+    big = chunks(list(range(64)), [MiB] * 64)
+    assert [len(c) for c in big] == [16, 16, 16, 16]
+    assert [i for c in big for i in c] == list(range(64))
+    assert chunks([0, 1, 2], [64 * MiB] * 3) == [[0], [1], [2]]
+    assert chunks([5, 7], [0, 0, 0, 0, 0, 6 * MiB, 0, 1 * MiB]) == [[5, 7]]

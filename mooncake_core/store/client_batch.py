@@ -1,0 +1,306 @@
+"""Batch calls of the store client, pipelined so master round trips overlap byte copies.
+
+A batch of many bytes is cut into up to ``_MAX_CHUNKS`` chunks. While the Transfer
+Engine moves chunk k (its copy threads run without the GIL), this thread already asks
+the master about chunk k+1 and, for writes, tells it that chunk k-1 is complete::
+
+    master:  PutStart c0 | PutStart c1       | PutEnd c0 + PutStart c2 | PutEnd c1 ...
+    bytes:               | copy c0 ......... | copy c1 ............... | copy c2 ...
+
+Each key still goes through PutStart -> all bytes -> PutEnd (PutRevoke on failure), so
+readers never see a partial object; only the round trips of different keys overlap.
+Small batches (under ``_PIPELINE_MIN`` bytes) take one chunk: two round trips in all.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from mooncake_core.transfer import OpCode, Region
+
+from .client_data import Buffers, DataPath, Op, Pending, plan
+from .errors import ErrorCode, InvalidArgumentError, StoreError, UnavailableError
+from .objects import Replica
+from .results import GetResult, ReplicateConfig
+
+if TYPE_CHECKING:
+    from .client_master import SyncMaster
+
+_MAX_CHUNKS = 4
+_PIPELINE_MIN = 8 << 20
+"""Batches below this many bytes are not cut (a round trip costs more than the copy)."""
+
+Where = tuple[Region, int] | StoreError
+"""Where an item's bytes live (region, offset), or why its buffer was refused."""
+
+
+def chunks(idx: Sequence[int], sizes: Sequence[int]) -> list[list[int]]:
+    """Cut ``idx`` into at most ``_MAX_CHUNKS`` runs of about equal bytes (in order)."""
+    total = sum(sizes[i] for i in idx)
+    n = min(_MAX_CHUNKS, len(idx), total // (_PIPELINE_MIN // 2))
+    if n <= 1:
+        return [list(idx)] if idx else []
+    out: list[list[int]] = [[]]
+    goal, acc = total / n, 0
+    for i in idx:
+        if acc >= goal * len(out) and len(out) < n:
+            out.append([])
+        out[-1].append(i)
+        acc += sizes[i]
+    return [c for c in out if c]
+
+
+def same_len(what: str, keys: Sequence[object], other: Sequence[object]) -> None:
+    """Raise INVALID_PARAMS unless ``other`` pairs one to one with ``keys``."""
+    if len(keys) != len(other):
+        raise InvalidArgumentError(
+            ErrorCode.INVALID_PARAMS,
+            f"{len(keys)} keys but {len(other)} {what}; they must match one to one",
+        )
+
+
+class BatchOps:
+    """The batch methods of :class:`~mooncake_core.store.client.Client` (a mixin)."""
+
+    if TYPE_CHECKING:
+        _buffers: Buffers
+        _staging_lock: threading.Lock
+
+        @property
+        def _m(self) -> SyncMaster: ...
+        @property
+        def _dp(self) -> DataPath: ...
+        def _check_key(self, key: str) -> None: ...
+        def _check_size(self, key: str, size: int) -> None: ...
+        def _stage(self, size: int) -> Region: ...
+        def _order(self, replicas: Sequence[Replica]) -> list[Replica]: ...
+        def _revoke(self, keys: Sequence[str]) -> None: ...
+
+    def _find_all(self, ptrs: Sequence[int], sizes: Sequence[int]) -> list[Where]:
+        where: list[Where] = []
+        for p, n in zip(ptrs, sizes, strict=True):
+            try:
+                where.append(self._buffers.find(p, n))
+            except StoreError as exc:
+                where.append(exc)
+        return where
+
+    # ------------------------------------------------------------------ writes
+    def put_batch(
+        self,
+        keys: Sequence[str],
+        values: Sequence[bytes | bytearray | memoryview],
+        config: ReplicateConfig | None = None,
+    ) -> list[StoreError | None]:
+        """Store many values (copied through the staging buffer).
+
+        Returns:
+            ``None`` per stored key, else that key's error (the others are still stored).
+
+        Raises:
+            InvalidArgumentError: ``keys`` and ``values`` differ in length.
+        """
+        same_len("values", keys, values)
+        views = [memoryview(v).cast("B") for v in values]
+        with self._staging_lock:
+            st = self._stage(max(1, sum(v.nbytes for v in views)))
+            mem, pos, where = st.view(), 0, []
+            for v in views:
+                mem[pos : pos + v.nbytes] = v
+                where.append((st, pos))
+                pos += v.nbytes
+            return self._put_many(keys, where, [v.nbytes for v in views], config)
+
+    def batch_put_from(
+        self,
+        keys: Sequence[str],
+        buffer_ptrs: Sequence[int],
+        sizes: Sequence[int],
+        config: ReplicateConfig | None = None,
+    ) -> list[StoreError | None]:
+        """``put_from`` for many keys, zero-copy; per-key results as in :meth:`put_batch`."""
+        same_len("buffer_ptrs", keys, buffer_ptrs)
+        same_len("sizes", keys, sizes)
+        return self._put_many(keys, self._find_all(buffer_ptrs, sizes), list(sizes), config)
+
+    def _put_many(
+        self,
+        keys: Sequence[str],
+        where: Sequence[Where],
+        sizes: Sequence[int],
+        config: ReplicateConfig | None,
+    ) -> list[StoreError | None]:
+        out: list[StoreError | None] = [None] * len(keys)
+        todo: list[int] = []
+        for i, (k, w, n) in enumerate(zip(keys, where, sizes, strict=True)):
+            try:
+                self._check_key(k)
+                self._check_size(k, n)
+                if isinstance(w, StoreError):
+                    raise w
+                todo.append(i)
+            except StoreError as exc:
+                out[i] = exc
+        parts = chunks(todo, sizes)
+        if not parts:
+            return out
+
+        def reserve(part: list[int]) -> list[tuple[int, tuple[Replica, ...]]]:
+            res = self._m.batch_put_start([(keys[i], sizes[i]) for i in part], config)
+            got = []
+            for i, r in zip(part, res, strict=True):
+                if isinstance(r, StoreError):
+                    out[i] = r
+                else:
+                    got.append((i, r))
+            return got
+
+        def write(got: list[tuple[int, tuple[Replica, ...]]]) -> tuple[list[int], Pending]:
+            groups: list[list[Op]] = []
+            for i, reps in got:
+                region, off = where[i]  # type: ignore[misc]
+                groups.append([o for r in reps for o in plan(OpCode.WRITE, region, off, r)])
+            return [i for i, _ in got], self._dp.start(groups)
+
+        def settle(idx: list[int], pending: Pending) -> list[int]:
+            errors = self._dp.finish(pending)
+            failed = [(i, e) for i, e in zip(idx, errors, strict=True) if e is not None]
+            if failed:
+                self._revoke([keys[i] for i, _ in failed])
+                for i, e in failed:
+                    out[i] = UnavailableError(
+                        ErrorCode.UNAVAILABLE,
+                        f"put {keys[i]!r}: writing a replica failed ({e}); revoked",
+                    )
+            return [i for i, e in zip(idx, errors, strict=True) if e is None]
+
+        def complete(done: list[int]) -> None:
+            if done:
+                for i, e in zip(done, self._m.batch_put_end([keys[i] for i in done]), strict=True):
+                    out[i] = e
+
+        cur = write(reserve(parts[0]))
+        for step in range(len(parts)):
+            nxt = reserve(parts[step + 1]) if step + 1 < len(parts) else None  # overlaps copy
+            done = settle(*cur)
+            if nxt is not None:
+                cur = write(nxt)
+            complete(done)  # overlaps copy k+1
+        return out
+
+    # ------------------------------------------------------------------- reads
+    def get_batch(self, keys: Sequence[str]) -> list[bytes | StoreError]:
+        """``get`` for many keys: one GetReplicaList, one transfer batch (plus fallbacks)."""
+        with self._staging_lock:
+            metas = self._metas(keys)
+            sizes = [m.size if isinstance(m, GetResult) else 0 for m in metas]
+            st = self._stage(max(1, sum(sizes)))
+            where: list[Where] = []
+            pos = 0
+            for n in sizes:
+                where.append((st, pos))
+                pos += n
+            idx = list(range(len(keys)))
+            got = self._read_items(keys, where, sizes, [idx], dict(enumerate(metas)))
+            mem = st.view()
+            return [
+                g if isinstance(g, StoreError) else bytes(mem[w[1] : w[1] + g])  # type: ignore[index]
+                for g, w in zip(got, where, strict=True)
+            ]
+
+    def batch_get_into(
+        self, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int]
+    ) -> list[int | StoreError]:
+        """``get_into`` for many keys; per key the object size or its error."""
+        same_len("buffer_ptrs", keys, buffer_ptrs)
+        same_len("sizes", keys, sizes)
+        where = self._find_all(buffer_ptrs, sizes)
+        ok = [i for i, w in enumerate(where) if not isinstance(w, StoreError)]
+        return self._read_items(keys, where, sizes, chunks(ok, sizes), None)
+
+    def _metas(self, keys: Sequence[str]) -> list[GetResult | StoreError]:
+        out: list[GetResult | StoreError] = []
+        ask: list[int] = []
+        for i, k in enumerate(keys):
+            try:
+                self._check_key(k)
+                ask.append(i)
+                out.append(StoreError(ErrorCode.INTERNAL, "not asked"))
+            except StoreError as exc:
+                out.append(exc)
+        if ask:
+            res = self._m.batch_get_replica_list([keys[i] for i in ask])
+            for i, r in zip(ask, res, strict=True):
+                out[i] = r
+        return out
+
+    def _read_items(
+        self,
+        keys: Sequence[str],
+        where: Sequence[Where],
+        caps: Sequence[int],
+        parts: list[list[int]],
+        known: dict[int, GetResult | StoreError] | None,
+    ) -> list[int | StoreError]:
+        """Read every item of ``parts`` into ``where``: chunks pipelined, then fallbacks."""
+        out: list[int | StoreError] = [w if isinstance(w, StoreError) else 0 for w in where]
+        metas: dict[int, GetResult] = {}
+        queues: dict[int, list[Replica]] = {}
+        reasons: dict[int, list[str]] = {}
+
+        def fetch(part: list[int]) -> list[int]:
+            if known is not None:
+                res = [known[i] for i in part]
+            else:
+                res = self._metas([keys[i] for i in part])
+            got = []
+            for i, m in zip(part, res, strict=True):
+                if isinstance(m, GetResult) and m.size > caps[i]:
+                    m = InvalidArgumentError(
+                        ErrorCode.INVALID_PARAMS,
+                        f"get_into {keys[i]!r}: buffer of {caps[i]} bytes is smaller than the "
+                        f"object ({m.size} bytes)",
+                    )
+                if isinstance(m, StoreError):
+                    out[i] = m
+                    continue
+                metas[i], queues[i], reasons[i] = m, self._order(m.replicas), []
+                if queues[i]:  # no replica listed: the fallback loop reports it
+                    got.append(i)
+            return got
+
+        def start(idx: list[int]) -> tuple[list[int], Pending]:
+            groups = []
+            for i in idx:
+                region, off = where[i]  # type: ignore[misc]
+                groups.append(plan(OpCode.READ, region, off, queues[i].pop(0)))
+            return idx, self._dp.start(groups)
+
+        def settle(idx: list[int], pending: Pending) -> None:
+            for i, err in zip(idx, self._dp.finish(pending), strict=True):
+                if err is None:
+                    out[i] = metas[i].size
+                    del queues[i]
+                else:
+                    reasons[i].append(err)
+
+        if parts:
+            cur = start(fetch(parts[0]))
+            for step in range(len(parts)):
+                nxt = fetch(parts[step + 1]) if step + 1 < len(parts) else None  # overlaps copy
+                settle(*cur)
+                if nxt is not None:
+                    cur = start(nxt)
+        while queues:  # items whose replica failed: try their next replica
+            for i in [i for i, q in queues.items() if not q]:
+                del queues[i]
+                out[i] = UnavailableError(
+                    ErrorCode.UNAVAILABLE,
+                    f"get {keys[i]!r}: none of {len(metas[i].replicas)} replicas readable: "
+                    + "; ".join(reasons[i] or ["no replica listed"]),
+                )
+            if queues:
+                settle(*start(list(queues)))
+        return out
