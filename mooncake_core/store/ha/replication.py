@@ -131,8 +131,8 @@ class EtcdLog:
             await self._wake.wait()
             self._wake.clear()
             while self._buf:
-                batch, self._buf = self._buf[:2000], self._buf[2000:]
-                value = json.dumps(batch, separators=(",", ":")).encode()
+                value, n = _batch(self._buf)
+                batch, self._buf = self._buf[:n], self._buf[n:]
                 try:
                     ok = await self._retrying_put(self._keys.log_key(batch[0]["s"]), value)
                 except Exception as exc:  # etcd unreachable for too long
@@ -207,6 +207,20 @@ class EtcdLog:
             self._compacting.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._compacting
+
+
+def _batch(records: list[Record]) -> tuple[bytes, int]:
+    """JSON of the longest prefix of ``records`` under CHUNK_BYTES (at least one record),
+    and its length: etcd refuses requests over 1.5 MiB."""
+    parts: list[str] = []
+    size = 0
+    for rec in records:
+        text = json.dumps(rec, separators=(",", ":"))
+        if parts and size + len(text) > CHUNK_BYTES:
+            break
+        parts.append(text)
+        size += len(text) + 1
+    return ("[" + ",".join(parts) + "]").encode(), len(parts)
 
 
 def _chunks(records: list[Record]) -> list[bytes]:
