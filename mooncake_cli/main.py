@@ -15,6 +15,7 @@ from . import (
     config_cmd,
     db_cmd,
     master_cmd,
+    node_cmd,
     sim_cmd,
     store_cmd,
     topo_cmd,
@@ -36,6 +37,7 @@ app.add_typer(db_cmd.app, name="db")
 app.add_typer(sim_cmd.app, name="sim")
 app.add_typer(master_cmd.app, name="master")
 app.add_typer(cluster_cmd.app, name="cluster")
+app.add_typer(node_cmd.app, name="node")
 app.add_typer(store_cmd.app, name="store")
 app.add_typer(worker_cmd.app, name="worker")
 app.add_typer(conductor_cmd.app, name="conductor")
