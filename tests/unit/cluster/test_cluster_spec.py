@@ -1,0 +1,87 @@
+"""The plan: which components, in which order, with which command lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mooncake_core.cluster import ROLE_COMMANDS, ROLE_ORDER, hashing_of, plan
+from mooncake_core.config import ClusterConfig, EtcdConfig, HostConfig
+
+ALL = set(ROLE_COMMANDS.values())
+CFG = Path("/etc/mc.yaml")
+SECRET = Path("/var/mc/secret")
+
+
+def test_default_plan_order_and_commands() -> None:
+    specs = plan(ClusterConfig(), CFG, SECRET, ALL)
+    assert [s.name for s in specs] == [
+        "master", "store-0", "store-1", "prefill-0", "decode-0", "conductor", "dashboard",
+    ]  # fmt: skip
+    assert [ROLE_ORDER.index(s.role) for s in specs] == sorted(
+        ROLE_ORDER.index(s.role) for s in specs
+    )
+    master = specs[0]
+    assert master.argv == (
+        "mooncake", "master", "--config", str(CFG), "--secret-file", str(SECRET),
+    )  # fmt: skip
+    assert master.ports == {"master.port": 50051, "master.metrics_port": 9003}
+    assert (master.probe.kind, master.probe.target) == ("http", "http://127.0.0.1:9003/health")
+    store = specs[1]
+    assert store.argv[:12] == (
+        "mooncake", "store", "node", "--name", "store-0", "--size", str(256 << 20),
+        "--host", "127.0.0.1", "--data-port", "17001", "--metrics-port",
+    )  # fmt: skip
+    assert store.probe.target == "http://127.0.0.1:9101/health"
+    prefill = specs[3]
+    assert prefill.argv[1:5] == ("worker", "prefill", "--name", "prefill-0")
+    assert (prefill.probe.kind, prefill.probe.target) == ("worker", "127.0.0.1:50071")
+    assert specs[5].probe.target == "http://127.0.0.1:8000/health"
+    assert all(s.skipped is None and not s.remote for s in specs)
+    assert all(s.hashing == hashing_of(ClusterConfig()) for s in specs)
+
+
+def test_missing_commands_are_skipped_with_the_command_named() -> None:
+    specs = plan(ClusterConfig(), CFG, SECRET, {("master",), ("store", "node")})
+    skipped = {s.name: s.skipped for s in specs if s.skipped}
+    assert skipped == {
+        "prefill-0": "`mooncake worker prefill` is not available in this version",
+        "decode-0": "`mooncake worker decode` is not available in this version",
+        "conductor": "`mooncake conductor serve` is not available in this version",
+        "dashboard": "`mooncake web` is not available in this version",
+    }
+
+
+def test_only_selects_roles_and_names() -> None:
+    specs = plan(ClusterConfig(), CFG, SECRET, ALL, only=("master", "store-1"))
+    assert [s.name for s in specs] == ["master", "store-1"]
+    assert [s.name for s in plan(ClusterConfig(), CFG, SECRET, ALL, only=("store",))] == [
+        "store-0",
+        "store-1",
+    ]
+    with pytest.raises(ValueError, match="unknown role or component nope"):
+        plan(ClusterConfig(), CFG, SECRET, ALL, only=("nope",))
+
+
+def test_etcd_first_and_remote_hosts() -> None:
+    cfg = ClusterConfig(
+        hosts=[HostConfig(name="local"), HostConfig(name="b", address="10.0.0.2", ssh_user="mc")],
+        etcd=EtcdConfig(enabled=True),
+        store_nodes=[{"name": "s", "host": "b"}],  # type: ignore[list-item]
+    )
+    specs = plan(cfg, CFG, SECRET, ALL)
+    assert specs[0].name == "etcd" and specs[0].argv[0] == "etcd"
+    assert "http://127.0.0.1:2379" in specs[0].argv
+    store = next(s for s in specs if s.role == "store")
+    assert store.remote and store.host == "b" and store.address == "10.0.0.2"
+    assert store.probe.target == "http://10.0.0.2:9101/health"
+    assert not next(s for s in specs if s.role == "master").remote
+
+
+def test_hashing_covers_block_size_seed_and_model() -> None:
+    h = hashing_of(ClusterConfig(hashing={"block_size": 32, "seed": 5}))  # type: ignore[arg-type]
+    assert h == {
+        "block_size": 32, "seed": 5, "model": "mooncake-tiny", "layers": 4, "kv_heads": 2,
+        "hidden": 256,
+    }  # fmt: skip
