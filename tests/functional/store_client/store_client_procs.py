@@ -126,10 +126,21 @@ class Cluster:
         stop(self.master)
 
 
-def start_cluster(tmp: Path, nodes: tuple[str, ...] = ("n0", "n1")) -> Cluster:
-    """A real master (TEST_MASTER settings) and one node per name, started in parallel."""
+def start_cluster(
+    tmp: Path, nodes: tuple[str, ...] = ("n0", "n1"), secret: bytes | None = None
+) -> Cluster:
+    """A real master (TEST_MASTER settings) and one node per name, started in parallel.
+
+    With ``secret`` the config names a secret file: master, nodes and the CLI use it.
+    """
     cfg = tmp / "mooncake.yaml"
-    cfg.write_text(yaml.safe_dump({"state_dir": str(tmp), "master": TEST_MASTER}))
+    doc: dict[str, object] = {"state_dir": str(tmp), "master": TEST_MASTER}
+    if secret is not None:
+        sf = tmp / "secret"
+        sf.write_bytes(secret)
+        sf.chmod(0o600)
+        doc["secret_file"] = str(sf)
+    cfg.write_text(yaml.safe_dump(doc))
     port = free_port()
     master = spawn(
         ["master", "--config", str(cfg), "--port", str(port), "--metrics-port", "0"],
