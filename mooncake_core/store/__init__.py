@@ -5,6 +5,8 @@ The service and client modules (``master_service``, ``master_client``) import gr
 not re-exported here, so importing the core stays light.
 """
 
+from typing import TYPE_CHECKING
+
 from .allocator import OffsetAllocator
 from .errors import (
     AuthError,
@@ -46,6 +48,21 @@ from .results import (
 from .segment import SegmentSnapshot, SegmentState
 from .strategies import STRATEGIES, AllocationStrategy, AllocContext, make_strategy
 
+if TYPE_CHECKING:
+    from .client import Client
+    from .client_options import ClientOptions, SegmentSpec
+
+
+def __getattr__(name: str) -> object:
+    # The store Client imports grpc and the Transfer Engine: load it on first use so
+    # importing the core stays light.
+    if name in ("Client", "ClientOptions", "SegmentSpec"):
+        from . import client, client_options
+
+        return getattr(client if name == "Client" else client_options, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "EVICTION_POLICIES",
     "STRATEGIES",
@@ -53,7 +70,9 @@ __all__ = [
     "AllocationStrategy",
     "AuthError",
     "CapacityError",
+    "Client",
     "ClientExpired",
+    "ClientOptions",
     "ConflictError",
     "ErrorCode",
     "Event",
@@ -83,6 +102,7 @@ __all__ = [
     "ReplicateConfig",
     "SegmentMounted",
     "SegmentSnapshot",
+    "SegmentSpec",
     "SegmentState",
     "SegmentStateChanged",
     "SegmentUnmounted",
