@@ -1,0 +1,86 @@
+"""Number formatting shared by the TUI and ``--once`` (fixed widths, readable at 80x24)."""
+
+from __future__ import annotations
+
+import time
+
+__all__ = ["ago", "bar", "duration", "gbps", "human_bytes", "pct", "rate", "seconds", "spark"]
+
+_BLOCKS = "▁▂▃▄▅▆▇█"
+
+
+def human_bytes(n: float | None) -> str:
+    """``1.5G``-style size (binary units)."""
+    if n is None:
+        return "-"
+    for unit in ("B", "K", "M", "G", "T"):
+        if abs(n) < 1024 or unit == "T":
+            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+        n /= 1024
+    return f"{n:.1f}T"  # pragma: no cover - loop always returns
+
+
+def gbps(bps: float | None) -> str:
+    """Bytes per second as GB/s (decimal, like NIC specs); ``-`` when unknown."""
+    if bps is None:
+        return "-"
+    g = bps / 1e9
+    return f"{g:.3f}" if g < 10 else f"{g:.1f}"
+
+
+def rate(per_s: float | None) -> str:
+    """A per-second figure with one decimal; ``-`` when unknown."""
+    return "-" if per_s is None else f"{per_s:.1f}"
+
+
+def pct(x: float | None) -> str:
+    """A ratio as a percentage; ``-`` when unknown."""
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def seconds(s: float | None) -> str:
+    """A latency: ms under one second, else seconds."""
+    if s is None:
+        return "-"
+    return f"{s * 1000:.0f}ms" if abs(s) < 1 else f"{s:.2f}s"
+
+
+def duration(s: float | None) -> str:
+    """An uptime: ``3d04h``, ``5h07m``, ``12m03s``, ``42s``."""
+    if s is None:
+        return "-"
+    s = int(s)
+    d, h, m = s // 86400, s // 3600 % 24, s // 60 % 60
+    if d:
+        return f"{d}d{h:02d}h"
+    if h:
+        return f"{h}h{m:02d}m"
+    if m:
+        return f"{m}m{s % 60:02d}s"
+    return f"{s}s"
+
+
+def ago(t: float | None, now: float | None = None) -> str:
+    """How long ago wall time ``t`` was (``never`` for None)."""
+    if t is None:
+        return "never"
+    now = time.time() if now is None else now
+    return duration(max(0.0, now - t)) + " ago"
+
+
+def bar(ratio: float, width: int) -> str:
+    """A text gauge ``█████░░░░░`` of ``width`` cells."""
+    full = max(0, min(width, round(ratio * width)))
+    return "█" * full + "░" * (width - full)
+
+
+def spark(values: tuple[float, ...], width: int) -> str:
+    """A one-line block sparkline of the last ``width`` values (scaled to their max)."""
+    vals = values[-width:]
+    if not vals:
+        return " " * width
+    top = max(vals)
+    if top <= 0:
+        return (_BLOCKS[0] * len(vals)).rjust(width)
+    chars = [_BLOCKS[min(7, int(v / top * 7.999))] for v in vals]
+    return "".join(chars).rjust(width)

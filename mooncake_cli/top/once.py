@@ -1,0 +1,103 @@
+"""``mooncake top --once``: one snapshot printed with rich (or as JSON) for scripts."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from mooncake_core.telemetry import ClusterView, to_plain
+
+from .fmt import ago, duration, gbps, human_bytes, pct, seconds, spark
+from .widgets.scheduler_summary import scheduler_text
+from .widgets.store_summary import store_text
+
+__all__ = ["render_view", "view_json"]
+
+
+def view_json(view: ClusterView) -> str:
+    """The whole view as indented JSON (the same fields as the dataclasses)."""
+    data: Any = to_plain(view)
+    return json.dumps(data, indent=1, sort_keys=True)
+
+
+def _table(title: str, columns: tuple[str, ...]) -> Table:
+    # Compact and never wrapping: a script greps one line per row, at 80 columns too.
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in columns:
+        t.add_column(col, no_wrap=True)
+    return t
+
+
+def render_view(view: ClusterView) -> RenderableType:
+    """Nodes, NICs, store and scheduler as rich tables."""
+    nodes = _table(
+        f"Nodes ({view.nodes_up}/{len(view.nodes)} up)",
+        ("Name", "Role", "State", "Version", "Uptime", "Seen", "Detail"),
+    )
+    for n in view.nodes:
+        nodes.add_row(
+            n.name,
+            n.role,
+            Text("up", style="green") if n.up else Text("DOWN", style="bold red"),
+            n.version or "-",
+            duration(n.uptime_s),
+            "now" if n.last_seen == view.taken_at else ago(n.last_seen, view.taken_at),
+            n.endpoint if n.up else (n.error or ""),
+        )
+    nics = _table(
+        f"NICs (GB/s over {view.window_s:.0f}s)",
+        ("Node", "NIC/iface", "TE tx", "TE rx", "OS tx", "OS rx", "Share", "Err", "Trend"),
+    )
+    for nic in view.nics:
+        flag = " PAUSED" if nic.paused else " SLOW" if nic.slow else ""
+        nics.add_row(
+            nic.node + flag,
+            f"{nic.nic}/{nic.iface}" if nic.iface else nic.nic,
+            gbps(nic.te_tx_bps),
+            gbps(nic.te_rx_bps),
+            gbps(nic.os_tx_bps),
+            gbps(nic.os_rx_bps),
+            pct(nic.share),
+            str(nic.errors),
+            spark(nic.history, 8),
+        )
+    segs = _table(
+        "Store segments", ("Segment", "Node", "Tier", "State", "Capacity", "Used", "Keys")
+    )
+    for s in view.store.segments:
+        segs.add_row(
+            s.name,
+            s.client,
+            s.tier,
+            s.state,
+            human_bytes(s.capacity),
+            human_bytes(s.used),
+            str(s.keys),
+        )
+    dec = _table(
+        "Last decisions", ("Request", "Prefill", "Decode", "Pred TTFT", "Actual", "Result")
+    )
+    for d in view.scheduler.last_decisions[:10]:
+        dec.add_row(
+            d.request_id,
+            d.prefill or "-",
+            d.decode or "-",
+            seconds(d.predicted_ttft_s),
+            seconds(d.actual_ttft_s),
+            "ok" if d.admitted else f"429 {d.reject_reason}",
+        )
+    return Group(
+        nodes,
+        nics,
+        Text("Store", style="bold"),
+        store_text(view.store),
+        segs,
+        Text("Scheduler", style="bold"),
+        scheduler_text(view.scheduler),
+        dec,
+    )

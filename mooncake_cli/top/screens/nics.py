@@ -1,0 +1,42 @@
+"""Screen 1: NICs (Transfer Engine and OS rates, share, errors, trend)."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.widgets import DataTable, Label
+
+from mooncake_core.telemetry import ClusterView
+
+from ..widgets import HostNicTable, NicTable, NicTrend, SortableTable
+from .base import TopScreen
+
+__all__ = ["NicsScreen"]
+
+
+class NicsScreen(TopScreen):
+    """Per-NIC bandwidth; GB/s are decimal (1e9 bytes/s), rates over the sliding window."""
+
+    SCREEN_TITLE = "1 NICs"
+
+    def body(self) -> ComposeResult:
+        yield Label(
+            "Transfer Engine NICs (GB/s; OS = kernel counters of the same interface)",
+            classes="section",
+        )
+        yield NicTable(id="nics")
+        yield NicTrend(id="trend")
+        yield Label("OS interfaces per host", classes="section")
+        yield HostNicTable(id="host-nics")
+
+    def main_table(self) -> SortableTable:
+        return self.query_one(NicTable)
+
+    def draw(self, view: ClusterView) -> None:
+        table = self.query_one(NicTable)
+        table.show(view)
+        self.query_one(HostNicTable).show(view)
+        self.query_one(NicTrend).show(table.nic(view))
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id == "nics" and self.top.view is not None:
+            self.query_one(NicTrend).show(self.query_one(NicTable).nic(self.top.view))

@@ -1,0 +1,55 @@
+"""Components: health, version, uptime, last seen, poll latency."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from mooncake_core.telemetry import ClusterView, NodeView
+
+from ..fmt import duration, seconds
+from .sortable_table import Column, Row, SortableTable
+
+__all__ = ["NodeTable"]
+
+
+class NodeTable(SortableTable):
+    """One row per polled component; down ones in red with the reason."""
+
+    COLUMNS = (
+        Column("Name", 10),
+        Column("Role", 9),
+        Column("State", 4),
+        Column("Version", 7),
+        Column("Uptime", 6, descending=True),
+        Column("Seen", 7),
+        Column("Poll", 5, descending=True),
+        Column("Detail", 13),
+    )
+
+    def show(self, view: ClusterView) -> None:
+        """Rebuild the rows from ``view``."""
+        self.set_rows([_row(n, view.taken_at) for n in view.nodes])
+
+
+def _row(n: NodeView, now: float) -> Row:
+    state = Text("up", style="bold green") if n.up else Text("DOWN", style="bold red")
+    detail = n.endpoint + (f" pid {n.pid}" if n.pid else "") if n.up else (n.error or "")
+    return Row(
+        key=n.name,
+        cells=(
+            n.name,
+            n.role,
+            state,
+            n.version or "-",
+            duration(n.uptime_s),
+            "never"
+            if n.last_seen is None
+            else "now"
+            if n.last_seen == now
+            else duration(now - n.last_seen),
+            seconds(n.latency_s),
+            Text(detail, style="" if n.up else "red"),
+        ),
+        sort=(n.name, n.role, n.up, n.version, n.uptime_s, n.last_seen, n.latency_s, detail),
+        search=f"{n.name} {n.role} {'up' if n.up else 'down'} {n.url}",
+    )

@@ -1,0 +1,51 @@
+"""Store segments: tier, state, capacity, usage, objects."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from mooncake_core.telemetry import ClusterView, SegmentView
+
+from ..fmt import bar, human_bytes, pct
+from .sortable_table import Column, Row, SortableTable
+
+__all__ = ["SegmentTable"]
+
+
+class SegmentTable(SortableTable):
+    """One row per segment."""
+
+    COLUMNS = (
+        Column("Segment", 10),
+        Column("Node", 9),
+        Column("Tier", 4),
+        Column("State", 8),
+        Column("Cap", 6, descending=True),
+        Column("Used", 6, descending=True),
+        Column("Use", 10, descending=True),
+        Column("Keys", 5, descending=True),
+    )
+
+    def show(self, view: ClusterView) -> None:
+        """Rebuild the rows from ``view``."""
+        self.set_rows([_row(s) for s in view.store.segments])
+
+
+def _row(s: SegmentView) -> Row:
+    state = Text(s.state, style="" if s.state in ("OK", "MOUNTED") else "bold yellow")
+    use = Text(f"{bar(s.usage, 5)} {pct(s.usage)}", style="red" if s.usage > 0.9 else "")
+    return Row(
+        key=s.name,
+        cells=(
+            s.name,
+            s.client,
+            s.tier,
+            state,
+            human_bytes(s.capacity),
+            human_bytes(s.used),
+            use,
+            str(s.keys),
+        ),
+        sort=(s.name, s.client, s.tier, s.state, s.capacity, s.used, s.usage, s.keys),
+        search=f"{s.name} {s.client} {s.tier} {s.state}",
+    )
