@@ -18,6 +18,7 @@ from . import (
     node_cmd,
     sim_cmd,
     store_cmd,
+    top_cmd,
     topo_cmd,
     worker_cmd,
 )
@@ -41,6 +42,7 @@ app.add_typer(node_cmd.app, name="node")
 app.add_typer(store_cmd.app, name="store")
 app.add_typer(worker_cmd.app, name="worker")
 app.add_typer(conductor_cmd.app, name="conductor")
+app.command("top")(top_cmd.top)
 
 
 def _version(value: bool) -> None:
