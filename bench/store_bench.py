@@ -616,6 +616,17 @@ def cmd_rpc_floor(args: argparse.Namespace) -> None:
 
         asyncio.run(mount())
         res["master_put_start_plus_end"] = _lat(pair, n // 2)
+
+        def batch_pair() -> None:
+            ks = [f"b{next(i)}" for _ in range(64)]
+            sm.batch_put_start([(k, 4096) for k in ks], None)
+            sm.batch_put_end(ks)
+
+        res["master_batch64_put_start_plus_end"] = _lat(batch_pair, n // 10)
+        keys = [f"k{j}" for j in range(64)]
+        res["master_batch64_get_replica_list"] = _lat(
+            lambda: sm.batch_get_replica_list(keys), n // 10
+        )
         sm.close()
     finally:
         _stop(m)
