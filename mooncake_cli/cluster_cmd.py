@@ -167,16 +167,26 @@ def _status_table(rows: list[ComponentStatus]) -> Table:
         "skipped": "dim",
     }
     table = Table(
-        "component", "role", "host", "state", "pid", "version", "uptime", "ports", "detail"
+        "component",
+        "role",
+        "host",
+        "address",
+        "state",
+        "pid",
+        "version",
+        "uptime",
+        "ports",
+        "detail",
     )
     for r in rows:
         table.add_row(
             r.name,
             r.role,
-            f"{r.host} ({r.address})",
+            r.host,
+            r.address,
             f"[{colors.get(r.state, 'white')}]{r.state}[/]",
             str(r.pid or ""),
-            r.version,
+            r.version.removeprefix("mooncake-py "),
             _uptime(r.uptime_s),
             " ".join(str(p) for p in r.ports.values()),
             r.detail,

@@ -323,10 +323,35 @@ class Supervisor:
             self.report(f"{name}: stopping (pid {rec.pid})")
             self._launcher_of(rec).stop(rec, self.grace_s)
             self.state.remove(name)
+            if rec.role == "store":
+                self._wait_segment_released(name)
         new = self._up_one(specs[0])
         if new is None:
             raise ClusterError(f"{name} was not started ({specs[0].skipped or 'see above'})")
         return new
+
+    def _wait_segment_released(self, node: str) -> None:
+        # A stopped store node's segment stays UNMOUNTING for the master's unmount grace,
+        # and the master refuses a re-mount under the same name until it is gone.
+        grace = self.cfg.master.unmount_grace_s
+        deadline = time.monotonic() + grace + 5.0
+        told = False
+        while time.monotonic() < deadline:
+            snap = self.store_usage() or {}
+            segs = snap.get("segments")
+            names = (
+                {str(s.get("name")) for s in segs if isinstance(s, dict)}
+                if isinstance(segs, list)
+                else set()
+            )
+            if not any(n == node or n.startswith(node + "/") for n in names):
+                return
+            if not told:
+                self.report(
+                    f"{node}: waiting for the master to release its segment (unmount grace {grace:g} s)"
+                )
+                told = True
+            time.sleep(0.2)
 
     # -- status ------------------------------------------------------------------------------
 
@@ -363,7 +388,7 @@ class Supervisor:
         if not alive:
             return _row(rec, "down", f"pid {rec.pid} is gone (log: {rec.log_path})")
         res = probe(Probe(rec.probe_kind, rec.probe_target), secret=self.secret())
-        row = _row(rec, "healthy" if res.ok else "unhealthy", res.detail)
+        row = _row(rec, "healthy" if res.ok else "unhealthy", "ok" if res.ok else res.detail)
         version = str(res.info.get("version", "")) or rec.version
         return replace(row, version=version, info=res.info)
 

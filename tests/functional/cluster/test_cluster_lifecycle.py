@@ -30,9 +30,8 @@ needs_store_node = pytest.mark.skipif(
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[tuple[Path, dict]]:
     path, cfg = make_config(tmp_path)
-    # A restarted store node re-mounts its segment; the master refuses that while the old
-    # mount is in its unmount grace period (SEGMENT_ALREADY_EXISTS, reported to the store
-    # owners), so the restart test runs without a grace period.
+    # `restart store-1` waits out the master's unmount grace before the node re-mounts its
+    # segment; no grace keeps the test short.
     cfg["master"]["unmount_grace_s"] = 0.0
     write_config(path, cfg)
     yield path, cfg
