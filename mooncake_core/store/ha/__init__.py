@@ -10,7 +10,9 @@ See ``docs/durability.md``. Public API::
     EtcdLeaderResolver                                         # client-side discovery
 """
 
+from .discovery import EtcdLeaderResolver
 from .durable import RecordSink, Restored, restore_local
+from .election import HaController, HaOptions, parse_ha_url
 from .etcd import EtcdClient, EtcdError
 from .image import MetadataImage, records_from_events
 from .rebuild import RebuildError, build_state
@@ -19,15 +21,19 @@ from .replication import EtcdLog, FencedOut, HaKeys, LogFollower
 __all__ = [
     "EtcdClient",
     "EtcdError",
+    "EtcdLeaderResolver",
     "EtcdLog",
     "FencedOut",
+    "HaController",
     "HaKeys",
+    "HaOptions",
     "LogFollower",
     "MetadataImage",
     "RebuildError",
     "RecordSink",
     "Restored",
     "build_state",
+    "parse_ha_url",
     "records_from_events",
     "restore_local",
 ]
