@@ -130,3 +130,41 @@ async def test_leader_sigkill_loses_no_acknowledged_write(tmp_path: Path) -> Non
         for m in masters:
             m.stop()
         etcd.stop()
+
+
+async def test_paused_leader_is_fenced_off_and_exits(tmp_path: Path) -> None:
+    """SIGSTOP the leader past its lease: a follower takes over; when the old leader
+    wakes up it cannot append (fenced), acknowledges nothing and exits with status 3."""
+    etcd, url = start_etcd(tmp_path)
+    masters: list[Proc] = []
+    try:
+        ha = ["--ha", url.replace("http://", "etcd://"), "--lease-ttl", "2"]
+        for name in ("p1", "p2"):
+            masters.append(start_master(tmp_path, {"client_ttl_s": 30.0}, [*ha, "--id", name]))
+        old = await _wait(lambda: _leader(masters))
+        other = next(m for m in masters if m is not old)
+        async with MasterClient(old.address, client_id="w") as direct:
+            await direct.mount_segment("w/dram", 64 << 20)
+            await direct.put_start("before", 100)
+            await direct.put_end("before")
+            old.proc.send_signal(signal.SIGSTOP)
+            try:
+                await _wait(lambda: _leader([other]), timeout=20)
+            finally:
+                old.proc.send_signal(signal.SIGCONT)
+            # The woken leader may answer a call before it notices; a write must fail.
+            try:
+                await direct.put_start("after-pause", 100)
+                await direct.put_end("after-pause")
+                acked = True
+            except StoreError:
+                acked = False
+            assert not acked, "a fenced-off leader acknowledged a write"
+        assert old.proc.wait(15) == 3
+        assert "lost leadership" in old.text() or "steps down" in old.text()
+        async with MasterClient(other.address, client_id="r") as mc:
+            assert [k async for k in mc.iter_keys()] == ["before"]
+    finally:
+        for m in masters:
+            m.stop()
+        etcd.stop()
