@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
 import socket
 import threading
@@ -32,7 +33,10 @@ from mooncake_core.config.models import TransferConfig
 from ._c import native as _native
 from .batch import Batch, Outcome, RequestState
 from .directory import PeerDirectory, RemoteSegment, SegmentDirectory
-from .rdma import require_rdma
+from .endpoint import Slice
+from .protocol import Op
+from .rdma import RdmaOptions, probe, refusal, select_transport
+from .rdma_info import SegmentKey
 from .region import Region, allocate_shm, resolve_buffer
 from .request import OpCode, TransferError, TransferRequest, TransferState, TransferStatus
 from .server import DataServer
@@ -42,6 +46,8 @@ from .tcp import TcpInitiator
 from .validation import check_location, validate_request
 
 TRANSPORTS = ("tcp", "shm", "rdma")
+
+log = logging.getLogger(__name__)
 
 
 def default_host_id() -> str:
@@ -67,9 +73,11 @@ class TransferEngine:
         host_id: Identity of this host for shm (default: hostname + boot id). Give
             distinct ids to processes that must not share memory (namespace tests).
         directory: Segment metadata service (default: peer-to-peer).
+        rdma_options: Device, port, GID index and window of the rdma transport.
 
     Raises:
-        TransferError: ``protocol: rdma`` configured (see ``rdma.require_rdma``) or no NIC.
+        TransferError: ``protocol: rdma`` configured but no usable device or no pyverbs
+            (see ``rdma.refusal``), or no NIC.
     """
 
     def __init__(
@@ -82,11 +90,11 @@ class TransferEngine:
         topology: Any = None,
         host_id: str | None = None,
         directory: SegmentDirectory | None = None,
+        rdma_options: RdmaOptions | None = None,
     ) -> None:
         if not nics:
             raise TransferError("TransferEngine needs at least one NIC address")
-        if config.protocol == "rdma":
-            require_rdma()
+        self._rdma_dev = _open_rdma(config.protocol, rdma_options or RdmaOptions())
         self.config = config
         self.nics = tuple(nics)
         self._port = port
@@ -108,6 +116,21 @@ class TransferEngine:
         self._stats = Counters()
         self._tcp = TcpInitiator(config, secret, self._outcome, self._stats, self._local_nics)
         self._shm = ShmTransport(self._shm_done)
+        self._mrs: dict[Region, Any] = {}  # rdma memory regions, when a device is open
+        self._rdma: Any = None
+        if self._rdma_dev is not None:
+            from .rdma_transport import RdmaInitiator
+
+            self._rdma = RdmaInitiator(
+                config,
+                rdma_options or RdmaOptions(),
+                self._rdma_dev,
+                secret,
+                self._outcome,
+                self._stats,
+                self._mrs_lkey,
+                self._rdma_to_tcp,
+            )
         self._started = False
         self._closed = False
 
@@ -140,7 +163,7 @@ class TransferEngine:
         return self
 
     def _server(self, nic: str, port: int, io_timeout: float) -> DataServer:
-        return DataServer(
+        args = (
             nic,
             port,
             self._table,
@@ -149,18 +172,27 @@ class TransferEngine:
             self.config.connect_timeout_s,
             io_timeout,
         )
+        if self._rdma_dev is None:
+            return DataServer(*args)
+        from .rdma_server import RdmaAcceptor, RdmaDataServer
+
+        return RdmaDataServer(RdmaAcceptor(self._rdma_dev, self._rdma_key), *args)
 
     def close(self) -> None:
         """Stop servers, end transfers in flight, unmap and delete shm segments."""
         if self._closed:
             return
         self._closed = True
+        if self._rdma is not None:
+            self._rdma.close()
         self._tcp.close()
         self._shm.close()
         for srv in self._servers.values():
             srv.close()
         for region in list(self._regions):
             self._release_region(region)
+        if self._rdma_dev is not None:
+            self._rdma_dev.close()
 
     def __enter__(self) -> TransferEngine:
         return self.start()
@@ -236,7 +268,49 @@ class TransferEngine:
                 self._table.add(region.segment_id, region.address, region.length)
                 self._exposed[region.name] = region
             self._regions.add(region)
+        if self._rdma_dev is not None:
+            self._register_rdma(region)
         return region
+
+    def _register_rdma(self, region: Region) -> None:
+        """Give a region an rdma memory region (required with ``protocol: rdma``)."""
+        try:
+            mr = self._rdma_dev.register(region.address, region.length)
+        except TransferError as exc:
+            if self.config.protocol == "rdma":
+                self._release_region(region)
+                raise
+            log.warning("%r stays tcp/shm only: %s", region, exc)
+            return
+        with self._lock:
+            self._mrs[region] = mr
+
+    def _mrs_lkey(self, region: Region) -> int | None:
+        with self._lock:
+            mr = self._mrs.get(region)
+        return None if mr is None else int(mr.lkey)
+
+    def _rdma_key(self, segment_id: int) -> SegmentKey:
+        """Memory key of an exposed segment (for the rdma acceptor).
+
+        Raises:
+            KeyError: Unknown id, or the segment has no rdma memory region.
+        """
+        with self._lock:
+            for region in self._exposed.values():
+                if region.segment_id == segment_id and region in self._mrs:
+                    mr = self._mrs[region]
+                    return SegmentKey(segment_id, int(mr.rkey), region.address, region.length)
+        raise KeyError(f"no rdma-registered segment with id {segment_id} here")
+
+    def _rdma_to_tcp(self, items: list[tuple[RequestState, bool, int, int, int]]) -> None:
+        """Send rdma slices over tcp instead (their regions stay counted in flight)."""
+        slices = []
+        for st, write, remote_off, local_addr, length in items:
+            op = int(Op.WRITE if write else Op.READ)
+            seg_id = st.request.segment.info.segment_id
+            slices.append(Slice(st, op, seg_id, remote_off, local_addr, length))
+        self._tcp._reroute(slices)
 
     def unregister_memory(self, region: Region) -> None:
         """Unregister (and stop exposing) a region; engine-allocated shm is freed.
@@ -258,8 +332,14 @@ class TransferEngine:
             if region.name is not None and self._exposed.get(region.name) is region:
                 del self._exposed[region.name]
         region.registered = False
+        with self._lock:
+            mr = self._mrs.pop(region, None)
         if region.segment_id is not None:
             self._table.remove(region.segment_id)  # waits for requests being served
+        if mr is not None:
+            # Queue pairs still holding the rkey now fail with REM_ACCESS_ERR.
+            with contextlib.suppress(Exception):
+                mr.close()
         if region.shm_path is not None:
             with contextlib.suppress(OSError):
                 os.unlink(region.shm_path)
@@ -278,12 +358,13 @@ class TransferEngine:
         """
         info = self._directory.resolve(name)
         same_host = info.shm_path is not None and info.host_id == self.host_id
-        proto = self.config.protocol
-        if proto == "shm" and not same_host:
-            raise TransferError(
-                f"shm requested but {info.name} is not shm-backed or not on this host"
-            )
-        transport = "shm" if same_host and proto in ("auto", "shm") else "tcp"
+        transport = select_transport(
+            self.config.protocol,
+            name=info.name,
+            same_host_shm=same_host,
+            local_rdma=self._rdma is not None,
+            peer_transports=info.transports,
+        )
         if transport == "shm" and info.shm_path is not None:
             self._shm.map(info.shm_path, info.size)
         elif not info.nics and not info.secondary_nics:
@@ -310,7 +391,9 @@ class TransferEngine:
             "secondary_nics": [srv[n].endpoint for n in sec if n in srv],
             "host_id": self.host_id,
             "shm_path": region.shm_path,
-            "transports": ["tcp", "shm"] if region.shm_path else ["tcp"],
+            "transports": ["tcp"]
+            + (["shm"] if region.shm_path else [])
+            + (["rdma"] if region in self._mrs else []),
         }
 
     def _local_nics(self, location: str) -> tuple[list[str], list[str]]:
@@ -382,6 +465,7 @@ class TransferEngine:
         deadline = time.monotonic() + self.config.request_timeout_s
         states = [RequestState(r, r.segment.transport, deadline) for r in requests]
         tcp: list[RequestState] = []
+        rdma: list[RequestState] = []
         # shm jobs first: mapping is the last thing that can fail, and nothing is
         # counted in flight or added to the batch before it succeeded.
         jobs = [self._shm_job(st) for st in states if st.transport == "shm" and st.request.length]
@@ -393,12 +477,16 @@ class TransferEngine:
                 elif st.transport == "shm":
                     st.pending = 1
                     st.request.local.acquire(1)
+                elif st.transport == "rdma" and self._rdma is not None:
+                    rdma.append(st)
                 else:
                     tcp.append(st)
         if jobs:
             self._shm.submit(jobs)
         if tcp:
             self._tcp.submit(tcp)
+        if rdma:
+            self._rdma.submit(rdma)
 
     def _shm_job(self, st: RequestState) -> Job:
         req = st.request
@@ -569,6 +657,31 @@ class TransferEngine:
             pending,
             self._tcp.paused_remotes(),
         )
+
+
+def _open_rdma(protocol: str, options: RdmaOptions) -> Any:
+    """The rdma device for this engine: required for ``rdma``, opportunistic for ``auto``.
+
+    Raises:
+        TransferError: ``rdma`` requested and no device, no pyverbs, or it will not open.
+    """
+    if protocol not in ("rdma", "auto"):
+        return None
+    support = probe()
+    msg = refusal(support)
+    if msg is not None:
+        if protocol == "rdma":
+            raise TransferError(msg)
+        return None
+    from .rdma_verbs import RdmaDevice
+
+    try:
+        return RdmaDevice.open(options, support.devices)
+    except TransferError as exc:
+        if protocol == "rdma":
+            raise
+        log.warning("rdma not used (protocol auto): %s", exc)
+        return None
 
 
 def _native_address(buf: Any) -> int:
