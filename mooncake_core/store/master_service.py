@@ -51,6 +51,8 @@ if TYPE_CHECKING:
     from .ha.durable import RecordSink
     from .ha.image import MetadataImage
 
+Record = dict[str, Any]
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -306,15 +308,31 @@ class MasterService:
             await self._server.stop(grace_s)
 
     # --------------------------------------------------------------- calling
-    async def call(self, rpc: str, fn: Callable[[float], T]) -> T | StoreError:
-        """Run one core call under the lock; count it; publish its events.
+    async def call(
+        self,
+        rpc: str,
+        fn: Callable[[float], T],
+        *,
+        started: Callable[[T], list[Record]] | None = None,
+    ) -> T | StoreError:
+        """Run one core call under the lock; count it; journal and publish its events.
+
+        Args:
+            rpc: method name (for metrics).
+            fn: the core call, given ``now``.
+            started: for PutStart-like calls, the journal records of the writes the
+                result started. They are journaled with the events but the reply does
+                not wait for them to be durable (only for the call's events: evictions
+                and the like), so PutStart pays no fsync of its own; the PutEnd that
+                follows waits for both.
 
         Returns:
             The result, or the :class:`StoreError` it raised (bugs become INTERNAL).
         """
         async with self._lock:
             result = self._invoke(rpc, fn, self._clock())
-            seq = self._publish()
+            extra = [] if started is None or isinstance(result, StoreError) else started(result)
+            seq = self._publish(extra)
         return await self._durable(rpc, result, seq)
 
     async def call_bulk(self, rpc: str, fn: Callable[[float], T]) -> T | StoreError:
@@ -400,16 +418,18 @@ class MasterService:
         """Whether a queue item says the master is shutting down."""
         return item is _CLOSED
 
-    def _publish(self) -> int:
-        """Journal and fan out the core's new events.
+    def _publish(self, extra: list[Record] | None = None) -> int:
+        """Journal and fan out the core's new events (plus ``extra`` journal records).
 
         Returns:
-            The last journal seq written (0: nothing to journal, -1: the write failed).
+            The journal seq the reply must wait for (0: nothing, -1: the write failed).
         """
         events = self.state.take_events()
-        if not events:
+        if not events and not extra:
             return 0
-        seq = self._journal(events)
+        seq = self._journal(events, extra or [])
+        if not events:
+            return seq
         self.metrics.events.inc(len(events))
         if not self._watchers:
             self._seq += len(events)
@@ -426,12 +446,14 @@ class MasterService:
                     q.put_nowait(msg)
         return seq
 
-    def _journal(self, events: list[Any]) -> int:
+    def _journal(self, events: list[Any], extra: list[Record]) -> int:
         if self.sink is None:
             return 0
         from .ha.image import records_from_events
 
         records = records_from_events(events, self._wall() - self._clock(), self._segment_info)
+        must_wait = bool(records)
+        records.extend(extra)
         if not records:
             return 0
         try:
@@ -443,7 +465,8 @@ class MasterService:
         if self.image is not None:
             self.image.apply_all(records)
             self.sink.maybe_compact(self.image)
-        return seq
+        # Records of started writes alone need not be durable before the reply.
+        return seq if must_wait else 0
 
     def _segment_info(self, name: str) -> SegmentSnapshot | None:
         for seg in self.state.snapshot().segments:

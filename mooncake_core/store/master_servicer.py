@@ -16,6 +16,7 @@ from mooncake_core.rpc import store_pb2_grpc as pb_grpc
 
 from . import convert as cv
 from .errors import StoreError
+from .ha.image import started_record
 from .results import GetResult
 
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
         r = await self._svc.call(
             "PutStart",
             lambda now: self._st.put_start(request.key, request.size, request.client_id, now, cfg),
+            started=lambda reps: [started_record(request.key, request.size, reps)],
         )
         return _put_response(r)
 
@@ -92,6 +94,7 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
             lambda now: self._st.upsert_start(
                 request.key, request.size, request.client_id, now, cfg
             ),
+            started=lambda reps: [started_record(request.key, request.size, reps)],
         )
         return _put_response(r)
 
@@ -119,7 +122,15 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
         cfg = cv.config_from_pb(request.config)
         items = [(i.key, i.size) for i in request.items]
         fn = self._st.batch_upsert_start if upsert else self._st.batch_put_start
-        r = await self._svc.call(rpc, lambda now: fn(items, request.client_id, now, cfg))
+        r = await self._svc.call(
+            rpc,
+            lambda now: fn(items, request.client_id, now, cfg),
+            started=lambda res: [
+                started_record(k, size, reps)
+                for (k, size), reps in zip(items, res, strict=True)
+                if not isinstance(reps, StoreError)
+            ],
+        )
         if isinstance(r, StoreError):  # not expected: batch calls report per item
             return pb.BatchPutStartResponse(
                 results=[pb.PutStartResponse(error=cv.error_to_pb(r)) for _ in items]

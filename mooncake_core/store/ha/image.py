@@ -7,11 +7,14 @@ turns the events that matter after a restart into plain JSON records
 
     segments  name -> (client, capacity, transport address, location, state)
     objects   key  -> (size, replicas), in write order (oldest first: the LRU order)
+    processing key -> (size, replicas) of writes started and not ended
     pins      (target, is_prefix) -> (hard, wall-clock expiry)
 
-What is **not** durable, on purpose: writes in progress (PutStart without PutEnd: the
-writer's PutEnd after a restart fails with OBJECT_NOT_FOUND and it writes again), read
-leases, read recency (restored LRU order is write order), client heartbeat times (every
+Writes in progress (PutStart without PutEnd) are journaled too (``started``), without
+making PutStart wait for an fsync: when the record made it, the restored master has the
+write as PROCESSING (its ``put_timeout_s`` counting from the restart) and the writer's
+PutEnd succeeds; when it did not, PutEnd answers OBJECT_NOT_FOUND and the writer writes
+again. What is **not** durable, on purpose: read leases, read recency (restored LRU order is write order), client heartbeat times (every
 client of a restored segment gets a fresh ``client_ttl_s`` to come back) and counters.
 
 Pin expiries are stored as wall-clock times: the master's monotonic clock means nothing
@@ -22,8 +25,9 @@ Record types (``s`` is the seq, set by the journal)::
     {"t": "mount", "seg", "client", "cap", "addr", "loc"}
     {"t": "seg_state", "seg", "state"}        UNMOUNTING | DRAINING | DRAINED
     {"t": "unmount", "seg"}                   the segment and its replicas are gone
-    {"t": "stored", "key", "size", "replicas": [[[seg, offset, length], ...], ...]}
-    {"t": "removed", "key"}
+    {"t": "started", "key", "size", "replicas": [[[seg, offset, length], ...], ...]}
+    {"t": "stored", "key", "size", "replicas"}   PutEnd (replicas repeated: self-contained)
+    {"t": "removed", "key"}                      complete or in progress
     {"t": "replica_dropped", "key", "seg"}
     {"t": "pin", "target", "prefix", "hard", "expires_wall"}
     {"t": "unpin", "target", "prefix"}
@@ -69,6 +73,11 @@ def _replicas_from_json(data: list[list[list[Any]]]) -> tuple[Replica, ...]:
     return tuple(tuple(Slice(str(s[0]), int(s[1]), int(s[2])) for s in r) for r in data)
 
 
+def started_record(key: str, size: int, replicas: tuple[Replica, ...]) -> Record:
+    """The journal record of a write that PutStart/Upsert started."""
+    return {"t": "started", "key": key, "size": size, "replicas": _replicas_to_json(replicas)}
+
+
 def records_from_events(
     events: Iterable[ev.Event],
     wall_minus_mono: float,
@@ -99,8 +108,7 @@ def records_from_events(
                 }
             )
         elif isinstance(e, ev.ObjectRemoved):
-            if e.was_complete:
-                out.append({"t": "removed", "key": e.key})
+            out.append({"t": "removed", "key": e.key})
         elif isinstance(e, ev.ReplicaDropped):
             out.append({"t": "replica_dropped", "key": e.key, "seg": e.segment})
         elif isinstance(e, ev.ObjectPinned):
@@ -146,6 +154,7 @@ class MetadataImage:
     def __init__(self) -> None:
         self.segments: dict[str, SegmentRecord] = {}
         self.objects: dict[str, tuple[int, tuple[Replica, ...]]] = {}
+        self.processing: dict[str, tuple[int, tuple[Replica, ...]]] = {}
         self.pins: dict[tuple[str, bool], PinRecord] = {}
         self.applied_seq = 0
         self.ignored = 0
@@ -165,9 +174,13 @@ class MetadataImage:
         if t == "stored":
             key = rec["key"]
             self.objects.pop(key, None)
+            self.processing.pop(key, None)
             self.objects[key] = (int(rec["size"]), _replicas_from_json(rec["replicas"]))
+        elif t == "started":
+            self.processing[rec["key"]] = (int(rec["size"]), _replicas_from_json(rec["replicas"]))
         elif t == "removed":
-            if self.objects.pop(rec["key"], None) is None:
+            key = rec["key"]
+            if self.objects.pop(key, None) is None and self.processing.pop(key, None) is None:
                 self.ignored += 1
         elif t == "replica_dropped":
             self._drop_replica(rec["key"], rec["seg"])
@@ -197,24 +210,26 @@ class MetadataImage:
             self.applied_seq = seq
 
     def _drop_replica(self, key: str, segment: str) -> None:
-        found = self.objects.get(key)
+        table = self.objects if key in self.objects else self.processing
+        found = table.get(key)
         if found is None:
             self.ignored += 1
             return
         size, replicas = found
         keep = tuple(r for r in replicas if all(s.segment != segment for s in r))
         if keep:
-            self.objects[key] = (size, keep)
+            table[key] = (size, keep)
         else:
-            del self.objects[key]
+            del table[key]
 
     def _unmount(self, name: str) -> None:
         if self.segments.pop(name, None) is None:
             self.ignored += 1
             return
         # The core reports lost replicas before the unmount; this catches any left over.
-        for key in [k for k, (_, reps) in self.objects.items() if _touches(reps, name)]:
-            self._drop_replica(key, name)
+        for table in (self.objects, self.processing):
+            for key in [k for k, (_, reps) in table.items() if _touches(reps, name)]:
+                self._drop_replica(key, name)
 
     def records(self) -> Iterator[Record]:
         """Records that rebuild this image from nothing (a snapshot's content)."""
@@ -231,6 +246,8 @@ class MetadataImage:
                 yield {"t": "seg_state", "seg": name, "state": seg.state}
         for key, (size, replicas) in self.objects.items():
             yield {"t": "stored", "key": key, "size": size, "replicas": _replicas_to_json(replicas)}
+        for key, (size, replicas) in self.processing.items():
+            yield started_record(key, size, replicas)
         for (target, prefix), pin in self.pins.items():
             yield {
                 "t": "pin",

@@ -88,21 +88,26 @@ def build_state(
             location=seg.location,
         )
     ranges: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    restored: list[tuple[str, int, tuple[Replica, ...]]] = []
-    for key, (size, replicas) in image.objects.items():
+    restored: list[tuple[str, int, tuple[Replica, ...], bool]] = []
+    everything = [(k, v, True) for k, v in image.objects.items()]
+    everything += [(k, v, False) for k, v in image.processing.items() if k not in image.objects]
+    for key, (size, replicas), complete in everything:
         kept = tuple(r for r in replicas if all(s.segment in image.segments for s in r))
-        if not kept:
-            continue
-        restored.append((key, size, kept))
+        if not kept or (not complete and len(kept) != len(replicas)):
+            continue  # a write that lost a replica cannot complete as the writer expects
+        restored.append((key, size, kept, complete))
         for r in kept:
             for s in r:
                 ranges[s.segment].append((s.offset, s.length))
     table = st._segments  # private: see the module docstring
     for name, rs in ranges.items():
         _reserve(table.get(name).allocator, rs, name)
-    for key, size, replicas in restored:
+    for key, size, replicas, complete in restored:
         meta = ObjectMeta(size, replicas, "", now)
-        meta.state = ObjectState.COMPLETE
+        if complete:
+            meta.state = ObjectState.COMPLETE
+        else:
+            st._processing[key] = now  # put_timeout_s counts from the restart
         st._objects[key] = meta
         st._keys.add(key)
         for r in replicas:

@@ -53,7 +53,7 @@ async def test_sigkill_and_restart_keeps_acknowledged_objects(tmp_path: Path, fs
             await mc.put_start(key, 4096 + i, cfg)
             await mc.put_end(key)
             acked[key] = (await mc.stat(key)).replicas
-        await mc.put_start("obj/never-ended", 100)  # in progress: not durable by design
+        in_flight = await mc.put_start("obj/in-flight", 100)  # started, not ended
         await mc.remove("obj/0007")
         del acked["obj/0007"]
         await mc.pin("obj/00", prefix=True, ttl_s=600)
@@ -65,7 +65,12 @@ async def test_sigkill_and_restart_keeps_acknowledged_objects(tmp_path: Path, fs
             # The client's next heartbeat reaches the new process on the same address.
             await _wait_for(lambda: _known(mc))
             keys = await _all_keys(mc)
-            assert keys == sorted(acked)
+            assert keys == sorted([*acked, "obj/in-flight"])
+            # The write in progress came back as PROCESSING: its writer can finish it.
+            assert not await mc.exist("obj/in-flight")
+            await mc.put_end("obj/in-flight")
+            assert (await mc.get_replica_list("obj/in-flight")).replicas == in_flight
+            acked["obj/in-flight"] = in_flight
             for key, replicas in acked.items():
                 assert (await mc.get_replica_list(key)).replicas == replicas
             pins = {(p.target, p.is_prefix, p.hard) for p in await mc.list_pins()}
