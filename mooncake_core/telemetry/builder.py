@@ -351,8 +351,10 @@ class ViewBuilder:
             admitted_total=int(c.get("admitted") or 0),
             in_flight=int(c.get("in_flight") or 0),
             rejected=tuple(rejected),
-            ttft_mae_s=c.get("ttft_mae_s"),
-            ttft_bias_s=c.get("ttft_bias_s"),
+            # The conductor knows the error only of actuals reported to it; the audit
+            # has the measured TTFTs of the workers, so fall back to those.
+            ttft_mae_s=c.get("ttft_mae_s") if c.get("ttft_mae_s") is not None else _mae(last),
+            ttft_bias_s=(c.get("ttft_bias_s") if c.get("ttft_bias_s") is not None else _bias(last)),
             queues=tuple(queues),
             last_decisions=last,
         )

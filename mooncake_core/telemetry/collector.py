@@ -67,7 +67,7 @@ def _json(client: httpx.Client, url: str) -> dict[str, Any]:
 
 def _reason(exc: Exception) -> str:
     if isinstance(exc, httpx.ConnectError):
-        return "connection refused"
+        return "refused"
     if isinstance(exc, httpx.TimeoutException):
         return "timed out"
     if isinstance(exc, httpx.HTTPStatusError):

@@ -18,12 +18,12 @@ class NodeTable(SortableTable):
     COLUMNS = (
         Column("Name", 10),
         Column("Role", 9),
-        Column("State", 4),
+        Column("State", 5),
         Column("Version", 7),
         Column("Uptime", 6, descending=True),
         Column("Seen", 7),
         Column("Poll", 5, descending=True),
-        Column("Detail", 13),
+        Column("Detail", 12),
     )
 
     def show(self, view: ClusterView) -> None:
@@ -33,7 +33,7 @@ class NodeTable(SortableTable):
 
 def _row(n: NodeView, now: float) -> Row:
     state = Text("up", style="bold green") if n.up else Text("DOWN", style="bold red")
-    detail = n.endpoint + (f" pid {n.pid}" if n.pid else "") if n.up else (n.error or "")
+    detail = n.endpoint if n.up else (n.error or "")
     return Row(
         key=n.name,
         cells=(
