@@ -12,8 +12,9 @@ from mooncake_core.store.client import Client
 from mooncake_core.store.client_options import ClientOptions
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Shared by the round-trip and CLI modules (tests use distinct key prefixes)."""
     c = start_cluster(tmp_path_factory.mktemp("store_client"))
     yield c
     c.close()
@@ -24,14 +25,14 @@ def make_client(c: Cluster, **kw: object) -> Client:
     return Client(opts).setup()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def client(cluster: Cluster) -> Iterator[Client]:
     """A client hosting no segment (auto transport: shm to the nodes on this host)."""
     with make_client(cluster) as c:
         yield c
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tcp_client(cluster: Cluster) -> Iterator[Client]:
     """A client forced onto tcp."""
     with make_client(cluster, transport="tcp") as c:
