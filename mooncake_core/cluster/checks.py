@@ -193,6 +193,8 @@ class VersionCheck:
                 except SshError as exc:
                     seen[f"host {host.name}"] = f"unknown ({exc})"
         for rec in sup.state.all():
+            if rec.role == "etcd":
+                continue
             res = probe(Probe(rec.probe_kind, rec.probe_target), secret=sup.secret())
             if res.ok:
                 seen[f"running {rec.name}"] = str(res.info.get("version", "")) or rec.version
@@ -220,6 +222,8 @@ class HashingCheck:
         want = hashing_of(sup.cfg)
         results = []
         for rec in sup.state.all():
+            if rec.role == "etcd":
+                continue
             res = probe(Probe(rec.probe_kind, rec.probe_target), secret=sup.secret())
             if not res.ok:
                 continue  # not running: it will start from the current config

@@ -167,13 +167,30 @@ def plan(
             (),
             {"etcd.client_port": cfg.etcd.client_port, "etcd.peer_port": cfg.etcd.peer_port},
         )
-    add(
-        "master",
-        "master",
-        cfg.master.host,
-        (),
-        {"master.port": cfg.master.port, "master.metrics_port": cfg.master.metrics_port},
-    )
+    if cfg.etcd.enabled:
+        # HA: etcd.masters masters elect a leader through etcd. The first uses the
+        # configured ports, the others the next ports up (master.port + i,
+        # master.metrics_port + i): the config has one port pair for the master role.
+        maddr = cfg.host(cfg.master.host).address
+        ha = ("--ha", f"etcd://{maddr}:{cfg.etcd.client_port}", "--ha-cluster", cfg.name)
+        for i in range(cfg.etcd.masters):
+            name = "master" if i == 0 else f"master-{i}"
+            port, metrics = cfg.master.port + i, cfg.master.metrics_port + i
+            add(
+                name,
+                "master",
+                cfg.master.host,
+                (*ha, "--id", name, "--port", str(port), "--metrics-port", str(metrics)),
+                {f"{name}.port": port, f"{name}.metrics_port": metrics},
+            )
+    else:
+        add(
+            "master",
+            "master",
+            cfg.master.host,
+            (),
+            {"master.port": cfg.master.port, "master.metrics_port": cfg.master.metrics_port},
+        )
     for i, node in enumerate(cfg.store_nodes):
         add(
             node.name,
@@ -219,7 +236,20 @@ def plan(
         },
     )
     add("dashboard", "dashboard", cfg.dashboard.host, (), {"dashboard.port": cfg.dashboard.port})
+    _check_clashes(specs)
     return select(specs, only)
+
+
+def _check_clashes(specs: list[ComponentSpec]) -> None:
+    # The config validates its own ports; derived ones (extra HA masters) are checked here.
+    used: dict[tuple[str, int], str] = {}
+    for spec in specs:
+        for label, port in spec.ports.items():
+            owner = used.setdefault((spec.host, port), label)
+            if owner != label:
+                raise ValueError(
+                    f"{label}: port {port} on host {spec.host!r} already used by {owner}"
+                )
 
 
 def select(specs: list[ComponentSpec], only: Collection[str]) -> list[ComponentSpec]:

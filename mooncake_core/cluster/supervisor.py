@@ -234,7 +234,8 @@ class Supervisor:
             probe_target=spec.probe.target,
             remote=spec.remote,
             proc_start=st.proc_start,
-            version=st.version or f"mooncake-py {__version__}",
+            # etcd is an external binary: it has no mooncake-py version to compare.
+            version="" if spec.role == "etcd" else st.version or f"mooncake-py {__version__}",
             config_path=str(self.config_file),
             hashing=dict(spec.hashing),
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 from cluster_support import (
     cli,
+    free_port,
     group_gone,
     has_command,
     kill_recorded,
@@ -144,3 +146,35 @@ def test_master_only_cluster_and_hashing_mismatch(
     assert "restart" in fails[0]["fix"]
     up = cli("cluster", "up", "-c", str(other), "--detach", "--only", "store")
     assert up.returncode == 1 and "cluster check failed" in up.stderr
+
+
+@pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd is not installed")
+@needs_store_node
+def test_etcd_and_two_ha_masters(cluster: tuple[Path, dict]) -> None:
+    path, cfg = cluster
+    cfg["etcd"] = {
+        "enabled": True,
+        "client_port": free_port(),
+        "peer_port": free_port(),
+        "masters": 2,
+    }
+    # Extra masters take the next ports up: leave room above each of the two.
+    base = free_port()
+    while any(port_in_use("127.0.0.1", p) for p in (base, base + 1, base + 2, base + 3)):
+        base = free_port()
+    cfg["master"]["port"], cfg["master"]["metrics_port"] = base, base + 2
+    write_config(path, cfg)
+    only = ["--only", "etcd", "--only", "master", "--only", "store"]
+    up = cli("cluster", "up", "-c", str(path), "--detach", *only)
+    assert up.returncode == 0, up.stderr
+    order = [line.split(":")[0] for line in up.stderr.splitlines() if line.endswith(": ready")]
+    assert order == ["etcd", "master", "master-1", "store-0", "store-1"]
+    recs = _records(cfg)
+    assert "--ha" in recs["master-1"]["argv"] and str(base + 1) in recs["master-1"]["argv"]
+    st = cli("cluster", "status", "-c", str(path), "--json", *only)
+    assert st.returncode == 0, st.stdout
+    assert cli("cluster", "check", "-c", str(path)).returncode == 0
+    down = cli("cluster", "down", "-c", str(path))
+    assert down.returncode == 0
+    for rec in recs.values():
+        assert group_gone(rec["pgid"]), rec["name"]
