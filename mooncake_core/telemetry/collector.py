@@ -7,13 +7,15 @@ all targets in parallel threads, so one component that stops answering costs at 
 
 from __future__ import annotations
 
+import json
+import socket
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-
-import httpx
 
 from .builder import AuditDigest, PollResult, ViewBuilder
 from .registry import SCHEMA
@@ -23,15 +25,25 @@ from .view import ClusterView, DecisionView
 __all__ = ["AuditFeed", "Collector", "poll_target"]
 
 
-def poll_target(client: httpx.Client, target: Target) -> PollResult:
+# Plain stdlib HTTP: no proxies from the environment (targets are cluster-internal), and
+# no client library that would drag a terminal UI package into mooncake_core.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+_MAX_BODY = 64 << 20
+
+
+class _NotFound(Exception):
+    pass
+
+
+def poll_target(target: Target, timeout_s: float) -> PollResult:
     """Read one target's pages.
 
     The master serves ``/health`` and ``/snapshot``; every other component ``/telemetry``
     (schema ``mooncake.telemetry/1``), else at least ``/health``.
 
     Args:
-        client: HTTP client (its timeout bounds every request).
         target: What to read.
+        timeout_s: Timeout of each socket operation of each request.
 
     Returns:
         The result; ``ok`` False with the reason when nothing answered.
@@ -39,39 +51,49 @@ def poll_target(client: httpx.Client, target: Target) -> PollResult:
     start = time.monotonic()
     try:
         if target.role == "master":
-            health = _json(client, target.url + "/health")
-            snap = _json(client, target.url + "/snapshot")
+            health = _json(target.url + "/health", timeout_s)
+            snap = _json(target.url + "/snapshot", timeout_s)
             return PollResult(
                 target, True, latency_s=time.monotonic() - start, health=health, master=snap
             )
-        r = client.get(target.url + "/telemetry")
-        if r.status_code == 200:
-            doc = r.json()
-            if not str(doc.get("schema", "")).startswith(SCHEMA.rsplit("/", 1)[0] + "/1"):
-                raise ValueError(f"unsupported telemetry schema {doc.get('schema')!r}")
-            return PollResult(target, True, latency_s=time.monotonic() - start, telemetry=doc)
-        health = _json(client, target.url + "/health")
-        return PollResult(target, True, latency_s=time.monotonic() - start, health=health)
-    except (httpx.HTTPError, ValueError, OSError) as exc:
+        try:
+            doc = _json(target.url + "/telemetry", timeout_s)
+        except _NotFound:
+            health = _json(target.url + "/health", timeout_s)
+            return PollResult(target, True, latency_s=time.monotonic() - start, health=health)
+        if not str(doc.get("schema", "")).startswith(SCHEMA.rsplit("/", 1)[0] + "/1"):
+            raise ValueError(f"unsupported telemetry schema {doc.get('schema')!r}")
+        return PollResult(target, True, latency_s=time.monotonic() - start, telemetry=doc)
+    except (_NotFound, ValueError, OSError) as exc:
         return PollResult(target, False, error=_reason(exc), latency_s=time.monotonic() - start)
 
 
-def _json(client: httpx.Client, url: str) -> dict[str, Any]:
-    r = client.get(url)
-    r.raise_for_status()
-    data = r.json()
+def _json(url: str, timeout_s: float) -> dict[str, Any]:
+    try:
+        with _OPENER.open(url, timeout=timeout_s) as r:
+            body = r.read(_MAX_BODY)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            raise _NotFound(url) from None
+        raise
+    data = json.loads(body)
     if not isinstance(data, dict):
         raise ValueError(f"{url} did not return a JSON object")
     return data
 
 
 def _reason(exc: Exception) -> str:
-    if isinstance(exc, httpx.ConnectError):
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code}"
+    if isinstance(exc, _NotFound):
+        return "HTTP 404"
+    cause = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    if isinstance(cause, ConnectionRefusedError):
         return "refused"
-    if isinstance(exc, httpx.TimeoutException):
+    if isinstance(cause, TimeoutError | socket.timeout):
         return "timed out"
-    if isinstance(exc, httpx.HTTPStatusError):
-        return f"HTTP {exc.response.status_code}"
+    if isinstance(cause, ConnectionResetError):
+        return "reset"
     return f"{type(exc).__name__}: {exc}"[:120]
 
 
@@ -187,7 +209,6 @@ class Collector:
         self.timeout_s = timeout_s
         self.builder = ViewBuilder(window_s=window_s)
         self.audit = AuditFeed(audit_url, window_s=window_s) if audit_url else None
-        self._client = httpx.Client(timeout=timeout_s, trust_env=False)
         self._pool = ThreadPoolExecutor(
             max_workers=max(1, min(16, len(self.targets))), thread_name_prefix="collector"
         )
@@ -198,15 +219,14 @@ class Collector:
         Args:
             now: Wall time to stamp (default ``time.time()`` after the polls returned).
         """
-        results = list(self._pool.map(lambda t: poll_target(self._client, t), self.targets))
+        results = list(self._pool.map(lambda t: poll_target(t, self.timeout_s), self.targets))
         now = time.time() if now is None else now
         digest = self.audit.read(now) if self.audit is not None else None
         return self.builder.update(results, now, digest)
 
     def close(self) -> None:
-        """Close the HTTP client, the threads and the audit reader."""
+        """Stop the threads and close the audit reader."""
         self._pool.shutdown(wait=False, cancel_futures=True)
-        self._client.close()
         if self.audit is not None:
             self.audit.close()
 
