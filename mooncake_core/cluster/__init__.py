@@ -4,6 +4,8 @@ See ``docs/cluster.md``. The front ends (``mooncake cluster``, ``mooncake node``
 thin layers over :class:`Supervisor`, :func:`run_checks` and the drain functions.
 """
 
+from .checks import CHECKS, Check, CheckResult, run_checks
+from .drain import NodeScan, classify, drain_node, node_segments, scan_node
 from .launcher import Launcher, Started
 from .local import LocalLauncher, tail_file
 from .ports import PortUse, port_in_use
@@ -20,14 +22,18 @@ from .supervisor import (
 )
 
 __all__ = [
+    "CHECKS",
     "ROLE_COMMANDS",
     "ROLE_ORDER",
+    "Check",
+    "CheckResult",
     "ClusterError",
     "ComponentRecord",
     "ComponentSpec",
     "ComponentStatus",
     "Launcher",
     "LocalLauncher",
+    "NodeScan",
     "PortUse",
     "Probe",
     "ProbeResult",
@@ -36,12 +42,17 @@ __all__ = [
     "SshLauncher",
     "Started",
     "Supervisor",
+    "classify",
+    "drain_node",
     "ensure_secret",
     "hashing_of",
     "http_get_json",
+    "node_segments",
     "plan",
     "port_in_use",
     "probe",
     "resolve_config_file",
+    "run_checks",
+    "scan_node",
     "tail_file",
 ]

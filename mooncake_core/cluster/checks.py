@@ -1,6 +1,6 @@
 """Preflight checks (``mooncake cluster check``, also run by ``up``).
 
-Each check is a small object in :data:`CHECKS` whose ``run(ctx)`` returns results: ok, a
+Each check is a small object in :data:`CHECKS` whose ``run(supervisor)`` returns results: ok, a
 message that says what was found, and for a failure a fix hint that says what to change.
 Checks never raise for a bad cluster; they report it.
 
@@ -262,7 +262,19 @@ class NicCheck:
 
     def run(self, sup: Supervisor) -> list[CheckResult]:
         """Read operstate and MTU of every NIC the cluster will use, on every host."""
-        named = _topology_nics(sup.cfg.transfer.topology_file)
+        from mooncake_core.topology import TopologyError
+
+        try:
+            named = _topology_nics(sup.cfg.transfer.topology_file)
+        except TopologyError as exc:
+            return [
+                CheckResult(
+                    self.name,
+                    False,
+                    f"transfer.topology_file: {exc}",
+                    "fix the file (mooncake topo discover > topology.json writes a valid one)",
+                )
+            ]
         results: list[CheckResult] = []
         mtus: dict[str, int] = {}
         for host in sup.cfg.hosts:
