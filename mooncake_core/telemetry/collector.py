@@ -49,6 +49,7 @@ def poll_target(target: Target, timeout_s: float) -> PollResult:
         The result; ``ok`` False with the reason when nothing answered.
     """
     start = time.monotonic()
+    health: dict[str, Any] | None
     try:
         if target.role == "master":
             health = _json(target.url + "/health", timeout_s)
@@ -59,7 +60,10 @@ def poll_target(target: Target, timeout_s: float) -> PollResult:
         try:
             doc = _json(target.url + "/telemetry", timeout_s)
         except _NotFound:
-            health = _json(target.url + "/health", timeout_s)
+            try:
+                health = _json(target.url + "/health", timeout_s)
+            except _NotFound:
+                health = None  # it answers HTTP, so it is up; it just has no health page
             return PollResult(target, True, latency_s=time.monotonic() - start, health=health)
         if not str(doc.get("schema", "")).startswith(SCHEMA.rsplit("/", 1)[0] + "/1"):
             raise ValueError(f"unsupported telemetry schema {doc.get('schema')!r}")

@@ -59,3 +59,13 @@ def test_hung_component_times_out_within_the_timeout():
         elapsed = time.monotonic() - start
     assert not r.ok and r.error == "timed out"
     assert elapsed < 5
+
+
+def test_http_server_without_telemetry_or_health_is_up():
+    nothing = {
+        "/telemetry": lambda: (404, "text/plain", b""),
+        "/health": lambda: (404, "text/plain", b""),
+    }
+    with serve_telemetry(_registry(), extra_routes=nothing) as srv:
+        r = poll_target(Target("web", "dashboard", srv.url), 2.0)
+    assert r.ok and r.health is None and r.telemetry is None

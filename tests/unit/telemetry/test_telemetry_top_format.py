@@ -1,0 +1,55 @@
+"""Formatting and row building of ``mooncake top`` (pure functions, no app)."""
+
+from __future__ import annotations
+
+from mooncake_cli.top.fmt import bar, duration, gbps, human_bytes, pct, seconds, spark
+from mooncake_cli.top.widgets.nic_table import _row as nic_row
+from mooncake_cli.top.widgets.node_table import _row as node_row
+from mooncake_core.telemetry import NicView, NodeView
+
+
+def _nic(**kw: object) -> NicView:
+    base: dict[str, object] = dict(
+        node="n",
+        nic="10.0.0.1",
+        iface="eth0",
+        te_tx_bps=2e9,
+        te_rx_bps=None,
+        os_tx_bps=2.5e9,
+        os_rx_bps=0.0,
+        share=0.5,
+        errors=0,
+        retries=0,
+        errors_per_s=0.0,
+        paused=False,
+        slow=False,
+        history=(0.0, 1.0, 2.0),
+    )
+    base.update(kw)
+    return NicView(**base)  # type: ignore[arg-type]
+
+
+def test_formatters():
+    assert gbps(None) == "-" and gbps(2e9) == "2.000" and gbps(12.34e9) == "12.3"
+    assert human_bytes(16 << 20) == "16.0M" and human_bytes(512) == "512B"
+    assert pct(0.291) == "29%" and pct(None) == "-"
+    assert seconds(0.25) == "250ms" and seconds(3.5) == "3.50s"
+    assert duration(42) == "42s" and duration(3 * 60 + 5) == "3m05s"
+    assert duration(2 * 3600 + 7 * 60) == "2h07m" and duration(90000) == "1d01h"
+    assert bar(0.5, 4) == "██░░"
+    assert spark((0.0, 1.0, 2.0), 4) == " ▁▄█"
+    assert spark((0.0, 0.0), 2) == "▁▁"
+
+
+def test_nic_row_flags_slow_and_paused():
+    cells = [str(c) for c in nic_row(_nic()).cells]
+    assert cells[:8] == ["n", "10.0.0.1/eth0", "2.000", "-", "2.500", "0.000", "50%", "0"]
+    assert str(nic_row(_nic(slow=True)).cells[0]) == "n SLOW"
+    assert str(nic_row(_nic(slow=True, paused=True)).cells[0]) == "n PAUSED"
+    assert nic_row(_nic(slow=True)).cells[0].style == "bold yellow"  # type: ignore[union-attr]
+
+
+def test_node_row_down_shows_reason():
+    n = NodeView("s", "store", "http://x", False, 10.0, "refused", "", None, None, "", "-", 0.01)
+    cells = [str(c) for c in node_row(n, now=25.0).cells]
+    assert cells[2] == "DOWN" and cells[5] == "15s" and cells[7] == "refused"
