@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -84,6 +87,18 @@ def test_up_status_no_duplicates_restart_down(cluster: tuple[Path, dict]) -> Non
 
     logs = cli("cluster", "logs", "master", "-c", c, "-n", "5")
     assert logs.returncode == 0 and "serving on" in logs.stdout
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "mooncake_cli", "cluster", "logs", "store-0", "-c", c, "-f"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert follow.stdout is not None
+        first = [follow.stdout.readline() for _ in range(2)]
+        assert "serving segment store-0" in "".join(first), first
+    finally:
+        follow.send_signal(signal.SIGINT)
+        assert follow.wait(timeout=30) == 0
 
     rs = cli("cluster", "restart", "store-1", "-c", c)
     assert rs.returncode == 0, rs.stderr
