@@ -21,13 +21,17 @@ SecretOption = Annotated[
 ]
 
 
-def _serve(role: str, name: str, config: Path | None, secret_file: Path | None) -> None:
+def _serve(
+    role: str, name: str, config: Path | None, secret_file: Path | None, no_store: bool = False
+) -> None:
     import asyncio
     import logging
     import signal
 
     from mooncake_core.store.auth import read_secret
+    from mooncake_core.store.errors import StoreError
     from mooncake_core.worker.service import WorkerService, WorkerServiceOptions
+    from mooncake_core.worker.service_store import store_bridge_factory
 
     cfg = load(config)
     secret: bytes | None = None
@@ -46,10 +50,13 @@ def _serve(role: str, name: str, config: Path | None, secret_file: Path | None) 
     )
 
     async def run() -> None:
-        service = WorkerService(cfg, opts, store=_store_bridge(cfg, opts, secret))
+        factory = None
+        if role == "prefill" and not no_store:
+            factory = store_bridge_factory(cfg, opts.host, secret)
+        service = WorkerService(cfg, opts, store_factory=factory)
         try:
             await service.start()
-        except (RuntimeError, OSError) as exc:
+        except (RuntimeError, OSError, StoreError) as exc:
             fail(str(exc))
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -67,17 +74,18 @@ def _serve(role: str, name: str, config: Path | None, secret_file: Path | None) 
     asyncio.run(run())
 
 
-def _store_bridge(cfg, opts, secret):  # type: ignore[no-untyped-def]
-    """The Store bridge of a prefill worker (None for decode workers)."""
-    return None
-
-
 @app.command("prefill")
 def prefill(
-    name: NameOption, config: ConfigOption = None, secret_file: SecretOption = None
+    name: NameOption,
+    config: ConfigOption = None,
+    secret_file: SecretOption = None,
+    no_store: Annotated[
+        bool,
+        typer.Option("--no-store", help="Run without the Store (no prefix fetch, no KV store)."),
+    ] = False,
 ) -> None:
     """Serve a prefill instance until SIGINT/SIGTERM (ready when Health answers)."""
-    _serve("prefill", name, config, secret_file)
+    _serve("prefill", name, config, secret_file, no_store)
 
 
 @app.command("decode")

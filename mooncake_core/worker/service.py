@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -152,19 +152,21 @@ class WorkerService(pbg.WorkerServicer):
     Args:
         cluster: the cluster config (model, hashing, transfer settings).
         options: this worker's process options.
-        store: the Store bridge for prefix fetch and layer-wise store (prefill only), or
-            None to run without the Store.
+        store_factory: builds the Store bridge for prefix fetch and layer-wise store from
+            the engine (prefill only; called on the engine thread), or None to run
+            without the Store.
     """
 
     def __init__(
         self,
         cluster: ClusterConfig,
         options: WorkerServiceOptions,
-        store: PrefixStore | None = None,
+        store_factory: Callable[[InferenceEngine], PrefixStore] | None = None,
     ) -> None:
         self.cluster = cluster
         self.options = options
-        self.store = store
+        self.store_factory = store_factory
+        self.store: PrefixStore | None = None
         self.rpc_port = options.rpc_port
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"engine-{options.name}")
         self._server: grpc.aio.Server | None = None
@@ -235,6 +237,8 @@ class WorkerService(pbg.WorkerServicer):
             te.register_memory(self._engine.cache.pool_view(), name=KV_SEGMENT)
             self.kv_segment = f"{te.segment_name}/{KV_SEGMENT}"
         else:
+            if self.store_factory is not None:
+                self.store = self.store_factory(self._engine)
             self._prefill = PrefillRunner(
                 self._engine, te, self.store, io_timeout_s=opts.io_timeout_s
             )
@@ -251,6 +255,9 @@ class WorkerService(pbg.WorkerServicer):
         loop = asyncio.get_running_loop()
         if self._transfer is not None:
             await loop.run_in_executor(self._executor, self._transfer.close)
+        close = getattr(self.store, "close", None)
+        if close is not None:
+            await loop.run_in_executor(self._executor, close)
         self._executor.shutdown(wait=True)
 
     async def wait_closed(self) -> None:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 from mooncake_core.conductor.service import (
     CompletionChunk,
     CompletionRequest,
+    CompletionStream,
     ConductorService,
     Rejected,
     ServingError,
@@ -106,7 +107,7 @@ def create_app(service: ConductorService) -> FastAPI:
         except ValueError as exc:
             return _error(400, "invalid_request_error", str(exc))
         rid = fd.new_request_id()
-        gen = fd.complete(req, rid)
+        gen = fd.stream(req, rid)
         try:
             first = await gen.__anext__()
         except Rejected as exc:
@@ -120,6 +121,9 @@ def create_app(service: ConductorService) -> FastAPI:
             return _error(503, "serving_error", str(exc))
         except StopAsyncIteration:
             return _error(503, "serving_error", "no tokens produced")
+        except BaseException:
+            await gen.cancel()
+            raise
         created = int(time.time())
         prompt_tokens = (
             len(req.token_ids)
@@ -127,7 +131,8 @@ def create_app(service: ConductorService) -> FastAPI:
             else len(fd.tokenizer.encode(req.prompt or ""))
         )
         if body.stream:
-            return StreamingResponse(
+            return _RequestStream(
+                gen,
                 _sse(first, gen, created, service.cluster.model.name, prompt_tokens),
                 media_type="text/event-stream",
                 headers={"X-Request-Id": rid},
@@ -138,6 +143,8 @@ def create_app(service: ConductorService) -> FastAPI:
                 chunks.append(ch)
         except ServingError as exc:
             return _error(503, "serving_error", str(exc))
+        finally:
+            await gen.cancel()  # no-op when finished; stops it if this handler was cancelled
         return {
             "id": rid,
             "object": "text_completion",
@@ -162,6 +169,25 @@ def create_app(service: ConductorService) -> FastAPI:
 
     app.include_router(router)
     return app
+
+
+class _RequestStream(StreamingResponse):
+    """An SSE response that stops its request when the client goes away.
+
+    Starlette abandons the body iterator when a send fails (client gone); the request
+    would then keep decoding with nobody reading. ``cancel`` after the response, in every
+    case, ends it (a no-op for a request that finished).
+    """
+
+    def __init__(self, stream: CompletionStream, body: AsyncIterator[bytes], **kw: Any) -> None:
+        super().__init__(body, **kw)
+        self._stream = stream
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._stream.cancel()
 
 
 async def _sse(

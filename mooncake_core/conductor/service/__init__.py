@@ -7,6 +7,7 @@ must not import FastAPI).
 from mooncake_core.conductor.service.frontdoor import (
     CompletionChunk,
     CompletionRequest,
+    CompletionStream,
     FrontDoor,
     FrontDoorStats,
     Rejected,
@@ -23,6 +24,7 @@ from mooncake_core.conductor.service.service import (
 __all__ = [
     "CompletionChunk",
     "CompletionRequest",
+    "CompletionStream",
     "ConductorService",
     "ConductorServiceOptions",
     "FrontDoor",

@@ -19,13 +19,14 @@ complete(req)
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import logging
 import math
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CompletionChunk",
     "CompletionRequest",
+    "CompletionStream",
     "FrontDoor",
     "FrontDoorStats",
     "Rejected",
@@ -226,6 +228,18 @@ class FrontDoor:
     def new_request_id(self) -> str:
         """A fresh request id (unique in this conductor's lifetime)."""
         return f"cmpl-{self._boot}-{next(self._ids)}"
+
+    def stream(
+        self,
+        req: CompletionRequest,
+        request_id: str | None = None,
+        disconnected: Callable[[], Awaitable[bool]] | None = None,
+    ) -> CompletionStream:
+        """Start a request in its own task (see :class:`CompletionStream`).
+
+        Errors of :meth:`complete` are raised by the stream's iteration.
+        """
+        return CompletionStream(self.complete(req, request_id), disconnected)
 
     async def complete(
         self, req: CompletionRequest, request_id: str | None = None
@@ -422,6 +436,69 @@ class FrontDoor:
             self.conductor.on_decode_done(rid, now)
         else:
             self.conductor.cancel(rid, now)
+
+
+_DONE = object()
+
+
+class CompletionStream:
+    """Runs one request in its own task and hands its chunks over through a queue.
+
+    An HTTP client can vanish mid-stream; a response generator that is simply dropped
+    would leave the request suspended forever (its decode slot never freed in the
+    Conductor). The task drives :meth:`FrontDoor.complete` to the end on its own, and
+    ``disconnected`` (polled after each chunk) or :meth:`cancel` stops it cleanly (the
+    decode worker is told to cancel, the Conductor forgets the request).
+
+    Args:
+        chunks: the request's generator (from :meth:`FrontDoor.complete`).
+        disconnected: async predicate, true once the consumer is gone.
+    """
+
+    def __init__(
+        self,
+        chunks: AsyncIterator[CompletionChunk],
+        disconnected: Callable[[], Awaitable[bool]] | None = None,
+    ) -> None:
+        self._q: asyncio.Queue[object] = asyncio.Queue()
+        self._task = asyncio.create_task(self._pump(chunks, disconnected))
+
+    async def _pump(
+        self,
+        chunks: AsyncIterator[CompletionChunk],
+        disconnected: Callable[[], Awaitable[bool]] | None,
+    ) -> None:
+        try:
+            async for ch in chunks:
+                self._q.put_nowait(ch)
+                if disconnected is not None and await disconnected():
+                    break
+        except Exception as exc:  # handed to the consumer
+            self._q.put_nowait(exc)
+        finally:
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()
+            self._q.put_nowait(_DONE)
+
+    def __aiter__(self) -> CompletionStream:
+        return self
+
+    async def __anext__(self) -> CompletionChunk:
+        item = await self._q.get()
+        if item is _DONE:
+            self._q.put_nowait(_DONE)  # stay exhausted
+            raise StopAsyncIteration
+        if isinstance(item, Exception):
+            raise item
+        assert isinstance(item, CompletionChunk)
+        return item
+
+    async def cancel(self) -> None:
+        """Stop the request (idempotent) and wait for its clean-up."""
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
 
 
 def _rpc_text(exc: grpc.RpcError) -> str:

@@ -190,7 +190,38 @@ class ConductorService:
                 "address": link.address,
                 "report_age_s": None if rep is None else round(now - rep.time, 3),
             }
-        return {"status": "ok", "uptime_s": round(now - self.started_at, 3), "workers": workers}
+        out: dict[str, Any] = {
+            "status": "ok",
+            "uptime_s": round(now - self.started_at, 3),
+            "workers": workers,
+        }
+        if self.conductor is not None:
+            snap = self.conductor.snapshot(now)
+            out["scheduler"] = {
+                "policy": snap.policy,
+                "admission": snap.admission,
+                "decisions": snap.decisions,
+                "admitted": snap.admitted,
+                "rejected": dict(snap.rejected),
+                "migrations": snap.migrations,
+                "in_flight": snap.in_flight,
+                "decode_time_s": snap.decode_time_s,
+                "decode": [repr(d) for d in snap.decode],
+            }
+        if self.front is not None:
+            st = self.front.stats
+            out["front_door"] = {
+                "requests": st.requests,
+                "rejected": st.rejected,
+                "completed": st.completed,
+                "failed": st.failed,
+                "cancelled": st.cancelled,
+                "reused_tokens": st.reused_tokens,
+                "computed_tokens": st.computed_tokens,
+                "fetched_blocks": st.fetched_blocks,
+                "stored_blocks": st.stored_blocks,
+            }
+        return out
 
     async def stop(self) -> None:
         """Close the worker links and flush the audit."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -35,15 +36,24 @@ TINY_MODEL = {
 
 
 def free_ports(n: int) -> list[int]:
-    """``n`` distinct free TCP ports on 127.0.0.1 (bound then released)."""
-    socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
+    """``n`` distinct free TCP ports on 127.0.0.1, below the kernel's ephemeral range.
+
+    Components also bind port 0 (store clients' data servers); ports picked from the
+    ephemeral range could be taken by those before the component meant to use them
+    starts, so the fixed ports come from 20000-32767.
+    """
+    rng = random.Random()
+    ports: list[int] = []
+    while len(ports) < n:
+        port = rng.randrange(20000, 32768)
+        if port in ports:
+            continue
+        with contextlib.closing(socket.socket()) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
     return ports
 
 
@@ -127,7 +137,9 @@ def _wait(pred: Any, timeout: float, what: str, procs: dict[str, Any], logs: Pat
         for name, p in procs.items():
             if p.poll() is not None:
                 text = (logs / f"{name}.log").read_text(errors="replace")
-                raise RuntimeError(f"{name} exited with {p.returncode} while waiting for {what}:\n{text[-3000:]}")
+                raise RuntimeError(
+                    f"{name} exited with {p.returncode} while waiting for {what}:\n{text[-3000:]}"
+                )
         if pred():
             return
         time.sleep(0.1)
@@ -169,7 +181,8 @@ def run_cluster(tmp: Path, *, with_store: bool = True, **kwargs: Any) -> Iterato
             for s in cfg["store_nodes"]:
                 start(s["name"], "store", "node", "--name", s["name"])
         for w in cfg["prefill_workers"]:
-            start(w["name"], "worker", "prefill", "--name", w["name"])
+            extra = () if with_store else ("--no-store",)
+            start(w["name"], "worker", "prefill", "--name", w["name"], *extra)
         for w in cfg["decode_workers"]:
             start(w["name"], "worker", "decode", "--name", w["name"])
         for w in cfg["prefill_workers"] + cfg["decode_workers"]:
