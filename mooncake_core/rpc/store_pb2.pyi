@@ -461,6 +461,34 @@ class SnapshotRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class ReadinessRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Readiness(_message.Message):
+    __slots__ = ("state", "serving", "durable", "journal_seq", "ha", "member_id", "applied_seq", "caught_up", "leader_id", "leader_address")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    SERVING_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_FIELD_NUMBER: _ClassVar[int]
+    JOURNAL_SEQ_FIELD_NUMBER: _ClassVar[int]
+    HA_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_SEQ_FIELD_NUMBER: _ClassVar[int]
+    CAUGHT_UP_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    serving: bool
+    durable: bool
+    journal_seq: int
+    ha: bool
+    member_id: str
+    applied_seq: int
+    caught_up: bool
+    leader_id: str
+    leader_address: str
+    def __init__(self, state: _Optional[str] = ..., serving: _Optional[bool] = ..., durable: _Optional[bool] = ..., journal_seq: _Optional[int] = ..., ha: _Optional[bool] = ..., member_id: _Optional[str] = ..., applied_seq: _Optional[int] = ..., caught_up: _Optional[bool] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ...) -> None: ...
+
 class Snapshot(_message.Message):
     __slots__ = ("key_count", "complete_count", "processing_count", "allocated_bytes", "total_capacity_bytes", "client_count", "segments", "key_pins", "prefix_pins", "evicted_objects_total", "evicted_bytes_total", "eviction_rounds_total", "removed_objects_total", "expired_puts_total", "lost_objects_total")
     KEY_COUNT_FIELD_NUMBER: _ClassVar[int]

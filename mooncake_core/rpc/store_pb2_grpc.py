@@ -169,6 +169,11 @@ class MasterServiceStub:
                 request_serializer=mooncake__core_dot_rpc_dot_store__pb2.SnapshotRequest.SerializeToString,
                 response_deserializer=mooncake__core_dot_rpc_dot_store__pb2.Snapshot.FromString,
                 _registered_method=True)
+        self.GetReadiness = channel.unary_unary(
+                '/mooncake.store.v1.MasterService/GetReadiness',
+                request_serializer=mooncake__core_dot_rpc_dot_store__pb2.ReadinessRequest.SerializeToString,
+                response_deserializer=mooncake__core_dot_rpc_dot_store__pb2.Readiness.FromString,
+                _registered_method=True)
         self.WatchEvents = channel.unary_stream(
                 '/mooncake.store.v1.MasterService/WatchEvents',
                 request_serializer=mooncake__core_dot_rpc_dot_store__pb2.WatchEventsRequest.SerializeToString,
@@ -341,6 +346,13 @@ class MasterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetReadiness(self, request, context):
+        """Role and catch-up state; answered by followers too (every other RPC gets NOT_LEADER).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WatchEvents(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -484,6 +496,11 @@ def add_MasterServiceServicer_to_server(servicer, server):
                     servicer.GetSnapshot,
                     request_deserializer=mooncake__core_dot_rpc_dot_store__pb2.SnapshotRequest.FromString,
                     response_serializer=mooncake__core_dot_rpc_dot_store__pb2.Snapshot.SerializeToString,
+            ),
+            'GetReadiness': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetReadiness,
+                    request_deserializer=mooncake__core_dot_rpc_dot_store__pb2.ReadinessRequest.FromString,
+                    response_serializer=mooncake__core_dot_rpc_dot_store__pb2.Readiness.SerializeToString,
             ),
             'WatchEvents': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchEvents,
@@ -1220,6 +1237,33 @@ class MasterService:
             '/mooncake.store.v1.MasterService/GetSnapshot',
             mooncake__core_dot_rpc_dot_store__pb2.SnapshotRequest.SerializeToString,
             mooncake__core_dot_rpc_dot_store__pb2.Snapshot.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetReadiness(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake.store.v1.MasterService/GetReadiness',
+            mooncake__core_dot_rpc_dot_store__pb2.ReadinessRequest.SerializeToString,
+            mooncake__core_dot_rpc_dot_store__pb2.Readiness.FromString,
             options,
             channel_credentials,
             insecure,

@@ -36,6 +36,7 @@ from . import convert as cv
 from . import events as ev
 from .auth import auth_metadata
 from .errors import AuthError, ErrorCode, StoreError, UnavailableError
+from .ha.readiness import Readiness
 from .objects import ObjectInfo, Replica
 from .pins import Pin
 from .results import GetResult, ListKeysResult, MasterSnapshot, RemoveManyResult, ReplicateConfig
@@ -441,6 +442,26 @@ class MasterClient:
         """The master's read-model."""
         r = await self._call(lambda: self._stub.GetSnapshot(pb.SnapshotRequest(), **self._kw))
         return cv.snapshot_from_pb(r)
+
+    async def get_readiness(self) -> Readiness:
+        """This master's role and catch-up state (answered by followers too; not
+        redirected to the leader)."""
+        try:
+            r = await self._stub.GetReadiness(pb.ReadinessRequest(), **self._kw)
+        except grpc.aio.AioRpcError as exc:
+            raise self._transport_error(exc) from None
+        return Readiness(
+            state=r.state,
+            serving=r.serving,
+            durable=r.durable,
+            journal_seq=r.journal_seq,
+            ha=r.ha,
+            member_id=r.member_id,
+            applied_seq=r.applied_seq,
+            caught_up=r.caught_up,
+            leader_id=r.leader_id,
+            leader_address=r.leader_address,
+        )
 
     async def watch_events(
         self, started: asyncio.Event | None = None

@@ -560,8 +560,9 @@ LEADER_METADATA = "mooncake-leader"
 
 
 class RoleGate(grpc.aio.ServerInterceptor):
-    """Refuses every RPC with UNAVAILABLE ``NOT_LEADER: ...`` while the master is not
-    serving (an HA follower, a master still recovering, or one that stepped down).
+    """Refuses every RPC but GetReadiness with UNAVAILABLE ``NOT_LEADER: ...`` while the
+    master is not serving (an HA follower, a master still recovering, or one that
+    stepped down).
 
     The details name the leader when known, and the trailing metadata
     ``mooncake-leader`` carries its address, so a client can follow without etcd.
@@ -578,6 +579,8 @@ class RoleGate(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if self._svc.serving or handler is None:
             return handler
+        if handler_call_details.method.endswith("/GetReadiness"):
+            return handler  # how a client learns the role of a master that refuses
         return _not_leader(handler, self._svc)
 
 

@@ -17,6 +17,7 @@ from mooncake_core.rpc import store_pb2_grpc as pb_grpc
 from . import convert as cv
 from .errors import StoreError
 from .ha.image import started_record
+from .ha.readiness import Readiness
 from .results import GetResult
 
 if TYPE_CHECKING:
@@ -278,6 +279,21 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
         return pb.ListPinsResponse(pins=[cv.pin_to_pb(p, now) for p in pins])
 
     # -------------------------------------------------------- read-model, events
+    async def GetReadiness(self, request: pb.ReadinessRequest, context: Ctx) -> pb.Readiness:
+        r = Readiness.from_dict(self._svc.readiness())
+        return pb.Readiness(
+            state=r.state,
+            serving=r.serving,
+            durable=r.durable,
+            journal_seq=r.journal_seq,
+            ha=r.ha,
+            member_id=r.member_id,
+            applied_seq=r.applied_seq,
+            caught_up=r.caught_up,
+            leader_id=r.leader_id,
+            leader_address=r.leader_address,
+        )
+
     async def GetSnapshot(self, request: pb.SnapshotRequest, context: Ctx) -> pb.Snapshot:
         r = await self._svc.call("GetSnapshot", lambda now: self._st.snapshot())
         if isinstance(r, StoreError):

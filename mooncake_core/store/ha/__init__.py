@@ -15,6 +15,7 @@ from .durable import RecordSink, Restored, restore_local
 from .election import HaController, HaOptions, parse_ha_url
 from .etcd import EtcdClient, EtcdError
 from .image import MetadataImage, records_from_events
+from .readiness import Readiness
 from .rebuild import RebuildError, build_state
 from .replication import EtcdLog, FencedOut, HaKeys, LogFollower
 
@@ -29,6 +30,7 @@ __all__ = [
     "HaOptions",
     "LogFollower",
     "MetadataImage",
+    "Readiness",
     "RebuildError",
     "RecordSink",
     "Restored",

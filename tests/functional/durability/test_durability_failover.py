@@ -61,6 +61,11 @@ async def test_leader_sigkill_loses_no_acknowledged_write(tmp_path: Path) -> Non
             info.value.details() or ""
         )
 
+        async with MasterClient(followers[0].address) as probe:
+            r = await probe.get_readiness()  # answered by a follower, unlike everything else
+        assert (r.state, r.serving, r.ha, r.caught_up) == ("follower", False, True, True)
+        assert (r.leader_id, r.leader_address) == (first_id, first.address)
+
         mc = await MasterClient.from_etcd(url, client_id="node-x", failover_timeout_s=20)
         async with mc:
             await mc.mount_segment("node-x/dram", 256 << 20, transport_address="127.0.0.1:9")

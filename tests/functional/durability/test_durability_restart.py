@@ -84,6 +84,14 @@ async def test_sigkill_and_restart_keeps_acknowledged_objects(tmp_path: Path, fs
             assert [s.name for s in snap.segments] == ["node-a/dram"]
             assert mounts == 1  # the master remembered the client: no remount needed
             assert health(m2)["readiness"]["durable"] is True
+            ready = await mc.get_readiness()
+            assert (ready.state, ready.serving, ready.durable, ready.ha) == (
+                "standalone",
+                True,
+                True,
+                False,
+            )
+            assert ready.journal_seq > 0
             # New writes do not land on restored ranges, and survive a second restart.
             await mc.put_start("after", 1 << 20)
             await mc.put_end("after")
