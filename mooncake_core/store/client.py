@@ -72,7 +72,6 @@ class Client(BatchOps):
         self._data: DataPath | None = None
         self._buffers = Buffers()
         self._local: dict[str, Region] = {}
-        self._addresses: dict[str, str] = {}
         self._staging: Region | None = None
         self._staging_lock = threading.Lock()
         self._closed = False
@@ -105,7 +104,9 @@ class Client(BatchOps):
             except TransferError as exc:
                 raise UnavailableError(ErrorCode.UNAVAILABLE, f"transfer engine: {exc}") from exc
             timeout = o.transfer.request_timeout_s + 5.0
-            self._data = DataPath(eng, self._local, self._resolve, timeout)
+            self._data = DataPath(
+                eng, self._local, self._segment_table, timeout, o.heartbeat_interval_s
+            )
             if o.segments:
                 mounts = [Mount(s.name, s.size, eng.segment_name, s.location) for s in o.segments]
                 self._heartbeat = Heartbeat(
@@ -173,15 +174,9 @@ class Client(BatchOps):
             raise UnavailableError(ErrorCode.UNAVAILABLE, "client is not set up (call setup())")
         return self._data
 
-    def _resolve(self, segment: str) -> str:
-        addr = self._addresses.get(segment)
-        if addr is None:
-            snap = self._m.snapshot()
-            self._addresses = {s.name: s.transport_address for s in snap.segments}
-            addr = self._addresses.get(segment)
-        if not addr:
-            raise TransferError(f"segment {segment!r} is not mounted at the master")
-        return addr
+    def _segment_table(self) -> dict[str, tuple[str, str]]:
+        snap = self._m.snapshot()
+        return {s.name: (s.transport_address, s.client_id) for s in snap.segments}
 
     def transport_of(self, segment: str) -> str:
         """How this client reaches ``segment``: local, shm, tcp (unknown before first use)."""

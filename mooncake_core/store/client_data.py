@@ -25,6 +25,7 @@ import bisect
 import contextlib
 import struct
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -40,7 +41,7 @@ from mooncake_core.transfer import (
 )
 from mooncake_core.transfer._c import native as _native
 
-from .errors import ErrorCode, InvalidArgumentError
+from .errors import ErrorCode, InvalidArgumentError, StoreError
 from .objects import Replica
 
 _JOB = struct.Struct("<QQQ")
@@ -161,8 +162,8 @@ class Pending:
     errors: list[str | None]
 
 
-Resolver = Callable[[str], str]
-"""Segment name -> transport address (``host:port``); raises on an unknown segment."""
+Directory = Callable[[], dict[str, tuple[str, str]]]
+"""The master's segments now: name -> (transport address ``host:port``, owner client id)."""
 
 
 class DataPath:
@@ -171,44 +172,79 @@ class DataPath:
     Args:
         engine: this client's Transfer Engine (started).
         local: segments hosted by this process, by name.
-        resolve: segment name -> transport address (asks the master on a miss).
+        directory: reads the master's segment table (address and owner per name).
         timeout_s: longest wait for one engine batch.
+        revalidate_s: how old the cached segment table may get while segments are open.
+
+    A segment handle is cached with the (address, owner) it was opened under. The table
+    is re-read on a miss and, while handles are cached, at most every ``revalidate_s``;
+    a handle whose segment now has another address or owner (the node restarted: a new
+    process, a new shm file) is dropped, so bytes never go to a dead incarnation's
+    memory. The residual window is ``revalidate_s`` after the new mount (see
+    docs/store_client.md).
     """
 
     def __init__(
         self,
         engine: TransferEngine,
         local: dict[str, Region],
-        resolve: Resolver,
+        directory: Directory,
         timeout_s: float,
+        revalidate_s: float = 1.0,
     ) -> None:
         self.engine = engine
         self.local = local
-        self._resolve = resolve
+        self._directory = directory
         self._timeout = timeout_s
-        self._remote: dict[str, RemoteSegment] = {}
+        self._revalidate_s = revalidate_s
+        self._where: dict[str, tuple[str, str]] = {}
+        self._checked_at = -1e18
+        self._remote: dict[str, tuple[RemoteSegment, tuple[str, str]]] = {}
         self._lock = threading.Lock()
 
     def transport_of(self, segment: str) -> str:
         """``local``, ``shm`` or ``tcp`` for an already opened segment, else ``unknown``."""
         if segment in self.local:
             return "local"
-        seg = self._remote.get(segment)
-        return seg.transport if seg is not None else "unknown"
+        hit = self._remote.get(segment)
+        return hit[0].transport if hit is not None else "unknown"
 
     def forget(self, segment: str) -> None:
-        """Drop a cached segment handle (it failed; reopen on next use)."""
+        """Drop a segment's handle and table entry (it failed; look it up again)."""
         with self._lock:
             self._remote.pop(segment, None)
+            self._where.pop(segment, None)
+
+    def refresh(self) -> None:
+        """Re-read the segment table; drop handles whose address or owner changed.
+
+        Raises:
+            StoreError: the master could not be asked.
+        """
+        where = self._directory()
+        with self._lock:
+            self._where = where
+            self._checked_at = time.monotonic()
+            for name, (_, ident) in list(self._remote.items()):
+                if where.get(name) != ident:
+                    del self._remote[name]
 
     def _open(self, segment: str) -> RemoteSegment:
-        seg = self._remote.get(segment)
-        if seg is not None:
-            return seg
-        address = self._resolve(segment)
-        seg = self.engine.open_segment(f"{address}/{segment}")
+        hit = self._remote.get(segment)
+        if hit is not None:
+            return hit[0]
+        ident = self._where.get(segment)
+        if ident is None:
+            try:
+                self.refresh()
+            except StoreError as exc:
+                raise TransferError(f"cannot look segment {segment!r} up: {exc}") from exc
+            ident = self._where.get(segment)
+        if ident is None or not ident[0]:
+            raise TransferError(f"segment {segment!r} is not mounted at the master")
+        seg = self.engine.open_segment(f"{ident[0]}/{segment}")
         with self._lock:
-            self._remote[segment] = seg
+            self._remote[segment] = (seg, ident)
         return seg
 
     def run(self, groups: Sequence[Sequence[Op]]) -> list[str | None]:
@@ -224,6 +260,9 @@ class DataPath:
 
         Between the two the caller may talk to the master while the engine moves bytes.
         """
+        if self._remote and time.monotonic() - self._checked_at > self._revalidate_s:
+            with contextlib.suppress(StoreError):  # master away: keep the handles we have
+                self.refresh()
         errors: list[str | None] = [None] * len(groups)
         jobs: list[bytes] = []
         reqs: list[TransferRequest] = []
@@ -248,6 +287,7 @@ class DataPath:
                     seg = self._open(o.segment)
                 except TransferError as exc:
                     errors[g] = f"segment {o.segment}: {exc}"
+                    self.forget(o.segment)  # look it up again next time
                     continue
                 reqs.append(TransferRequest(o.op, o.region, o.offset, seg, o.seg_offset, o.length))
                 owners.append(g)

@@ -12,12 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import os
+import secrets
 import time
 from dataclasses import dataclass
 
 from .client import Client
 from .client_options import ClientOptions, SegmentSpec
+from .errors import ConflictError, ErrorCode
 from .metrics_http import serve_http
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +31,7 @@ class NodeOptions:
     """What a node hosts and where it listens.
 
     Attributes:
-        name: node name; also its segment name and client id.
+        name: node name; also its segment name (the client id is ``<name>-<pid>-<hex>``).
         size: bytes lent to the store.
         client: connection options (master, secret, host, data_port, transfer); its
             ``segments`` and ``client_id`` are replaced by this node's.
@@ -49,12 +55,21 @@ class StoreNode:
 
     def __init__(self, options: NodeOptions) -> None:
         self.options = options
-        o = options.client
-        copts = ClientOptions(
+        self.client = Client(self._client_options())
+        self.metrics_port: int | None = None
+        self._started = time.monotonic()
+        self._http: asyncio.Server | None = None
+
+    def _client_options(self) -> ClientOptions:
+        o = self.options.client
+        return ClientOptions(
             master=o.master,
             secret=o.secret,
-            client_id=options.name,
-            segments=(SegmentSpec(options.name, options.size),),
+            # One id per process: a restarted node must not inherit the metadata of the
+            # previous process's segment (its memory is gone), so it waits for the master
+            # to expire that incarnation instead (see start()).
+            client_id=f"{self.options.name}-{os.getpid()}-{secrets.token_hex(3)}",
+            segments=(SegmentSpec(self.options.name, self.options.size),),
             host=o.host,
             data_port=o.data_port,
             transport=o.transport,
@@ -64,18 +79,29 @@ class StoreNode:
             connect_timeout_s=o.connect_timeout_s,
             heartbeat_interval_s=o.heartbeat_interval_s,
         )
-        self.client = Client(copts)
-        self.metrics_port: int | None = None
-        self._started = time.monotonic()
-        self._http: asyncio.Server | None = None
 
     async def start(self) -> None:
         """Mount the segment (blocking work in a thread) and start ``/health``.
 
+        If the segment name is still held (a previous process of this node died and the
+        master has not expired it yet), retry until ``client_ttl_s + unmount_grace_s``
+        plus a margin has passed.
+
         Raises:
             StoreError: the master refused the mount or is unreachable.
         """
-        await asyncio.to_thread(self.client.setup)
+        mc = self.options.client.master_config
+        deadline = time.monotonic() + mc.client_ttl_s + mc.unmount_grace_s + 5.0
+        while True:
+            try:
+                await asyncio.to_thread(self.client.setup)
+                break
+            except ConflictError as exc:
+                if exc.code != ErrorCode.SEGMENT_ALREADY_EXISTS or time.monotonic() > deadline:
+                    raise
+                log.warning("%s; waiting for the master to expire the old holder", exc.message)
+                self.client = Client(self._client_options())
+                await asyncio.sleep(0.5)
         o = self.options
         if o.metrics_port is not None:
             self._http = await serve_http(o.metrics_host, o.metrics_port, {"/health": self._health})

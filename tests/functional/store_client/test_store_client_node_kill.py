@@ -50,11 +50,13 @@ def test_kill_node_surviving_replicas_read_lost_ones_not_found(own_cluster: Clus
     tcp.put("only-n1", only1, ReplicateConfig(preferred_segments=("n1",)))
     tcp.put("only-n0", only0, ReplicateConfig(preferred_segments=("n0",)))
     assert tcp.stat("only-n1").replicas[0][0].segment == "n1"
+    assert shm.get("only-n1") == only1  # shm client maps n1's file now
+    assert shm.transport_of("n1") == "shm"
 
     victim = own_cluster.nodes["n1"].proc
     victim.send_signal(signal.SIGKILL)
     victim.wait(10)
-    remove_shm_of(victim.pid)
+    # Its /dev/shm file stays (as after any SIGKILL) and stays mapped by `shm`.
 
     # Before the master notices: the surviving replica serves reads.
     assert tcp.get("both") == both
@@ -78,5 +80,14 @@ def test_kill_node_surviving_replicas_read_lost_ones_not_found(own_cluster: Clus
             c.get("only-n1")
         assert c.get("both") == both
     assert [r[0].segment for r in tcp.stat("both").replicas] == ["n0"]
+
+    # n1 comes back (a new process, a new shm file): the shm client must drop its
+    # handle on the dead file, or its writes would vanish and readers see zeros.
+    own_cluster.start_node("n1")
+    fresh = _blob(512 << 10, 4)
+    shm.put("again", fresh, ReplicateConfig(preferred_segments=("n1",)))
+    assert tcp.get("again") == fresh  # tcp reads the new process's memory
+    assert shm.get("again") == fresh
     tcp.close()
     shm.close()
+    remove_shm_of(victim.pid)

@@ -16,7 +16,7 @@ from mooncake_core.store.client_options import ClientOptions, SegmentSpec
 from mooncake_core.store.client_tensor import decode, encode
 from mooncake_core.store.errors import ErrorCode, InvalidArgumentError
 from mooncake_core.store.objects import Slice
-from mooncake_core.transfer import OpCode, TransferEngine, TransferError
+from mooncake_core.transfer import OpCode, TransferEngine
 
 
 @pytest.fixture
@@ -60,10 +60,10 @@ def test_local_segment_copies_and_unknown_segment_fails_its_group(engine: Transf
     dst = bytearray(16)
     rs, rd = engine.register_memory(src), engine.register_memory(dst)
 
-    def resolve(name: str) -> str:
-        raise TransferError(f"segment {name!r} is not mounted at the master")
+    def directory() -> dict[str, tuple[str, str]]:
+        return {}  # the master knows no remote segment
 
-    dp = DataPath(engine, {"own": seg}, resolve, 1.0)
+    dp = DataPath(engine, {"own": seg}, directory, 1.0)
     put = plan(OpCode.WRITE, rs, 0, (Slice("own", 8, 10), Slice("own", 40, 6)))
     missing = plan(OpCode.WRITE, rs, 0, (Slice("gone", 0, 16),))
     assert dp.run([put, missing]) == [
