@@ -27,7 +27,9 @@ INTERVAL = 0.5
 
 
 def _app(live) -> TopApp:
-    return TopApp(Collector(live.targets, timeout_s=0.4, window_s=3.0), interval_s=INTERVAL)
+    # A generous timeout: on a loaded 2-core machine a slow answer must not read as DOWN
+    # (a killed process is refused at once, whatever the timeout).
+    return TopApp(Collector(live.targets, timeout_s=3.0, window_s=3.0), interval_s=INTERVAL)
 
 
 async def _until(pilot, cond, timeout: float = 20.0) -> None:
@@ -96,7 +98,9 @@ async def test_screens_switch_and_show_each_component(live):
         assert app.current_mode == "store"
         seg = app.screen.query_one(SegmentTable)
         await _until(pilot, lambda: seg.row_count == 2)
-        assert sorted(r[1] for r in _cells(seg)) == ["store-a", "store-b"]
+        # Segments are named after their node; the client id may carry a suffix.
+        assert sorted(r[0] for r in _cells(seg)) == ["store-a", "store-b"]
+        assert sorted(r[1][:7] for r in _cells(seg)) == ["store-a", "store-b"]
         await pilot.press("3")
         assert app.current_mode == "scheduler"
         await pilot.press("4")
@@ -137,11 +141,11 @@ SNAPSHOTS = {
     ),
     "2": (
         SegmentTable,
-        {"Use", "Used", "Keys"},
+        {"Node", "Use", "Used", "Keys"},  # Node: the client id may carry a pid suffix
         [
             "Segment | Node | Tier | State | Cap | Used | Use | Keys",
-            "store-a | store-a | dram | MOUNTED | #.#M | * | * | *",
-            "store-b | store-b | dram | MOUNTED | #.#M | * | * | *",
+            "store-a | * | dram | MOUNTED | #.#M | * | * | *",
+            "store-b | * | dram | MOUNTED | #.#M | * | * | *",
         ],
     ),
     "4": (
@@ -166,8 +170,10 @@ async def test_screen_snapshots(live):
         for key, (kind, volatile, expected) in SNAPSHOTS.items():
             await pilot.press(key)
             table = app.screen.query_one(kind)
-            await _until(pilot, lambda t=table, e=expected: t.row_count == len(e) - 1)
-            assert _normalised(table, volatile) == expected
+            try:
+                await _until(pilot, lambda t=table, e=expected, v=volatile: _normalised(t, v) == e)
+            except AssertionError:
+                assert _normalised(table, volatile) == expected  # shows the diff
             assert table.virtual_size.width <= 80, f"screen {key} wider than 80 columns"
             screen = svg_text(app.export_screenshot())
             assert "mooncake top" in screen[0]  # header
@@ -178,7 +184,7 @@ async def test_screen_snapshots(live):
 
 
 def test_once_json_with_cli_runner(live):
-    args = ["top", "--once", "--json", "--targets-only", "--interval", "0.5"]
+    args = ["top", "--once", "--json", "--targets-only", "--interval", "0.5", "--timeout", "3"]
     res = CliRunner().invoke(cli, [*args, "--config", str(live.config), *live.target_args()])
     assert res.exit_code == 0, res.output
     view = json.loads(res.output)
@@ -191,7 +197,8 @@ def test_once_json_with_cli_runner(live):
 
 def test_once_rich_in_a_subprocess(live):
     cmd = [sys.executable, "-m", "mooncake_cli", "top", "--once", "--targets-only"]
-    cmd += ["--interval", "0.5", "--config", str(live.config), *live.target_args()]
+    cmd += ["--interval", "0.5", "--timeout", "3", "--config", str(live.config)]
+    cmd += live.target_args()
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     out = res.stdout
@@ -222,8 +229,8 @@ async def test_killed_node_shows_down_at_the_next_poll(live):
         assert state["master"] == "up" and state["te-reader"] == "up"
         node = next(n for n in app.view.nodes if n.name == "store-b")
         assert node.error == "refused" and node.last_seen is not None
-        # Loose bound on a loaded machine: two poll rounds plus their timeouts.
-        assert time.monotonic() - killed_at < 2 * (INTERVAL + 0.4) + 5
+        # Loose bound on a loaded machine: two poll rounds (a refused connect is immediate).
+        assert time.monotonic() - killed_at < 2 * INTERVAL + 5
         # The UI still answers while a component is down.
         await pilot.press("1")
         await asyncio.sleep(0)
