@@ -14,12 +14,14 @@ from . import (
     conductor_cmd,
     config_cmd,
     db_cmd,
+    loadgen_cmd,
     master_cmd,
     node_cmd,
     sim_cmd,
     store_cmd,
     top_cmd,
     topo_cmd,
+    web_cmd,
     worker_cmd,
 )
 
@@ -42,7 +44,9 @@ app.add_typer(node_cmd.app, name="node")
 app.add_typer(store_cmd.app, name="store")
 app.add_typer(worker_cmd.app, name="worker")
 app.add_typer(conductor_cmd.app, name="conductor")
+app.add_typer(loadgen_cmd.app, name="loadgen")
 app.command("top")(top_cmd.top)
+app.command("web")(web_cmd.web)
 
 
 def _version(value: bool) -> None:

@@ -250,3 +250,16 @@ def test_serving_audit_has_actual_ttft(cluster: Cluster) -> None:
     assert row is not None and row[0] == 1
     assert row[1].startswith("prefill-") and row[2] == "decode-0"
     assert row[3] > 0 and row[4] > 0
+
+
+def test_serving_loadgen_reports_hits_on_a_prefix_heavy_workload(cluster: Cluster) -> None:
+    from mooncake_core.loadgen import LoadOptions, run_load, synthetic_prefix_workload
+
+    work = synthetic_prefix_workload(
+        8, prefixes=2, prefix_tokens=64, suffix_tokens=8, max_tokens=3, rate=50.0, seed=3
+    )
+    rep = asyncio.run(run_load(work, LoadOptions(url=cluster.url, concurrency=2)))
+    assert rep.requests == 8 and rep.errors == 0
+    assert rep.completed + rep.rejected == 8 and rep.completed >= 1
+    assert rep.hit_rate > 0.3  # 64 of 72 tokens are shared after each prefix's first use
+    assert rep.ttft_p50_s is not None and rep.ttft_p50_s > 0
