@@ -19,7 +19,7 @@ initiator falls back to tcp.
     18     1    port           port number on the sender's device (>= 1)
     19     1    mtu            active path MTU as ibv_mtu (1 = 256 ... 5 = 4096)
     20     1    max_rd_atomic  RDMA READs the sender accepts in flight as responder
-    21     3    reserved       zero
+    21     3    reserved       zero (a version 1 decoder refuses anything else)
     24     16   gid            port GID (RoCE needs it; IB may send zeros)
     40     24*n segments       segment_id u32, rkey u32, addr u64, length u64
 
@@ -180,13 +180,15 @@ def decode(data: bytes | bytearray | memoryview) -> RdmaInfo:
     raw = bytes(data)
     if len(raw) < FIXED_SIZE:
         raise RdmaInfoError(f"rdma info block needs {FIXED_SIZE} bytes, got {len(raw)}")
-    (magic, version, kind, count, qp_num, psn, lid, port, mtu, rd_atomic, _res, gid) = (
+    (magic, version, kind, count, qp_num, psn, lid, port, mtu, rd_atomic, reserved, gid) = (
         _FIXED.unpack_from(raw)
     )
     if magic != MAGIC:
         raise RdmaInfoError(f"bad rdma info magic {magic!r}")
     if version != VERSION:
         raise RdmaInfoError(f"unsupported rdma info version {version} (this build speaks 1)")
+    if reserved != b"\0\0\0":
+        raise RdmaInfoError(f"reserved bytes must be zero in version 1, got {reserved.hex()}")
     if count > MAX_SEGMENTS:
         raise RdmaInfoError(f"{count} segments, at most {MAX_SEGMENTS}")
     want = FIXED_SIZE + count * ENTRY_SIZE

@@ -220,26 +220,7 @@ class RcQueuePair:
         Raises:
             PyverbsError: The device refused a transition.
         """
-        dev = self.dev
-        attr = QPAttr(port_num=dev.port)
-        attr.qp_access_flags = ACCESS
-        attr.path_mtu = min(dev.active_mtu, peer.mtu)
-        attr.dest_qp_num = peer.qp_num
-        attr.rq_psn = peer.psn
-        attr.sq_psn = self.psn
-        attr.max_dest_rd_atomic = dev.max_dest_rd_atomic
-        attr.max_rd_atomic = min(dev.max_rd_atomic, peer.max_rd_atomic)
-        attr.min_rnr_timer = MIN_RNR_TIMER
-        attr.timeout = TIMEOUT
-        attr.retry_cnt = RETRY_CNT
-        attr.rnr_retry = RNR_RETRY
-        if dev.is_ethernet or any(peer.gid):
-            # RoCE always routes by GID; InfiniBand uses it when the peer sent one.
-            gr = GlobalRoute(dgid=GID(gid_text(peer.gid)), sgid_index=dev.gid_index)
-            attr.ah_attr = AHAttr(port_num=dev.port, is_global=1, gr=gr, dlid=peer.lid)
-        else:
-            attr.ah_attr = AHAttr(port_num=dev.port, is_global=0, dlid=peer.lid)
-        self.qp.to_rts(attr)
+        self.qp.to_rts(rts_attr(self.dev, peer, self.psn))
 
     def post(
         self,
@@ -256,15 +237,7 @@ class RcQueuePair:
         Raises:
             PyverbsError: ``ibv_post_send`` refused it.
         """
-        sge = SGE(local_addr, length, lkey)
-        wr = SendWR(
-            wr_id=wr_id,
-            opcode=WR_RDMA_WRITE if write else WR_RDMA_READ,
-            num_sge=1,
-            sg=[sge],
-            send_flags=SEND_SIGNALED,
-        )
-        wr.set_wr_rdma(rkey, remote_addr)
+        wr = rdma_wr(wr_id, write, local_addr, length, lkey, remote_addr, rkey)
         self.qp.post_send(wr)
 
     def poll(self, n: int) -> list[Completion]:
@@ -279,6 +252,52 @@ class RcQueuePair:
                 obj.close()
             except PyverbsError as exc:
                 log.warning("closing RDMA queue pair on %s: %s", self.dev.name, exc)
+
+
+def rts_attr(dev: Any, peer: RdmaInfo, psn: int) -> Any:
+    """The ``QPAttr`` that takes an RC queue pair to RTS towards ``peer``.
+
+    Args:
+        dev: The local ``RdmaDevice`` (port, active_mtu, gid_index, is_ethernet,
+            max_rd_atomic, max_dest_rd_atomic are read).
+        peer: The peer's info block.
+        psn: The first PSN this side sends with.
+    """
+    attr = QPAttr(port_num=dev.port)
+    attr.qp_access_flags = ACCESS
+    attr.path_mtu = min(dev.active_mtu, peer.mtu)
+    attr.dest_qp_num = peer.qp_num
+    attr.rq_psn = peer.psn
+    attr.sq_psn = psn
+    attr.max_dest_rd_atomic = dev.max_dest_rd_atomic
+    attr.max_rd_atomic = min(dev.max_rd_atomic, peer.max_rd_atomic)
+    attr.min_rnr_timer = MIN_RNR_TIMER
+    attr.timeout = TIMEOUT
+    attr.retry_cnt = RETRY_CNT
+    attr.rnr_retry = RNR_RETRY
+    if dev.is_ethernet or any(peer.gid):
+        # RoCE always routes by GID; InfiniBand uses it when the peer sent one.
+        gr = GlobalRoute(dgid=GID(gid_text(peer.gid)), sgid_index=dev.gid_index)
+        attr.ah_attr = AHAttr(port_num=dev.port, is_global=1, gr=gr, dlid=peer.lid)
+    else:
+        attr.ah_attr = AHAttr(port_num=dev.port, is_global=0, dlid=peer.lid)
+    return attr
+
+
+def rdma_wr(
+    wr_id: int, write: bool, local_addr: int, length: int, lkey: int, remote_addr: int, rkey: int
+) -> Any:
+    """A signalled RDMA WRITE or READ work request with one scatter/gather entry."""
+    sge = SGE(local_addr, length, lkey)  # SendWR copies the entry into its own list
+    wr = SendWR(
+        wr_id=wr_id,
+        opcode=WR_RDMA_WRITE if write else WR_RDMA_READ,
+        num_sge=1,
+        sg=[sge],
+        send_flags=SEND_SIGNALED,
+    )
+    wr.set_wr_rdma(rkey, remote_addr)
+    return wr
 
 
 def reply_info(qp: RcQueuePair, keys: Sequence[SegmentKey]) -> RdmaInfo:
