@@ -33,6 +33,7 @@ def ls(config: ConfigOption = None, json_out: JsonOption = False) -> None:
     import asyncio
     import json
 
+    from mooncake_core.cluster.drain import node_of
     from mooncake_core.store import StoreError
     from mooncake_core.store.master_client import MasterClient
 
@@ -45,7 +46,8 @@ def ls(config: ConfigOption = None, json_out: JsonOption = False) -> None:
         return [
             {
                 "segment": s.name,
-                "node": s.client_id,
+                "node": node_of(s),
+                "client": s.client_id,
                 "state": s.state.name,
                 "used": s.used,
                 "capacity": s.capacity,
@@ -64,14 +66,10 @@ def ls(config: ConfigOption = None, json_out: JsonOption = False) -> None:
         return
     from rich.table import Table
 
-    table = Table("segment", "node", "state", "used", "capacity", "objects", "address")
+    cols = ("segment", "node", "client", "state", "used", "capacity", "objects", "address")
+    table = Table(*cols)
     for r in rows:
-        table.add_row(
-            *(
-                str(r[k])
-                for k in ("segment", "node", "state", "used", "capacity", "objects", "address")
-            )
-        )
+        table.add_row(*(str(r[k]) for k in cols))
     out.print(table)
 
 

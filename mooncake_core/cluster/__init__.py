@@ -5,7 +5,7 @@ thin layers over :class:`Supervisor`, :func:`run_checks` and the drain functions
 """
 
 from .checks import CHECKS, Check, CheckResult, run_checks
-from .drain import NodeScan, classify, drain_node, node_segments, scan_node
+from .drain import NodeScan, classify, drain_node, node_of, node_segments, scan_node
 from .launcher import Launcher, Started
 from .local import LocalLauncher, tail_file
 from .ports import PortUse, port_in_use
@@ -47,6 +47,7 @@ __all__ = [
     "ensure_secret",
     "hashing_of",
     "http_get_json",
+    "node_of",
     "node_segments",
     "plan",
     "port_in_use",

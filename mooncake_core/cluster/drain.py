@@ -59,13 +59,18 @@ def node_segments(segments: Iterable[SegmentSnapshot], node: str) -> list[Segmen
     """The segments that belong to store node ``node``.
 
     A store node mounts a segment named after itself (``store-0``), or several named
-    ``store-0/<tier>``; its client id is the node name as well.
+    ``store-0/<tier>``; a client id equal to the node name also counts.
     """
     return [
         s
         for s in segments
         if s.name == node or s.name.startswith(node + "/") or s.client_id == node
     ]
+
+
+def node_of(segment: SegmentSnapshot) -> str:
+    """The store node a segment belongs to: its name up to the first ``/``."""
+    return segment.name.split("/", 1)[0]
 
 
 def classify(info: ObjectInfo, segments: frozenset[str]) -> tuple[bool, bool]:
@@ -93,7 +98,7 @@ async def drain_node(mc: MasterClient, node: str) -> list[str]:
     snap = await mc.get_snapshot()
     segs = node_segments(snap.segments, node)
     if not segs:
-        known = ", ".join(sorted({s.client_id for s in snap.segments})) or "none"
+        known = ", ".join(sorted({node_of(s) for s in snap.segments})) or "none"
         raise ValueError(f"no segment of store node {node!r} is mounted (nodes: {known})")
     for seg in segs:
         await mc.drain_segment(seg.name)
