@@ -66,6 +66,11 @@ def render_view(view: ClusterView) -> RenderableType:
             str(nic.errors),
             spark(nic.history, 8),
         )
+    hosts = _table("OS interfaces (GB/s)", ("Host", "Iface", "tx", "rx", "Errors", "Drops"))
+    for h in view.host_nics:
+        hosts.add_row(
+            h.hostname, h.iface, gbps(h.tx_bps), gbps(h.rx_bps), str(h.errors), str(h.drops)
+        )
     segs = _table(
         "Store segments", ("Segment", "Node", "Tier", "State", "Capacity", "Used", "Keys")
     )
@@ -94,6 +99,7 @@ def render_view(view: ClusterView) -> RenderableType:
     return Group(
         nodes,
         nics,
+        hosts,
         Text("Store", style="bold"),
         store_text(view.store),
         segs,

@@ -205,6 +205,7 @@ def test_once_rich_in_a_subprocess(live):
     assert "Nodes (5/5 up)" in out
     assert "te-reader" in out and "127.0.0.1/lo" in out
     assert "Store segments" in out and "store-a" in out
+    assert "OS interfaces" in out and " lo " in out
 
 
 def test_once_reports_bad_target(live):
