@@ -58,7 +58,7 @@ class TelemetryRegistry:
     Args:
         component: Identity of the process.
         os_counters: Source of the OS per-interface counters (default ``/proc/net/dev``;
-            tests inject fixtures); ``None`` leaves them out.
+            tests inject fixtures); ``None`` leaves them, and the address map, out.
         iface_map: Source of the address -> interface map for the TE NICs.
     """
 
