@@ -1,0 +1,81 @@
+"""``mooncake web``: the admin dashboard in the browser (FastAPI + uvicorn).
+
+A thin layer: builds :class:`mooncake_web.WebOptions` from the flags and serves
+:func:`mooncake_web.create_app` with uvicorn. fastapi and uvicorn load inside.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .common import ConfigOption, err, fail, load, write_stdout
+
+
+def web(
+    config: ConfigOption = None,
+    host: Annotated[
+        str, typer.Option("--host", help="Address to bind (default loopback only).")
+    ] = "127.0.0.1",
+    port: Annotated[
+        int | None,
+        typer.Option("--port", "-p", min=0, max=65535, help="Port (default: dashboard.port)."),
+    ] = None,
+    secret_file: Annotated[
+        Path | None,
+        typer.Option("--secret-file", help="Cluster secret (default: the config's secret file)."),
+    ] = None,
+    master: Annotated[
+        str | None, typer.Option("--master", help="Master host:port (default: the config's).")
+    ] = None,
+    audit_db: Annotated[
+        str | None,
+        typer.Option("--audit-db", help="Audit database URL (default: the config's; '' none)."),
+    ] = None,
+    target: Annotated[
+        list[str] | None,
+        typer.Option("--target", "-t", help="Extra telemetry endpoint NAME[:ROLE]=URL."),
+    ] = None,
+    interval: Annotated[
+        float, typer.Option("--interval", min=0.1, max=60, help="Seconds between polls.")
+    ] = 1.0,
+    print_token: Annotated[
+        bool,
+        typer.Option("--print-token", help="Print the login token (from the secret) and exit."),
+    ] = False,
+) -> None:
+    """Serve the dashboard (pages, JSON API under /api/, OpenAPI at /docs)."""
+    cfg = load(config)
+    path = secret_file or cfg.secret_path
+    if print_token:
+        from mooncake_web.backend import read_token
+
+        try:
+            token = read_token(path)
+        except (OSError, ValueError) as exc:
+            fail(f"cannot read the cluster secret: {exc}")
+        if token is None:
+            fail(f"no cluster secret at {path}")
+        write_stdout(token + "\n")
+        return
+    import uvicorn
+
+    from mooncake_web import WebOptions, create_app
+
+    try:
+        opts = WebOptions(
+            master=master,
+            secret_file=secret_file,
+            audit_url=audit_db,
+            targets=tuple(target or ()),
+            interval_s=interval,
+            poll_timeout_s=min(2.0, 0.8 * interval),
+        )
+        application = create_app(cfg, opts)
+    except (OSError, ValueError) as exc:
+        fail(str(exc), code=2)
+    bind_port = cfg.dashboard.port if port is None else port
+    err.print(f"dashboard on http://{host}:{bind_port}/ (API docs at /docs)", markup=False)
+    uvicorn.run(application, host=host, port=bind_port, log_level="warning")
