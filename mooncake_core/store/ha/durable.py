@@ -5,7 +5,9 @@ Restart procedure (what :func:`restore_local` does, in order):
 1. read the newest snapshot and every later log (torn tails ignored, see :mod:`..journal`);
 2. fold the records into a :class:`MetadataImage`;
 3. build the :class:`MasterState` from it (:func:`.rebuild.build_state`);
-4. write a fresh snapshot and start an empty log, so the next restart replays little.
+4. continue appending to the newest log; the replayed log records count towards the
+   next periodic snapshot (``JournalOptions.snapshot_every``), which a worker thread
+   writes while the master serves.
 
 Clients of restored segments get ``client_ttl_s`` from the restart to heartbeat again;
 a client that never comes back is expired as usual and its objects are dropped.
@@ -65,7 +67,7 @@ class Restored:
     segments: int
     torn_files: list[str]
     seconds: float
-    """Time to recover, build and re-snapshot."""
+    """Time to read the files and build the core."""
 
 
 def restore_local(
@@ -97,9 +99,9 @@ def restore_local(
         rng=rng,
     )
     journal = Journal(directory, found.last_seq, options)
-    if found.records:
-        seq = journal.rotate()
-        journal.write_snapshot(seq, list(image.records()))
+    # No snapshot here (it would delay serving by as long as the replay); the logs
+    # replayed count towards the next periodic snapshot, written in the background.
+    journal.since_snapshot = sum(1 for r in found.records if r["s"] > 0)
     image.applied_seq = found.last_seq
     if found.torn_files:
         log.warning("journal: ignored torn tails in %s", ", ".join(found.torn_files))
