@@ -89,30 +89,42 @@ def build_state(
         )
     ranges: dict[str, list[tuple[int, int]]] = defaultdict(list)
     restored: list[tuple[str, int, tuple[Replica, ...], bool]] = []
+    names = image.segments.keys()
     everything = [(k, v, True) for k, v in image.objects.items()]
     everything += [(k, v, False) for k, v in image.processing.items() if k not in image.objects]
+    # Hot loop (promotion time grows with it): plain loops, no generators.
     for key, (size, replicas), complete in everything:
-        kept = tuple(r for r in replicas if all(s.segment in image.segments for s in r))
+        kept = replicas
+        for r in replicas:
+            for sl in r:
+                if sl.segment not in names:
+                    kept = tuple(x for x in replicas if all(y.segment in names for y in x))
+                    break
+            if kept is not replicas:
+                break
         if not kept or (not complete and len(kept) != len(replicas)):
             continue  # a write that lost a replica cannot complete as the writer expects
         restored.append((key, size, kept, complete))
         for r in kept:
-            for s in r:
-                ranges[s.segment].append((s.offset, s.length))
+            for sl in r:
+                ranges[sl.segment].append((sl.offset, sl.length))
     table = st._segments  # private: see the module docstring
+    segs = {name: table.get(name) for name in names}
     for name, rs in ranges.items():
-        _reserve(table.get(name).allocator, rs, name)
+        _reserve(segs[name].allocator, rs, name)
+    objects, processing, keys = st._objects, st._processing, st._keys
+    complete_state = ObjectState.COMPLETE
     for key, size, replicas, complete in restored:
         meta = ObjectMeta(size, replicas, "", now)
         if complete:
-            meta.state = ObjectState.COMPLETE
+            meta.state = complete_state
         else:
-            st._processing[key] = now  # put_timeout_s counts from the restart
-        st._objects[key] = meta
-        st._keys.add(key)
+            processing[key] = now  # put_timeout_s counts from the restart
+        objects[key] = meta
+        keys.add(key)
         for r in replicas:
-            for s in r:
-                table.get(s.segment).keys.add(key)
+            for sl in r:
+                segs[sl.segment].keys.add(key)
     for name, seg in image.segments.items():
         if seg.state in ("DRAINING", "DRAINED"):
             st.drain_segment(name, now)
