@@ -25,6 +25,18 @@ def serve(
     no_store_kv: Annotated[
         bool, typer.Option("--no-store-kv", help="Do not store new KV blocks to the Store.")
     ] = False,
+    cpp_threshold: Annotated[
+        int,
+        typer.Option(
+            "--cpp-threshold",
+            min=0,
+            help="Prompts longer than this many tokens run on a 2-stage CPP prefill group "
+            "(needs 2 prefill workers); 0 disables CPP.",
+        ),
+    ] = 1024,
+    cpp_chunk: Annotated[
+        int, typer.Option("--cpp-chunk", min=1, help="CPP chunk size in tokens.")
+    ] = 256,
     no_profile: Annotated[
         bool,
         typer.Option("--no-profile", help="Skip the start-up self-profile (default predictors)."),
@@ -54,7 +66,13 @@ def serve(
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    opts = ConductorServiceOptions(secret=secret, store_kv=not no_store_kv, profile=not no_profile)
+    opts = ConductorServiceOptions(
+        secret=secret,
+        store_kv=not no_store_kv,
+        profile=not no_profile,
+        cpp_threshold=cpp_threshold,
+        cpp_chunk_tokens=cpp_chunk,
+    )
 
     def ready() -> None:
         err.print(

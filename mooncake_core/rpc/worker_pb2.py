@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1emooncake_core/rpc/worker.proto\x12\x0fmooncake.worker\"\x0f\n\rHealthRequest\"\xca\x01\n\x0bHealthReply\x12\x0c\n\x04name\x18\x01 \x01(\t\x12#\n\x04role\x18\x02 \x01(\x0e\x32\x15.mooncake.worker.Role\x12\r\n\x05model\x18\x03 \x01(\t\x12\x12\n\nkv_segment\x18\x04 \x01(\t\x12\x14\n\x0c\x62lock_nbytes\x18\x05 \x01(\x04\x12\x14\n\x0clayer_nbytes\x18\x06 \x01(\x04\x12\x12\n\nblock_size\x18\x07 \x01(\r\x12\x12\n\nnum_blocks\x18\x08 \x01(\r\x12\x11\n\tmax_batch\x18\t \x01(\r\"V\n\x08Sampling\x12\x12\n\nmax_tokens\x18\x01 \x01(\r\x12\x13\n\x0btemperature\x18\x02 \x01(\x01\x12\x0c\n\x04seed\x18\x03 \x01(\x04\x12\x13\n\x0bstop_at_eos\x18\x04 \x01(\x08\"}\n\x0c\x44\x65\x63odeTarget\x12\x10\n\x08instance\x18\x01 \x01(\t\x12\x0f\n\x07segment\x18\x02 \x01(\t\x12\x0e\n\x06seq_id\x18\x03 \x01(\t\x12\x0e\n\x06\x62locks\x18\x04 \x03(\r\x12\x14\n\x0c\x62lock_nbytes\x18\x05 \x01(\x04\x12\x14\n\x0clayer_nbytes\x18\x06 \x01(\x04\"\xe2\x01\n\x0ePrefillRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06tokens\x18\x02 \x03(\r\x12+\n\x08sampling\x18\x03 \x01(\x0b\x32\x19.mooncake.worker.Sampling\x12\x12\n\nfetch_keys\x18\x04 \x03(\x04\x12\x14\n\x0c\x66\x65tch_source\x18\x05 \x01(\t\x12-\n\x06target\x18\x06 \x01(\x0b\x32\x1d.mooncake.worker.DecodeTarget\x12\x10\n\x08store_kv\x18\x07 \x01(\x08\x12\x14\n\x0ckeep_fetched\x18\x08 \x01(\x08\"\x85\x02\n\x0cPrefillReply\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x13\n\x0b\x66irst_token\x18\x02 \x01(\r\x12\x15\n\rreused_tokens\x18\x03 \x01(\r\x12\x17\n\x0f\x63omputed_tokens\x18\x04 \x01(\r\x12\x16\n\x0e\x66\x65tched_blocks\x18\x05 \x01(\r\x12\x15\n\rstored_blocks\x18\x06 \x01(\r\x12\x0f\n\x07queue_s\x18\x07 \x01(\x01\x12\x0f\n\x07\x66\x65tch_s\x18\x08 \x01(\x01\x12\x11\n\tcompute_s\x18\t \x01(\x01\x12\x15\n\rstream_wait_s\x18\n \x01(\x01\x12\x14\n\x0cstore_wait_s\x18\x0b \x01(\x01\x12\x0b\n\x03\x63pp\x18\x0c \x01(\x08\"2\n\x12\x46\x65tchPrefixRequest\x12\x0c\n\x04keys\x18\x01 \x03(\x04\x12\x0e\n\x06source\x18\x02 \x01(\t\"S\n\x10\x46\x65tchPrefixReply\x12\x16\n\x0e\x66\x65tched_blocks\x18\x01 \x01(\r\x12\x16\n\x0e\x61lready_cached\x18\x02 \x01(\r\x12\x0f\n\x07\x66\x65tch_s\x18\x03 \x01(\x01\"8\n\x0ePrepareRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nnum_tokens\x18\x02 \x01(\r\"k\n\x0cPrepareReply\x12\x0e\n\x06seq_id\x18\x01 \x01(\t\x12\x0f\n\x07segment\x18\x02 \x01(\t\x12\x0e\n\x06\x62locks\x18\x03 \x03(\r\x12\x14\n\x0c\x62lock_nbytes\x18\x04 \x01(\x04\x12\x14\n\x0clayer_nbytes\x18\x05 \x01(\x04\"\x83\x01\n\x0c\x41\x64mitRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06seq_id\x18\x02 \x01(\t\x12\x0e\n\x06tokens\x18\x03 \x03(\r\x12\x12\n\nnext_token\x18\x04 \x01(\r\x12+\n\x08sampling\x18\x05 \x01(\x0b\x32\x19.mooncake.worker.Sampling\"Y\n\nTokenEvent\x12\r\n\x05token\x18\x01 \x01(\r\x12\r\n\x05index\x18\x02 \x01(\r\x12\x0c\n\x04time\x18\x03 \x01(\x01\x12\x10\n\x08\x66inished\x18\x04 \x01(\x08\x12\r\n\x05\x62\x61tch\x18\x05 \x01(\r\"#\n\rCancelRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\x1c\n\x0b\x43\x61ncelReply\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"\"\n\x0cWatchRequest\x12\x12\n\ninterval_s\x18\x01 \x01(\x01\"J\n\nBlockEvent\x12\x0e\n\x06stored\x18\x01 \x01(\x08\x12\x0c\n\x04keys\x18\x02 \x03(\x04\x12\x0c\n\x04tier\x18\x03 \x01(\t\x12\x10\n\x08location\x18\x04 \x01(\t\"\x85\x02\n\x0cWorkerReport\x12\x0c\n\x04name\x18\x01 \x01(\t\x12#\n\x04role\x18\x02 \x01(\x0e\x32\x15.mooncake.worker.Role\x12\x0c\n\x04time\x18\x03 \x01(\x01\x12\x0e\n\x06queued\x18\x04 \x01(\r\x12\x0f\n\x07running\x18\x05 \x01(\r\x12\r\n\x05\x62\x61tch\x18\x06 \x01(\r\x12\x13\n\x0bused_blocks\x18\x07 \x01(\r\x12\x12\n\nnum_blocks\x18\x08 \x01(\r\x12\x17\n\x0f\x63omputed_tokens\x18\t \x01(\x04\x12\x15\n\rreused_tokens\x18\n \x01(\x04\x12+\n\x06\x65vents\x18\x0b \x03(\x0b\x32\x1b.mooncake.worker.BlockEvent\"\x8a\x01\n\x13StageForwardRequest\x12\x0e\n\x06seq_id\x18\x01 \x01(\t\x12\r\n\x05start\x18\x02 \x01(\r\x12\r\n\x05total\x18\x03 \x01(\r\x12\x0c\n\x04keys\x18\x04 \x03(\x04\x12\x13\n\x0b\x61\x63tivations\x18\x05 \x01(\x0c\x12\x0e\n\x06tokens\x18\x06 \x03(\r\x12\x12\n\nlast_chunk\x18\x07 \x01(\x08\"6\n\x11StageForwardReply\x12\x13\n\x0b\x61\x63tivations\x18\x01 \x01(\x0c\x12\x0c\n\x04rows\x18\x02 \x01(\r\"%\n\x13StageReleaseRequest\x12\x0e\n\x06seq_id\x18\x01 \x01(\t\"\x13\n\x11StageReleaseReply*?\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x10\n\x0cROLE_PREFILL\x10\x01\x12\x0f\n\x0bROLE_DECODE\x10\x02\x32\xc9\x05\n\x06Worker\x12\x46\n\x06Health\x12\x1e.mooncake.worker.HealthRequest\x1a\x1c.mooncake.worker.HealthReply\x12I\n\x07Prefill\x12\x1f.mooncake.worker.PrefillRequest\x1a\x1d.mooncake.worker.PrefillReply\x12U\n\x0b\x46\x65tchPrefix\x12#.mooncake.worker.FetchPrefixRequest\x1a!.mooncake.worker.FetchPrefixReply\x12I\n\x07Prepare\x12\x1f.mooncake.worker.PrepareRequest\x1a\x1d.mooncake.worker.PrepareReply\x12\x45\n\x05\x41\x64mit\x12\x1d.mooncake.worker.AdmitRequest\x1a\x1b.mooncake.worker.TokenEvent0\x01\x12\x46\n\x06\x43\x61ncel\x12\x1e.mooncake.worker.CancelRequest\x1a\x1c.mooncake.worker.CancelReply\x12G\n\x05Watch\x12\x1d.mooncake.worker.WatchRequest\x1a\x1d.mooncake.worker.WorkerReport0\x01\x12X\n\x0cStageForward\x12$.mooncake.worker.StageForwardRequest\x1a\".mooncake.worker.StageForwardReply\x12X\n\x0cStageRelease\x12$.mooncake.worker.StageReleaseRequest\x1a\".mooncake.worker.StageReleaseReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1emooncake_core/rpc/worker.proto\x12\x0fmooncake.worker\"\x0f\n\rHealthRequest\"\xca\x01\n\x0bHealthReply\x12\x0c\n\x04name\x18\x01 \x01(\t\x12#\n\x04role\x18\x02 \x01(\x0e\x32\x15.mooncake.worker.Role\x12\r\n\x05model\x18\x03 \x01(\t\x12\x12\n\nkv_segment\x18\x04 \x01(\t\x12\x14\n\x0c\x62lock_nbytes\x18\x05 \x01(\x04\x12\x14\n\x0clayer_nbytes\x18\x06 \x01(\x04\x12\x12\n\nblock_size\x18\x07 \x01(\r\x12\x12\n\nnum_blocks\x18\x08 \x01(\r\x12\x11\n\tmax_batch\x18\t \x01(\r\"V\n\x08Sampling\x12\x12\n\nmax_tokens\x18\x01 \x01(\r\x12\x13\n\x0btemperature\x18\x02 \x01(\x01\x12\x0c\n\x04seed\x18\x03 \x01(\x04\x12\x13\n\x0bstop_at_eos\x18\x04 \x01(\x08\"}\n\x0c\x44\x65\x63odeTarget\x12\x10\n\x08instance\x18\x01 \x01(\t\x12\x0f\n\x07segment\x18\x02 \x01(\t\x12\x0e\n\x06seq_id\x18\x03 \x01(\t\x12\x0e\n\x06\x62locks\x18\x04 \x03(\r\x12\x14\n\x0c\x62lock_nbytes\x18\x05 \x01(\x04\x12\x14\n\x0clayer_nbytes\x18\x06 \x01(\x04\"\xa1\x02\n\x0ePrefillRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06tokens\x18\x02 \x03(\r\x12+\n\x08sampling\x18\x03 \x01(\x0b\x32\x19.mooncake.worker.Sampling\x12\x12\n\nfetch_keys\x18\x04 \x03(\x04\x12\x14\n\x0c\x66\x65tch_source\x18\x05 \x01(\t\x12-\n\x06target\x18\x06 \x01(\x0b\x32\x1d.mooncake.worker.DecodeTarget\x12\x10\n\x08store_kv\x18\x07 \x01(\x08\x12\x14\n\x0ckeep_fetched\x18\x08 \x01(\x08\x12\x10\n\x08\x63pp_peer\x18\t \x01(\t\x12\x11\n\tcpp_split\x18\n \x01(\r\x12\x18\n\x10\x63pp_chunk_tokens\x18\x0b \x01(\r\"\x85\x02\n\x0cPrefillReply\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x13\n\x0b\x66irst_token\x18\x02 \x01(\r\x12\x15\n\rreused_tokens\x18\x03 \x01(\r\x12\x17\n\x0f\x63omputed_tokens\x18\x04 \x01(\r\x12\x16\n\x0e\x66\x65tched_blocks\x18\x05 \x01(\r\x12\x15\n\rstored_blocks\x18\x06 \x01(\r\x12\x0f\n\x07queue_s\x18\x07 \x01(\x01\x12\x0f\n\x07\x66\x65tch_s\x18\x08 \x01(\x01\x12\x11\n\tcompute_s\x18\t \x01(\x01\x12\x15\n\rstream_wait_s\x18\n \x01(\x01\x12\x14\n\x0cstore_wait_s\x18\x0b \x01(\x01\x12\x0b\n\x03\x63pp\x18\x0c \x01(\x08\"2\n\x12\x46\x65tchPrefixRequest\x12\x0c\n\x04keys\x18\x01 \x03(\x04\x12\x0e\n\x06source\x18\x02 \x01(\t\"S\n\x10\x46\x65tchPrefixReply\x12\x16\n\x0e\x66\x65tched_blocks\x18\x01 \x01(\r\x12\x16\n\x0e\x61lready_cached\x18\x02 \x01(\r\x12\x0f\n\x07\x66\x65tch_s\x18\x03 \x01(\x01\"8\n\x0ePrepareRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nnum_tokens\x18\x02 \x01(\r\"k\n\x0cPrepareReply\x12\x0e\n\x06seq_id\x18\x01 \x01(\t\x12\x0f\n\x07segment\x18\x02 \x01(\t\x12\x0e\n\x06\x62locks\x18\x03 \x03(\r\x12\x14\n\x0c\x62lock_nbytes\x18\x04 \x01(\x04\x12\x14\n\x0clayer_nbytes\x18\x05 \x01(\x04\"\x83\x01\n\x0c\x41\x64mitRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06seq_id\x18\x02 \x01(\t\x12\x0e\n\x06tokens\x18\x03 \x03(\r\x12\x12\n\nnext_token\x18\x04 \x01(\r\x12+\n\x08sampling\x18\x05 \x01(\x0b\x32\x19.mooncake.worker.Sampling\"Y\n\nTokenEvent\x12\r\n\x05token\x18\x01 \x01(\r\x12\r\n\x05index\x18\x02 \x01(\r\x12\x0c\n\x04time\x18\x03 \x01(\x01\x12\x10\n\x08\x66inished\x18\x04 \x01(\x08\x12\r\n\x05\x62\x61tch\x18\x05 \x01(\r\"#\n\rCancelRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\x1c\n\x0b\x43\x61ncelReply\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"\"\n\x0cWatchRequest\x12\x12\n\ninterval_s\x18\x01 \x01(\x01\"J\n\nBlockEvent\x12\x0e\n\x06stored\x18\x01 \x01(\x08\x12\x0c\n\x04keys\x18\x02 \x03(\x04\x12\x0c\n\x04tier\x18\x03 \x01(\t\x12\x10\n\x08location\x18\x04 \x01(\t\"\x85\x02\n\x0cWorkerReport\x12\x0c\n\x04name\x18\x01 \x01(\t\x12#\n\x04role\x18\x02 \x01(\x0e\x32\x15.mooncake.worker.Role\x12\x0c\n\x04time\x18\x03 \x01(\x01\x12\x0e\n\x06queued\x18\x04 \x01(\r\x12\x0f\n\x07running\x18\x05 \x01(\r\x12\r\n\x05\x62\x61tch\x18\x06 \x01(\r\x12\x13\n\x0bused_blocks\x18\x07 \x01(\r\x12\x12\n\nnum_blocks\x18\x08 \x01(\r\x12\x17\n\x0f\x63omputed_tokens\x18\t \x01(\x04\x12\x15\n\rreused_tokens\x18\n \x01(\x04\x12+\n\x06\x65vents\x18\x0b \x03(\x0b\x32\x1b.mooncake.worker.BlockEvent\"\xe0\x01\n\x13StageForwardRequest\x12\x0e\n\x06seq_id\x18\x01 \x01(\t\x12\r\n\x05start\x18\x02 \x01(\r\x12\r\n\x05total\x18\x03 \x01(\r\x12\x0c\n\x04keys\x18\x04 \x03(\x04\x12\x13\n\x0b\x61\x63tivations\x18\x05 \x01(\x0c\x12\x0c\n\x04rows\x18\x06 \x01(\r\x12\x12\n\nlast_chunk\x18\x07 \x01(\x08\x12\x13\n\x0blayer_start\x18\x08 \x01(\r\x12\x12\n\nlayer_stop\x18\t \x01(\r\x12-\n\x06target\x18\n \x01(\x0b\x32\x1d.mooncake.worker.DecodeTarget\"6\n\x11StageForwardReply\x12\x13\n\x0b\x61\x63tivations\x18\x01 \x01(\x0c\x12\x0c\n\x04rows\x18\x02 \x01(\r*?\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x10\n\x0cROLE_PREFILL\x10\x01\x12\x0f\n\x0bROLE_DECODE\x10\x02\x32\xef\x04\n\x06Worker\x12\x46\n\x06Health\x12\x1e.mooncake.worker.HealthRequest\x1a\x1c.mooncake.worker.HealthReply\x12I\n\x07Prefill\x12\x1f.mooncake.worker.PrefillRequest\x1a\x1d.mooncake.worker.PrefillReply\x12U\n\x0b\x46\x65tchPrefix\x12#.mooncake.worker.FetchPrefixRequest\x1a!.mooncake.worker.FetchPrefixReply\x12I\n\x07Prepare\x12\x1f.mooncake.worker.PrepareRequest\x1a\x1d.mooncake.worker.PrepareReply\x12\x45\n\x05\x41\x64mit\x12\x1d.mooncake.worker.AdmitRequest\x1a\x1b.mooncake.worker.TokenEvent0\x01\x12\x46\n\x06\x43\x61ncel\x12\x1e.mooncake.worker.CancelRequest\x1a\x1c.mooncake.worker.CancelReply\x12G\n\x05Watch\x12\x1d.mooncake.worker.WatchRequest\x1a\x1d.mooncake.worker.WorkerReport0\x01\x12X\n\x0cStageForward\x12$.mooncake.worker.StageForwardRequest\x1a\".mooncake.worker.StageForwardReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'mooncake_core.rpc.worker_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ROLE']._serialized_start=2210
-  _globals['_ROLE']._serialized_end=2273
+  _globals['_ROLE']._serialized_start=2299
+  _globals['_ROLE']._serialized_end=2362
   _globals['_HEALTHREQUEST']._serialized_start=51
   _globals['_HEALTHREQUEST']._serialized_end=66
   _globals['_HEALTHREPLY']._serialized_start=69
@@ -42,39 +42,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DECODETARGET']._serialized_start=361
   _globals['_DECODETARGET']._serialized_end=486
   _globals['_PREFILLREQUEST']._serialized_start=489
-  _globals['_PREFILLREQUEST']._serialized_end=715
-  _globals['_PREFILLREPLY']._serialized_start=718
-  _globals['_PREFILLREPLY']._serialized_end=979
-  _globals['_FETCHPREFIXREQUEST']._serialized_start=981
-  _globals['_FETCHPREFIXREQUEST']._serialized_end=1031
-  _globals['_FETCHPREFIXREPLY']._serialized_start=1033
-  _globals['_FETCHPREFIXREPLY']._serialized_end=1116
-  _globals['_PREPAREREQUEST']._serialized_start=1118
-  _globals['_PREPAREREQUEST']._serialized_end=1174
-  _globals['_PREPAREREPLY']._serialized_start=1176
-  _globals['_PREPAREREPLY']._serialized_end=1283
-  _globals['_ADMITREQUEST']._serialized_start=1286
-  _globals['_ADMITREQUEST']._serialized_end=1417
-  _globals['_TOKENEVENT']._serialized_start=1419
-  _globals['_TOKENEVENT']._serialized_end=1508
-  _globals['_CANCELREQUEST']._serialized_start=1510
-  _globals['_CANCELREQUEST']._serialized_end=1545
-  _globals['_CANCELREPLY']._serialized_start=1547
-  _globals['_CANCELREPLY']._serialized_end=1575
-  _globals['_WATCHREQUEST']._serialized_start=1577
-  _globals['_WATCHREQUEST']._serialized_end=1611
-  _globals['_BLOCKEVENT']._serialized_start=1613
-  _globals['_BLOCKEVENT']._serialized_end=1687
-  _globals['_WORKERREPORT']._serialized_start=1690
-  _globals['_WORKERREPORT']._serialized_end=1951
-  _globals['_STAGEFORWARDREQUEST']._serialized_start=1954
-  _globals['_STAGEFORWARDREQUEST']._serialized_end=2092
-  _globals['_STAGEFORWARDREPLY']._serialized_start=2094
-  _globals['_STAGEFORWARDREPLY']._serialized_end=2148
-  _globals['_STAGERELEASEREQUEST']._serialized_start=2150
-  _globals['_STAGERELEASEREQUEST']._serialized_end=2187
-  _globals['_STAGERELEASEREPLY']._serialized_start=2189
-  _globals['_STAGERELEASEREPLY']._serialized_end=2208
-  _globals['_WORKER']._serialized_start=2276
-  _globals['_WORKER']._serialized_end=2989
+  _globals['_PREFILLREQUEST']._serialized_end=778
+  _globals['_PREFILLREPLY']._serialized_start=781
+  _globals['_PREFILLREPLY']._serialized_end=1042
+  _globals['_FETCHPREFIXREQUEST']._serialized_start=1044
+  _globals['_FETCHPREFIXREQUEST']._serialized_end=1094
+  _globals['_FETCHPREFIXREPLY']._serialized_start=1096
+  _globals['_FETCHPREFIXREPLY']._serialized_end=1179
+  _globals['_PREPAREREQUEST']._serialized_start=1181
+  _globals['_PREPAREREQUEST']._serialized_end=1237
+  _globals['_PREPAREREPLY']._serialized_start=1239
+  _globals['_PREPAREREPLY']._serialized_end=1346
+  _globals['_ADMITREQUEST']._serialized_start=1349
+  _globals['_ADMITREQUEST']._serialized_end=1480
+  _globals['_TOKENEVENT']._serialized_start=1482
+  _globals['_TOKENEVENT']._serialized_end=1571
+  _globals['_CANCELREQUEST']._serialized_start=1573
+  _globals['_CANCELREQUEST']._serialized_end=1608
+  _globals['_CANCELREPLY']._serialized_start=1610
+  _globals['_CANCELREPLY']._serialized_end=1638
+  _globals['_WATCHREQUEST']._serialized_start=1640
+  _globals['_WATCHREQUEST']._serialized_end=1674
+  _globals['_BLOCKEVENT']._serialized_start=1676
+  _globals['_BLOCKEVENT']._serialized_end=1750
+  _globals['_WORKERREPORT']._serialized_start=1753
+  _globals['_WORKERREPORT']._serialized_end=2014
+  _globals['_STAGEFORWARDREQUEST']._serialized_start=2017
+  _globals['_STAGEFORWARDREQUEST']._serialized_end=2241
+  _globals['_STAGEFORWARDREPLY']._serialized_start=2243
+  _globals['_STAGEFORWARDREPLY']._serialized_end=2297
+  _globals['_WORKER']._serialized_start=2365
+  _globals['_WORKER']._serialized_end=2988
 # @@protoc_insertion_point(module_scope)

@@ -74,7 +74,7 @@ class DecodeTarget(_message.Message):
     def __init__(self, instance: _Optional[str] = ..., segment: _Optional[str] = ..., seq_id: _Optional[str] = ..., blocks: _Optional[_Iterable[int]] = ..., block_nbytes: _Optional[int] = ..., layer_nbytes: _Optional[int] = ...) -> None: ...
 
 class PrefillRequest(_message.Message):
-    __slots__ = ("request_id", "tokens", "sampling", "fetch_keys", "fetch_source", "target", "store_kv", "keep_fetched")
+    __slots__ = ("request_id", "tokens", "sampling", "fetch_keys", "fetch_source", "target", "store_kv", "keep_fetched", "cpp_peer", "cpp_split", "cpp_chunk_tokens")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
@@ -83,6 +83,9 @@ class PrefillRequest(_message.Message):
     TARGET_FIELD_NUMBER: _ClassVar[int]
     STORE_KV_FIELD_NUMBER: _ClassVar[int]
     KEEP_FETCHED_FIELD_NUMBER: _ClassVar[int]
+    CPP_PEER_FIELD_NUMBER: _ClassVar[int]
+    CPP_SPLIT_FIELD_NUMBER: _ClassVar[int]
+    CPP_CHUNK_TOKENS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     tokens: _containers.RepeatedScalarFieldContainer[int]
     sampling: Sampling
@@ -91,7 +94,10 @@ class PrefillRequest(_message.Message):
     target: DecodeTarget
     store_kv: bool
     keep_fetched: bool
-    def __init__(self, request_id: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[Sampling, _Mapping]] = ..., fetch_keys: _Optional[_Iterable[int]] = ..., fetch_source: _Optional[str] = ..., target: _Optional[_Union[DecodeTarget, _Mapping]] = ..., store_kv: _Optional[bool] = ..., keep_fetched: _Optional[bool] = ...) -> None: ...
+    cpp_peer: str
+    cpp_split: int
+    cpp_chunk_tokens: int
+    def __init__(self, request_id: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[Sampling, _Mapping]] = ..., fetch_keys: _Optional[_Iterable[int]] = ..., fetch_source: _Optional[str] = ..., target: _Optional[_Union[DecodeTarget, _Mapping]] = ..., store_kv: _Optional[bool] = ..., keep_fetched: _Optional[bool] = ..., cpp_peer: _Optional[str] = ..., cpp_split: _Optional[int] = ..., cpp_chunk_tokens: _Optional[int] = ...) -> None: ...
 
 class PrefillReply(_message.Message):
     __slots__ = ("request_id", "first_token", "reused_tokens", "computed_tokens", "fetched_blocks", "stored_blocks", "queue_s", "fetch_s", "compute_s", "stream_wait_s", "store_wait_s", "cpp")
@@ -246,22 +252,28 @@ class WorkerReport(_message.Message):
     def __init__(self, name: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., time: _Optional[float] = ..., queued: _Optional[int] = ..., running: _Optional[int] = ..., batch: _Optional[int] = ..., used_blocks: _Optional[int] = ..., num_blocks: _Optional[int] = ..., computed_tokens: _Optional[int] = ..., reused_tokens: _Optional[int] = ..., events: _Optional[_Iterable[_Union[BlockEvent, _Mapping]]] = ...) -> None: ...
 
 class StageForwardRequest(_message.Message):
-    __slots__ = ("seq_id", "start", "total", "keys", "activations", "tokens", "last_chunk")
+    __slots__ = ("seq_id", "start", "total", "keys", "activations", "rows", "last_chunk", "layer_start", "layer_stop", "target")
     SEQ_ID_FIELD_NUMBER: _ClassVar[int]
     START_FIELD_NUMBER: _ClassVar[int]
     TOTAL_FIELD_NUMBER: _ClassVar[int]
     KEYS_FIELD_NUMBER: _ClassVar[int]
     ACTIVATIONS_FIELD_NUMBER: _ClassVar[int]
-    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
     LAST_CHUNK_FIELD_NUMBER: _ClassVar[int]
+    LAYER_START_FIELD_NUMBER: _ClassVar[int]
+    LAYER_STOP_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
     seq_id: str
     start: int
     total: int
     keys: _containers.RepeatedScalarFieldContainer[int]
     activations: bytes
-    tokens: _containers.RepeatedScalarFieldContainer[int]
+    rows: int
     last_chunk: bool
-    def __init__(self, seq_id: _Optional[str] = ..., start: _Optional[int] = ..., total: _Optional[int] = ..., keys: _Optional[_Iterable[int]] = ..., activations: _Optional[bytes] = ..., tokens: _Optional[_Iterable[int]] = ..., last_chunk: _Optional[bool] = ...) -> None: ...
+    layer_start: int
+    layer_stop: int
+    target: DecodeTarget
+    def __init__(self, seq_id: _Optional[str] = ..., start: _Optional[int] = ..., total: _Optional[int] = ..., keys: _Optional[_Iterable[int]] = ..., activations: _Optional[bytes] = ..., rows: _Optional[int] = ..., last_chunk: _Optional[bool] = ..., layer_start: _Optional[int] = ..., layer_stop: _Optional[int] = ..., target: _Optional[_Union[DecodeTarget, _Mapping]] = ...) -> None: ...
 
 class StageForwardReply(_message.Message):
     __slots__ = ("activations", "rows")
@@ -270,13 +282,3 @@ class StageForwardReply(_message.Message):
     activations: bytes
     rows: int
     def __init__(self, activations: _Optional[bytes] = ..., rows: _Optional[int] = ...) -> None: ...
-
-class StageReleaseRequest(_message.Message):
-    __slots__ = ("seq_id",)
-    SEQ_ID_FIELD_NUMBER: _ClassVar[int]
-    seq_id: str
-    def __init__(self, seq_id: _Optional[str] = ...) -> None: ...
-
-class StageReleaseReply(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...

@@ -74,11 +74,6 @@ class WorkerStub:
                 request_serializer=mooncake__core_dot_rpc_dot_worker__pb2.StageForwardRequest.SerializeToString,
                 response_deserializer=mooncake__core_dot_rpc_dot_worker__pb2.StageForwardReply.FromString,
                 _registered_method=True)
-        self.StageRelease = channel.unary_unary(
-                '/mooncake.worker.Worker/StageRelease',
-                request_serializer=mooncake__core_dot_rpc_dot_worker__pb2.StageReleaseRequest.SerializeToString,
-                response_deserializer=mooncake__core_dot_rpc_dot_worker__pb2.StageReleaseReply.FromString,
-                _registered_method=True)
 
 
 class WorkerServicer:
@@ -143,13 +138,6 @@ class WorkerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def StageRelease(self, request, context):
-        """CPP stage: forget a sequence's stage-local KV.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
 
 def add_WorkerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -192,11 +180,6 @@ def add_WorkerServicer_to_server(servicer, server):
                     servicer.StageForward,
                     request_deserializer=mooncake__core_dot_rpc_dot_worker__pb2.StageForwardRequest.FromString,
                     response_serializer=mooncake__core_dot_rpc_dot_worker__pb2.StageForwardReply.SerializeToString,
-            ),
-            'StageRelease': grpc.unary_unary_rpc_method_handler(
-                    servicer.StageRelease,
-                    request_deserializer=mooncake__core_dot_rpc_dot_worker__pb2.StageReleaseRequest.FromString,
-                    response_serializer=mooncake__core_dot_rpc_dot_worker__pb2.StageReleaseReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -415,33 +398,6 @@ class Worker:
             '/mooncake.worker.Worker/StageForward',
             mooncake__core_dot_rpc_dot_worker__pb2.StageForwardRequest.SerializeToString,
             mooncake__core_dot_rpc_dot_worker__pb2.StageForwardReply.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def StageRelease(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/mooncake.worker.Worker/StageRelease',
-            mooncake__core_dot_rpc_dot_worker__pb2.StageReleaseRequest.SerializeToString,
-            mooncake__core_dot_rpc_dot_worker__pb2.StageReleaseReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -36,7 +36,8 @@ from mooncake_core.transfer import TransferEngine
 from mooncake_core.worker.engine import InferenceEngine
 from mooncake_core.worker.kv_stream import KVStreamError, StreamTarget
 from mooncake_core.worker.kvcache import CacheFullError
-from mooncake_core.worker.sampling import SamplingParams
+from mooncake_core.worker.sampling import Sampler, SamplingParams
+from mooncake_core.worker.service_cpp import StageHost
 from mooncake_core.worker.service_decode import DecodeRunner
 from mooncake_core.worker.service_prefill import PrefillJob, PrefillRunner, PrefixStore
 
@@ -173,6 +174,8 @@ class WorkerService(pbg.WorkerServicer):
         self._transfer: TransferEngine | None = None
         self._engine: InferenceEngine | None = None
         self._prefill: PrefillRunner | None = None
+        self._stages: StageHost | None = None
+        self._peers: dict[str, tuple[grpc.aio.Channel, pbg.WorkerStub]] = {}
         self._decode: DecodeRunner | None = None
         self._decode_task: asyncio.Task[None] | None = None
         self._queued = 0
@@ -242,6 +245,14 @@ class WorkerService(pbg.WorkerServicer):
             self._prefill = PrefillRunner(
                 self._engine, te, self.store, io_timeout_s=opts.io_timeout_s
             )
+            self._stages = StageHost(
+                self.cluster.model,
+                self.cluster.hashing,
+                te,
+                num_blocks=opts.num_blocks,
+                name=opts.name,
+                device=opts.device,
+            )
 
     async def stop(self, grace: float = 2.0) -> None:
         """Stop serving: refuse new calls, end decode streams, free the data plane."""
@@ -253,6 +264,8 @@ class WorkerService(pbg.WorkerServicer):
             self._decode_task.cancel()
             await asyncio.gather(self._decode_task, return_exceptions=True)
         loop = asyncio.get_running_loop()
+        for ch, _ in self._peers.values():
+            await ch.close(None)
         if self._transfer is not None:
             await loop.run_in_executor(self._executor, self._transfer.close)
         close = getattr(self.store, "close", None)
@@ -312,6 +325,8 @@ class WorkerService(pbg.WorkerServicer):
             )
         except ValueError as exc:
             await _abort(context, exc)
+        if request.cpp_peer:
+            return await self._prefill_cpp(request, job, context)
         t0 = time.perf_counter()
         self._queued += 1
         started: list[float] = []
@@ -338,6 +353,138 @@ class WorkerService(pbg.WorkerServicer):
             compute_s=out.compute_s,
             stream_wait_s=out.stream_wait_s,
             store_wait_s=out.store_wait_s,
+        )
+
+    def _peer(self, address: str) -> pbg.WorkerStub:
+        got = self._peers.get(address)
+        if got is None:
+            ch = grpc.aio.insecure_channel(
+                address, options=[("grpc.max_receive_message_length", 64 << 20)]
+            )
+            got = self._peers[address] = (ch, pbg.WorkerStub(ch))
+        return got[1]
+
+    async def _prefill_cpp(
+        self, request: pb.PrefillRequest, job: PrefillJob, context: Any
+    ) -> pb.PrefillReply:
+        """Stage 0 here, stage 1 on ``cpp_peer``; chunks pipelined (see service_cpp)."""
+        import torch
+
+        stages = self._stages
+        assert stages is not None
+        eng = self.engine
+        layers = eng.config.layers
+        split = request.cpp_split or (layers + 1) // 2
+        chunk = request.cpp_chunk_tokens or 256
+        tokens = list(job.tokens)
+        if not 0 < split < layers:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"cpp_split {split} not in 1..{layers - 1}"
+            )
+        keys = eng.hasher.block_keys(tokens)
+        seq = f"cpp-{request.request_id}"
+        ids = torch.tensor(tokens, dtype=torch.long)
+        peer = self._peer(request.cpp_peer)
+        meta = auth_metadata(self.options.secret)
+        target_pb = request.target if request.HasField("target") else None
+        bounds = [(s, min(s + chunk, len(tokens))) for s in range(0, len(tokens), chunk)]
+        t0 = time.perf_counter()
+        pending: Any = None
+        logits: Any = None
+        try:
+            for c, (s, e) in enumerate(bounds):
+                last = c == len(bounds) - 1
+                act = await self._call(
+                    stages.run_chunk,
+                    seq,
+                    (0, split),
+                    s,
+                    len(tokens),
+                    keys,
+                    ids[s:e],
+                    last,
+                    job.target,
+                    self.options.io_timeout_s,
+                )
+                if pending is not None:
+                    await pending  # stage 1 finished chunk c-1 while we computed chunk c
+                data = act.to(torch.float32).contiguous().cpu().numpy().tobytes()
+                pending = asyncio.ensure_future(
+                    peer.StageForward(
+                        pb.StageForwardRequest(
+                            seq_id=seq,
+                            start=s,
+                            total=len(tokens),
+                            keys=keys,
+                            activations=data,
+                            rows=e - s,
+                            last_chunk=last,
+                            layer_start=split,
+                            layer_stop=layers,
+                            target=target_pb,
+                        ),
+                        timeout=self.options.io_timeout_s,
+                        metadata=meta,
+                    )
+                )
+            rep = await pending
+            logits = torch.frombuffer(bytearray(rep.activations), dtype=torch.float32)
+        except grpc.RpcError as exc:
+            await self._call(stages.abort, seq, (0, split))
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, f"CPP stage 1 at {request.cpp_peer}: {exc.details()}"
+            )
+        except Exception as exc:
+            await _abort(context, exc)
+        first = Sampler(job.sampling)(logits)
+        return pb.PrefillReply(
+            request_id=request.request_id,
+            first_token=first,
+            reused_tokens=0,
+            computed_tokens=len(tokens),
+            compute_s=time.perf_counter() - t0,
+            cpp=True,
+        )
+
+    async def StageForward(
+        self, request: pb.StageForwardRequest, context: Any
+    ) -> pb.StageForwardReply:
+        import torch
+
+        if self._stages is None:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "not a prefill worker")
+        stages = self._stages
+        assert stages is not None
+        hidden = self.cluster.model.hidden
+        if len(request.activations) != request.rows * hidden * 4:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"{len(request.activations)} activation bytes for {request.rows} rows of {hidden}",
+            )
+        x = torch.frombuffer(bytearray(request.activations), dtype=torch.float32)
+        x = x.reshape(request.rows, hidden).to(self.engine.model.dtype)
+        target = None
+        if request.HasField("target"):
+            t = request.target
+            target = StreamTarget(t.segment, tuple(t.blocks), t.block_nbytes, t.layer_nbytes)
+        try:
+            out = await self._call(
+                stages.run_chunk,
+                request.seq_id,
+                (request.layer_start, request.layer_stop),
+                request.start,
+                request.total,
+                list(request.keys),
+                x,
+                request.last_chunk,
+                target,
+                self.options.io_timeout_s,
+            )
+        except Exception as exc:
+            await _abort(context, exc)
+        data = out.to(torch.float32).contiguous().cpu().numpy().tobytes()
+        return pb.StageForwardReply(
+            activations=data, rows=int(out.shape[0]) if out.dim() > 1 else 1
         )
 
     async def FetchPrefix(

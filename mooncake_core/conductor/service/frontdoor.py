@@ -147,6 +147,7 @@ class FrontDoorStats:
     computed_tokens: int = 0
     fetched_blocks: int = 0
     stored_blocks: int = 0
+    cpp: int = 0
     by_reason: dict[str, int] = field(default_factory=dict)
 
 
@@ -175,6 +176,9 @@ class FrontDoor:
         rpc_timeout_s: deadline of one prefill / prepare call.
         model_name: served model id.
         vocab_size: the model's vocabulary (token ids are checked against it).
+        cpp_threshold: prompts longer than this run on a 2-stage CPP group (the chosen
+            prefill instance and the next one in config order); 0 disables CPP.
+        cpp_chunk_tokens: CPP chunk size.
     """
 
     def __init__(
@@ -188,6 +192,8 @@ class FrontDoor:
         rpc_timeout_s: float = 60.0,
         model_name: str = "mooncake-tiny",
         vocab_size: int = 259,
+        cpp_threshold: int = 0,
+        cpp_chunk_tokens: int = 256,
     ) -> None:
         self.conductor = conductor
         self.links = links
@@ -197,6 +203,8 @@ class FrontDoor:
         self.rpc_timeout_s = rpc_timeout_s
         self.model_name = model_name
         self.vocab_size = vocab_size
+        self.cpp_threshold = cpp_threshold
+        self.cpp_chunk_tokens = cpp_chunk_tokens
         self.tokenizer = ByteTokenizer()
         self.stats = FrontDoorStats()
         self._ids = itertools.count(1)
@@ -224,6 +232,17 @@ class FrontDoor:
         q.remove(rid)
         if head:
             self._start_next(instance, now)
+
+    def _cpp_peer(self, leader: str, length: int) -> str:
+        """Address of the CPP stage-1 worker for a prompt of ``length``, or "" (no CPP)."""
+        if not self.cpp_threshold or length <= self.cpp_threshold:
+            return ""
+        names = [n for n, link in self.links.items() if link.role == "prefill"]
+        if len(names) < 2:
+            return ""
+        peer = names[(names.index(leader) + 1) % len(names)]
+        self.stats.cpp += 1
+        return self.links[peer].address
 
     def new_request_id(self) -> str:
         """A fresh request id (unique in this conductor's lifetime)."""
@@ -327,6 +346,8 @@ class FrontDoor:
                         fetch_source=d.migration.source if d.migration else "",
                         target=target,
                         store_kv=self.store_kv,
+                        cpp_peer=self._cpp_peer(d.prefill, len(tokens)),
+                        cpp_chunk_tokens=self.cpp_chunk_tokens,
                     ),
                     timeout=self.rpc_timeout_s,
                     metadata=pre.metadata,

@@ -61,6 +61,9 @@ class ConductorServiceOptions:
         report_interval_s: worker report period.
         rpc_timeout_s: deadline of one prefill/prepare RPC.
         conductor_options: extra knobs of the sans-IO Conductor.
+        cpp_threshold: prompts longer than this (tokens) run on a 2-stage CPP group of
+            prefill workers (needs 2 or more); 0 disables CPP.
+        cpp_chunk_tokens: CPP chunk size in tokens.
     """
 
     secret: bytes | None = None
@@ -72,6 +75,8 @@ class ConductorServiceOptions:
     report_interval_s: float = 0.25
     rpc_timeout_s: float = 120.0
     conductor_options: ConductorOptions | None = None
+    cpp_threshold: int = 1024
+    cpp_chunk_tokens: int = 256
 
 
 def _profile_models(cluster: ClusterConfig) -> tuple[PrefillTimeModel, DecodeStepModel]:
@@ -149,6 +154,8 @@ class ConductorService:
             rpc_timeout_s=opts.rpc_timeout_s,
             model_name=cl.model.name,
             vocab_size=cl.model.vocab_size,
+            cpp_threshold=opts.cpp_threshold,
+            cpp_chunk_tokens=opts.cpp_chunk_tokens,
         )
         self.started_at = time.time()
         return self.front
@@ -220,6 +227,7 @@ class ConductorService:
                 "computed_tokens": st.computed_tokens,
                 "fetched_blocks": st.fetched_blocks,
                 "stored_blocks": st.stored_blocks,
+                "cpp": st.cpp,
             }
         return out
 

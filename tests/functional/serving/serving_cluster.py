@@ -66,6 +66,8 @@ def make_config(
     block_size: int = 16,
     conductor: dict[str, Any] | None = None,
     max_batch: int = 8,
+    model: dict[str, Any] | None = None,
+    cache_blocks: int = 256,
 ) -> dict[str, Any]:
     """A cluster config dict with free ports, rooted in ``tmp``."""
     ports = iter(free_ports(4 + 3 * store_nodes + 2 * (prefill + decode)))
@@ -73,7 +75,7 @@ def make_config(
         "name": "serving-test",
         "state_dir": str(tmp / "state"),
         "hashing": {"block_size": block_size, "seed": 0},
-        "model": TINY_MODEL,
+        "model": model or TINY_MODEL,
         "master": {"port": next(ports), "metrics_port": next(ports)},
         "store_nodes": [
             {
@@ -94,7 +96,7 @@ def make_config(
                 "name": f"prefill-{i}",
                 "rpc_port": next(ports),
                 "data_port": next(ports),
-                "local_cache_blocks": 256,
+                "local_cache_blocks": cache_blocks,
             }
             for i in range(prefill)
         ],
@@ -103,7 +105,7 @@ def make_config(
                 "name": f"decode-{i}",
                 "rpc_port": next(ports),
                 "data_port": next(ports),
-                "local_cache_blocks": 256,
+                "local_cache_blocks": cache_blocks,
                 "max_batch": max_batch,
             }
             for i in range(decode)
@@ -153,7 +155,13 @@ def _tcp_open(port: int) -> bool:
 
 
 @contextlib.contextmanager
-def run_cluster(tmp: Path, *, with_store: bool = True, **kwargs: Any) -> Iterator[Cluster]:
+def run_cluster(
+    tmp: Path,
+    *,
+    with_store: bool = True,
+    conductor_args: tuple[str, ...] = (),
+    **kwargs: Any,
+) -> Iterator[Cluster]:
     """Start the cluster described by :func:`make_config` and stop it afterwards."""
     from mooncake_core.worker.service import probe_worker
 
@@ -188,7 +196,7 @@ def run_cluster(tmp: Path, *, with_store: bool = True, **kwargs: Any) -> Iterato
         for w in cfg["prefill_workers"] + cfg["decode_workers"]:
             addr = f"127.0.0.1:{w['rpc_port']}"
             _wait(lambda a=addr: probe_worker(a, 0.5), 60, w["name"], cl.procs, logs)
-        start("conductor", "conductor", "serve")
+        start("conductor", "conductor", "serve", *conductor_args)
 
         def healthy() -> bool:
             try:

@@ -36,7 +36,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
     # early_reject judges the decode load now (deterministic for the 429 test);
     # the predictive form is exercised by the simulator and the conductor's unit tests.
     conductor = {"admission": "early_reject"}
-    with run_cluster(tmp, prefill=2, decode=1, max_batch=2, conductor=conductor) as cl:
+    # Prompts over 100 tokens run on the 2-stage CPP group (32-token chunks).
+    cpp = ("--cpp-threshold", "100", "--cpp-chunk", "32")
+    with run_cluster(
+        tmp, prefill=2, decode=1, max_batch=2, conductor=conductor, conductor_args=cpp
+    ) as cl:
         yield cl
 
 
@@ -263,3 +267,16 @@ def test_serving_loadgen_reports_hits_on_a_prefix_heavy_workload(cluster: Cluste
     assert rep.completed + rep.rejected == 8 and rep.completed >= 1
     assert rep.hit_rate > 0.3  # 64 of 72 tokens are shared after each prefix's first use
     assert rep.ttft_p50_s is not None and rep.ttft_p50_s > 0
+
+
+def test_serving_cpp_two_stage_prefill_matches_reference(
+    cluster: Cluster, reference: InferenceEngine
+) -> None:
+    before = httpx.get(cluster.url + "/health").json()["front_door"]["cpp"]
+    ids = [256, *(((i * 37) % 251) for i in range(150))]  # 151 tokens: 5 chunks of 32
+    r = _complete(cluster, ids, max_tokens=10)
+    assert r.status_code == 200, r.text
+    doc = r.json()
+    assert doc["choices"][0]["token_ids"] == _ref(reference, ids, 10)
+    assert doc["usage"]["computed_tokens"] == len(ids)
+    assert httpx.get(cluster.url + "/health").json()["front_door"]["cpp"] == before + 1
