@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -154,6 +155,8 @@ class Recovered:
     last_seq: int
     torn_files: list[str]
     """Files whose tail was ignored."""
+    good_bytes: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Valid prefix length of each log read (so the writer need not decode it again)."""
 
 
 def recover(directory: Path) -> Recovered:
@@ -167,6 +170,7 @@ def recover(directory: Path) -> Recovered:
     """
     if not directory.exists():
         return Recovered([], 0, [])
+    good: dict[str, int] = {}
     torn: list[str] = []
     snaps = _files(directory, "snap")
     base = 0
@@ -183,13 +187,14 @@ def recover(directory: Path) -> Recovered:
         if start < base:
             continue
         res = decode_all(path.read_bytes())
+        good[path.name] = res.good_bytes
         if res.torn:
             torn.append(path.name)
         for rec in res.records:
             if rec["s"] > last:
                 records.append(rec)
                 last = rec["s"]
-    return Recovered(records, last, torn)
+    return Recovered(records, last, torn, good)
 
 
 class Journal:
@@ -199,10 +204,16 @@ class Journal:
         directory: data directory (created if missing).
         last_seq: seq of the last record already in the directory (from :func:`recover`).
         options: fsync policy and snapshot period.
+        good_bytes: :attr:`Recovered.good_bytes`, to skip decoding the newest log again.
     """
 
     def __init__(
-        self, directory: Path, last_seq: int, options: JournalOptions | None = None
+        self,
+        directory: Path,
+        last_seq: int,
+        options: JournalOptions | None = None,
+        *,
+        good_bytes: dict[str, int] | None = None,
     ) -> None:
         self.directory = directory
         self.options = options or JournalOptions()
@@ -211,21 +222,24 @@ class Journal:
         self.durable_seq = last_seq
         self.since_snapshot = 0
         self.fsyncs = 0
-        self._fd = self._open_log(last_seq)
+        self._fd = self._open_log(last_seq, good_bytes or {})
         self._syncing: asyncio.Task[None] | None = None
         self._retired: list[int] = []
         self._closed = False
         self._snapshotting: asyncio.Task[None] | None = None
 
-    def _open_log(self, start: int) -> int:
+    def _open_log(self, start: int, known: dict[str, int]) -> int:
         logs = _files(self.directory, "log")
         if logs and logs[-1][0] <= start:
-            # Continue the newest log (it holds the records up to ``start``), cutting a torn tail so appends follow good frames.
+            # Continue the newest log (it holds the records up to ``start``), cutting a
+            # torn tail so appends follow good frames.
             path = logs[-1][1]
-            res = decode_all(path.read_bytes())
-            if res.torn:
-                log.warning("journal %s: ignoring a torn tail after byte %d", path, res.good_bytes)
-                os.truncate(path, res.good_bytes)
+            good = known.get(path.name)
+            if good is None:
+                good = decode_all(path.read_bytes()).good_bytes
+            if path.stat().st_size > good:
+                log.warning("journal %s: ignoring a torn tail after byte %d", path, good)
+                os.truncate(path, good)
         else:
             path = self.directory / _name("log", start)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)

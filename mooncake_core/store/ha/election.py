@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .durable import no_gc
 from .etcd import EtcdClient
 from .rebuild import build_state
 from .replication import EtcdLog, HaKeys, LogFollower
@@ -194,7 +195,8 @@ class HaController:
         # Won. The old leader's last fenced writes landed before its key vanished.
         await self._sync()
         image = self._follower.image
-        state = build_state(image, self._svc.config, time.monotonic(), time.time())
+        with no_gc():
+            state = build_state(image, self._svc.config, time.monotonic(), time.time())
         sink = EtcdLog(
             self._etcd,
             self._keys,

@@ -91,7 +91,10 @@ async def test_none_policy_never_fsyncs(tmp_path: Path) -> None:
     assert len(recover(tmp_path).records) == 3
 
 
-async def test_reopen_cuts_torn_tail_and_appends_after_good_frames(tmp_path: Path) -> None:
+@pytest.mark.parametrize("pass_good_bytes", [False, True])
+async def test_reopen_cuts_torn_tail_and_appends_after_good_frames(
+    tmp_path: Path, pass_good_bytes: bool
+) -> None:
     j = Journal(tmp_path, 0)
     j.append(_recs(2))
     await j.close()
@@ -100,7 +103,7 @@ async def test_reopen_cuts_torn_tail_and_appends_after_good_frames(tmp_path: Pat
         f.write(encode({"s": 3, "t": "removed", "key": "torn"})[:7])
     got = recover(tmp_path)
     assert got.last_seq == 2 and got.torn_files == [log.name]
-    j = Journal(tmp_path, got.last_seq)
+    j = Journal(tmp_path, got.last_seq, good_bytes=got.good_bytes if pass_good_bytes else None)
     j.append(_recs(1, 5))
     await j.close()
     again = recover(tmp_path)
