@@ -450,6 +450,8 @@ def main() -> None:
         raw.setdefault(key, []).append(value)
         log(f"{key}: {fmt(value.get('GBps'), 3)} GB/s")
 
+    load_start = os.getloadavg()[0]
+    t_start = time.time()
     ours = Ours(args.out, buffer_size=520 * MiB)  # 128 x 4 MiB plus room for the check
     upstream = None
     rows: list[dict[str, Any]] = []
@@ -553,6 +555,8 @@ def main() -> None:
         "",
         "",
         f"Medians of {args.repeats} runs of {args.duration} s per point; batch {BATCH}, 1 thread; GB = 1e9 bytes.",
+        f"Run took {time.time() - t_start:.0f} s; 1-minute load average {load_start:.1f} at the start, "
+        f"{os.getloadavg()[0]:.1f} at the end ({os.cpu_count()} CPUs).",
     ]
     if "memcpy/1GiB" in raw:
         notes.append(
