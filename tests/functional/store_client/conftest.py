@@ -5,11 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from store_client_procs import TEST_MASTER, Cluster, start_cluster
+from store_client_procs import Cluster, make_client, start_cluster
 
-from mooncake_core.config.models import MasterConfig
 from mooncake_core.store.client import Client
-from mooncake_core.store.client_options import ClientOptions
 
 
 @pytest.fixture(scope="session")
@@ -18,11 +16,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     c = start_cluster(tmp_path_factory.mktemp("store_client"))
     yield c
     c.close()
-
-
-def make_client(c: Cluster, **kw: object) -> Client:
-    opts = ClientOptions(master=c.address, master_config=MasterConfig(**TEST_MASTER), **kw)  # type: ignore[arg-type]
-    return Client(opts).setup()
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,10 @@ from typing import IO
 
 import yaml
 
+from mooncake_core.config.models import MasterConfig
+from mooncake_core.store.client import Client
+from mooncake_core.store.client_options import ClientOptions
+
 MASTER_READY = re.compile(r"serving on ([\d.]+):(\d+) \(metrics on [\d.]+:(\d+)")
 NODE_READY = re.compile(r"serving segment (\S+) .* at ([\d.]+:\d+) \(health on ([\d.]+:\d+)\)")
 
@@ -159,3 +163,9 @@ def start_cluster(
         c.close()
         raise
     return c
+
+
+def make_client(c: Cluster, **kw: object) -> Client:
+    """A set-up store Client of ``c`` (hosting nothing unless ``segments=`` is given)."""
+    opts = ClientOptions(master=c.address, master_config=MasterConfig(**TEST_MASTER), **kw)  # type: ignore[arg-type]
+    return Client(opts).setup()

@@ -8,8 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import make_client
-from store_client_procs import Cluster, start_cluster
+from store_client_procs import Cluster, make_client, start_cluster
 
 from mooncake_core.store.errors import AuthError
 from mooncake_core.transfer import TransferEngine, TransferError

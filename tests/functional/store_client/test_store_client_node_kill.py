@@ -10,8 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import make_client
-from store_client_procs import TEST_MASTER, Cluster, remove_shm_of, start_cluster
+from store_client_procs import TEST_MASTER, Cluster, make_client, remove_shm_of, start_cluster
 
 from mooncake_core.store import ReplicateConfig
 from mooncake_core.store.client import Client

@@ -8,8 +8,7 @@ import os
 import numpy as np
 import pytest
 import torch
-from conftest import make_client
-from store_client_procs import Cluster
+from store_client_procs import Cluster, make_client
 
 from mooncake_core.store import ReplicateConfig
 from mooncake_core.store.client import Client
