@@ -28,6 +28,7 @@ def scheduler(
     view = backend.current()
     doc: dict[str, Any] = {"taken_at": view.taken_at, **to_plain(view.scheduler)}
     doc["rejected_total"] = view.scheduler.rejected_total
+    doc["window_s"], doc["bucket_s"] = window_s, bucket_s
     doc["buckets"], doc["ttft_pairs"], doc["audit"] = [], [], backend.audit_url is not None
     if backend.audit_url is None:
         return doc

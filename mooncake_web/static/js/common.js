@@ -172,6 +172,11 @@ const MC = {
       if (b.rejected) g.append(MC.svg("rect", { class: "rej", x: x0, y: y(b.rejected), width: Math.max(1, bw - 2), height: h - pad.b - y(b.rejected) }));
     });
     root.append(g);
+    if (buckets.length) {
+      const t = (b) => new Date(b.start * 1000).toLocaleTimeString();
+      root.append(MC.svg("text", { class: "axis", x: pad.l, y: h - 4 }, t(buckets[0])),
+        MC.svg("text", { class: "axis", x: w - pad.r, y: h - 4, "text-anchor": "end" }, t(buckets[buckets.length - 1])));
+    }
     return root;
   },
 
@@ -186,7 +191,7 @@ const MC = {
     for (let i = 0; i <= 4; i++) {
       const v = (vmax * i) / 4;
       root.append(MC.svg("text", { class: "axis", x: pad.l - 4, y: y(v) + 3, "text-anchor": "end" }, MC.secs(v)),
-        MC.svg("text", { class: "axis", x: x(v), y: h - 14, "text-anchor": "middle" }, MC.secs(v)));
+        MC.svg("text", { class: "axis", x: x(v), y: h - 14, "text-anchor": i === 4 ? "end" : i ? "middle" : "start" }, MC.secs(v)));
     }
     root.append(MC.svg("text", { class: "axis", x: w - pad.r, y: h - 2, "text-anchor": "end" }, "predicted →  (↑ actual)"));
     for (const p of pairs) {

@@ -42,7 +42,7 @@ async function loadNodes() {
     MC.el("button", { class: "danger drain", "data-node": s.node,
       disabled: s.segments.every((g) => g.state !== "MOUNTED") ? "" : null,
       onclick: () => confirmDrain(s.node) }, "Drain…")] }));
-  const comps = n.components.map((c) => [c.name, c.role, MC.badge(c.up, "up", "down"), c.hostname || "–", c.pid ?? "–", c.url]);
+  const comps = n.components.map((c) => ({ key: c.name, cells: [c.name, c.role, MC.badge(c.up, "up", "down"), c.hostname || "–", c.pid ?? "–", c.url] }));
   document.getElementById("content").replaceChildren(
     MC.el("h2", {}, "Store nodes"), MC.table(["node", "segments", "used", "capacity", "usage", "objects", "drain", ""], rows, { id: "store-nodes", num: [2, 3, 5] }),
     MC.el("h2", {}, "Components"), MC.table(["name", "role", "health", "host", "pid", "url"], comps, { id: "components" }));
