@@ -65,6 +65,8 @@ def test_foreground_cluster_serves_and_ctrl_c_stops_everything(tmp_path: Path) -
             time.sleep(1.0)
         rows = {r["name"]: r for r in json.loads(st.stdout)["components"]}
         expected = {"master", "store-0", "store-1", "prefill-0", "decode-0", "conductor"}
+        if has_command("web"):
+            expected.add("dashboard")
         assert {n for n, r in rows.items() if r["state"] == "healthy"} == expected
         if not has_command("web"):
             assert rows["dashboard"]["state"] == "skipped"
@@ -84,7 +86,10 @@ def test_foreground_cluster_serves_and_ctrl_c_stops_everything(tmp_path: Path) -
         err = log_file.read_text()
         assert proc.returncode == 0, err[-3000:]
         stops = [line.split(":")[0] for line in err.splitlines() if ": stopping" in line]
-        assert stops == ["conductor", "decode-0", "prefill-0", "store-1", "store-0", "master"]
+        order = ["conductor", "decode-0", "prefill-0", "store-1", "store-0", "master"]
+        if has_command("web"):
+            order.insert(0, "dashboard")
+        assert stops == order
         for r in recs:
             assert pid_gone(r["pid"]) and group_gone(r["pgid"]), r["name"]
             for label, port in r["ports"].items():
