@@ -35,7 +35,7 @@ from .batch import Batch, Outcome, RequestState
 from .directory import PeerDirectory, RemoteSegment, SegmentDirectory
 from .endpoint import Slice
 from .protocol import Op
-from .rdma import RdmaOptions, probe, refusal, select_transport
+from .rdma import RdmaOptions, RdmaStatus, probe, refusal, select_transport
 from .rdma_info import SegmentKey
 from .region import Region, allocate_shm, resolve_buffer
 from .request import OpCode, TransferError, TransferRequest, TransferState, TransferStatus
@@ -619,6 +619,14 @@ class TransferEngine:
             )
 
     # ------------------------------------------------------------------ counters
+
+    def rdma_status(self) -> RdmaStatus:
+        """The rdma transport: device in use and its counters, or why it is not used."""
+        if self._rdma is not None:
+            return self._rdma.status()
+        if self.config.protocol not in ("auto", "rdma"):
+            return RdmaStatus(None, reason=f"protocol is {self.config.protocol}")
+        return RdmaStatus(None, reason=refusal(probe()) or "the RDMA device did not open")
 
     def snapshot(self) -> TransferSnapshot:
         """Immutable counters: per NIC (both roles) and per transport."""

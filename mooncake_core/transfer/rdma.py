@@ -73,6 +73,34 @@ class RdmaSupport:
         return bool(self.devices) and self.pyverbs_error is None
 
 
+@dataclass(frozen=True, slots=True)
+class RdmaStatus:
+    """The rdma transport of one engine, for operators (``TransferEngine.rdma_status()``).
+
+    Attributes:
+        device: Opened device (``mlx5_0``), or None when rdma is not in use.
+        port: Its port.
+        gid_index: GID index in use.
+        reason: Why rdma is not in use (None when it is).
+        links: Queue pairs open now (one per remote segment in use).
+        errors: Slices that failed on a queue pair.
+        retries: Slices re-sent over rdma after a failure.
+        fallback_slices: Slices sent over tcp because rdma was paused for their remote
+            or their local buffer has no memory region.
+        paused_remotes: Remote servers whose traffic goes over tcp now.
+    """
+
+    device: str | None
+    port: int = 0
+    gid_index: int = 0
+    reason: str | None = None
+    links: int = 0
+    errors: int = 0
+    retries: int = 0
+    fallback_slices: int = 0
+    paused_remotes: tuple[str, ...] = ()
+
+
 def rdma_devices(root: str = SYSFS_INFINIBAND) -> list[str]:
     """Names of RDMA devices (``mlx5_0``...), empty when there are none."""
     try:

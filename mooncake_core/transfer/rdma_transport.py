@@ -31,7 +31,7 @@ from .batch import Outcome, RequestState
 from .directory import split_name
 from .health import NicHealth
 from .protocol import Op
-from .rdma import RdmaOptions
+from .rdma import RdmaOptions, RdmaStatus
 from .rdma_info import FLAG_RDMA, KIND_REPLY, KIND_REQUEST, RdmaInfoError, SegmentKey, decode
 from .rdma_window import PostingWindow, WindowEvents
 from .request import OpCode, TransferError, TransferState
@@ -317,6 +317,23 @@ class RdmaInitiator:
         now = time.monotonic()
         with self._lock:
             return tuple(r for r in self.health.known() if self.health.state(r, now).paused)
+
+    def status(self) -> RdmaStatus:
+        """Counters and state of this transport."""
+        with self._lock:
+            links = sum(1 for link in self._links.values() if not link.closed)
+        st = self._stats
+        return RdmaStatus(
+            self._dev.name,
+            self._dev.port,
+            self._dev.gid_index,
+            None,
+            links,
+            st.get("rdma|errors"),
+            st.get("rdma|retries"),
+            st.get("rdma|fallback_slices"),
+            self.paused_remotes(),
+        )
 
     def close(self) -> None:
         """Close every link; slices in flight fail with "engine closed"."""

@@ -24,6 +24,8 @@ class NoVerbs:
     """Stands in for rdma_verbs.RdmaDevice; no test here may reach the verbs layer."""
 
     name = "none0"
+    port = 1
+    gid_index = 0
     max_msg_size = 1 << 30
 
     def queue_pair(self, depth):
@@ -84,6 +86,9 @@ def test_repeated_failures_pause_rdma_and_hand_slices_to_tcp():
         assert stats.get("rdma|retries") == 1
         assert stats.get("rdma|fallback_slices") == 1
         assert init.paused_remotes() == (remote,)
+        status = init.status()
+        assert (status.device, status.errors, status.retries) == ("none0", 2, 1)
+        assert status.fallback_slices == 1 and status.paused_remotes == (remote,)
         assert st.state is TransferState.WAITING and st.pending == 1
         assert region.inflight == 1  # still counted: tcp releases it when it finishes
         # While paused, new requests go to tcp at once, whole.

@@ -101,3 +101,14 @@ def test_engine_refusal_without_device():
 def test_options_are_checked(kw, message):
     with pytest.raises(ValueError, match=message):
         RdmaOptions(**kw)
+
+
+def test_rdma_status_says_why_it_is_not_used():
+    if rdma_devices():
+        pytest.skip("this machine has an RDMA device")
+    with TransferEngine(TransferConfig(protocol="tcp")) as eng:
+        assert eng.rdma_status().reason == "protocol is tcp"
+    with TransferEngine(TransferConfig(protocol="auto")) as eng:
+        status = eng.rdma_status()
+        assert status.device is None and status.links == 0
+        assert status.reason is not None and "no RDMA device found" in status.reason
