@@ -6,24 +6,43 @@ import json
 import subprocess
 import sys
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from store_client_procs import Cluster
+from typer.testing import CliRunner
 
+from mooncake_cli.main import app
 from mooncake_core.store.client import Client
 
 pytestmark = pytest.mark.integration
 
 
-def run(c: Cluster, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    cmd = [sys.executable, "-m", "mooncake_cli", "store", *args]
-    cmd += ["--master", c.address, "--config", str(c.config)]
-    return subprocess.run(cmd, input=stdin, capture_output=True, timeout=60)
+@dataclass
+class Ran:
+    returncode: int
+    stdout: bytes
+    stderr: bytes
 
 
-def ok(c: Cluster, *args: str, stdin: bytes | None = None) -> bytes:
-    r = run(c, *args, stdin=stdin)
+def run(c: Cluster, *args: str, stdin: bytes | None = None, proc: bool = False) -> Ran:
+    """``mooncake store ARGS`` against ``c``: a real subprocess with ``proc``, else the
+    same typer app in this process (each CLI process costs seconds on the loaded CI box).
+    """
+    tail = ["--master", c.address, "--config", str(c.config)]
+    if proc:
+        cmd = [sys.executable, "-m", "mooncake_cli", "store", *args, *tail]
+        r = subprocess.run(cmd, input=stdin, capture_output=True, timeout=60)
+        return Ran(r.returncode, r.stdout, r.stderr)
+    res = CliRunner().invoke(app, ["store", *args, *tail], input=stdin)
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        raise res.exception
+    return Ran(res.exit_code, res.stdout_bytes, res.stderr_bytes)
+
+
+def ok(c: Cluster, *args: str, stdin: bytes | None = None, proc: bool = False) -> bytes:
+    r = run(c, *args, stdin=stdin, proc=proc)
     assert r.returncode == 0, r.stderr.decode()
     return r.stdout
 
@@ -38,13 +57,15 @@ def test_node_health_endpoint(cluster: Cluster) -> None:
 def test_put_get_stat_from_file_and_stdin(cluster: Cluster, client: Client, tmp_path: Path) -> None:
     src = tmp_path / "in.bin"
     src.write_bytes(bytes(range(256)) * 1000)
-    doc = json.loads(ok(cluster, "put", "cli/file", str(src), "--replicas", "2", "--json"))
+    doc = json.loads(
+        ok(cluster, "put", "cli/file", str(src), "--replicas", "2", "--json", proc=True)
+    )
     assert doc == {"key": "cli/file", "size": 256_000, "replicas": 2}
     ok(cluster, "put", "cli/stdin", "-", "--soft-pin", stdin=b"from stdin")
     dst = tmp_path / "out.bin"
     ok(cluster, "get", "cli/file", "-o", str(dst))
     assert dst.read_bytes() == src.read_bytes()
-    assert ok(cluster, "get", "cli/stdin") == b"from stdin"
+    assert ok(cluster, "get", "cli/stdin", proc=True) == b"from stdin"
     st = json.loads(ok(cluster, "stat", "cli/file", "--json"))
     assert st["size"] == 256_000 and st["segments"] == ["n0", "n1"] and len(st["replicas"]) == 2
     assert st["lease_remaining_s"] > 0  # the get above leased it
@@ -62,7 +83,7 @@ def test_ls_paginates_and_exists(cluster: Cluster, client: Client) -> None:
         seen += [e["key"] for e in page["entries"]]
         after = page["next_start_after"]
     assert seen == [f"page/{i}" for i in range(5)]
-    r = run(cluster, "exists", "page/0", "page/x", "--json")
+    r = run(cluster, "exists", "page/0", "page/x", "--json", proc=True)
     assert r.returncode == 1 and json.loads(r.stdout) == {"page/0": True, "page/x": False}
     assert json.loads(ok(cluster, "rm", "--regex", "^page/[0-3]$", "--json"))["removed"] == 4
     assert json.loads(ok(cluster, "rm", "page/4", "--json"))["removed"] == 1
@@ -86,7 +107,7 @@ def test_pins_show_up_and_clear(cluster: Cluster, client: Client) -> None:
 
 
 def test_bad_input_is_a_clear_error(cluster: Cluster) -> None:
-    r = run(cluster, "put", "", "-", stdin=b"x")
+    r = run(cluster, "put", "", "-", stdin=b"x", proc=True)
     assert r.returncode == 1 and b"INVALID_KEY" in r.stderr
     r = run(cluster, "get", "no/such/key")
     assert r.returncode == 1 and b"OBJECT_NOT_FOUND" in r.stderr and r.stdout == b""
