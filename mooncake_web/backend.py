@@ -120,6 +120,9 @@ class Backend:
         self._thread: threading.Thread | None = None
         self._mc: MasterClient | None = None
         self._lock = threading.Lock()  # guards ``history`` (written by the poll thread)
+        # The collector's builder keeps rate state: one poll at a time (the thread and an
+        # action that wants a fresh view may both poll).
+        self._poll_lock = threading.Lock()
 
     def _read_secret(self) -> bytes | None:
         from mooncake_core.store.auth import read_secret
@@ -163,12 +166,14 @@ class Backend:
             self.poll_once()
 
     def poll_once(self) -> ClusterView:
-        """Poll every target once and publish the new view (thread-safe)."""
-        view = self.collector.poll()
-        self._record(view)
-        self.view = view
-        self.version += 1
-        return view
+        """Poll every target once and publish the new view (thread-safe; blocking, so
+        call it from a thread, not the event loop)."""
+        with self._poll_lock:
+            view = self.collector.poll()
+            self._record(view)
+            self.view = view
+            self.version += 1
+            return view
 
     def _record(self, view: ClusterView) -> None:
         with self._lock:

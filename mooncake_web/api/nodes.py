@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import APIRouter, HTTPException
@@ -70,7 +71,7 @@ async def drain(
         raise HTTPException(404, str(exc)) from None
     except StoreError as exc:
         raise store_http_error(exc) from None
-    backend.poll_once()
+    await asyncio.to_thread(backend.poll_once)  # show DRAINING at once
     return to_plain(job)
 
 
