@@ -89,6 +89,7 @@ def main() -> None:
                 decode=1,
                 model=MODEL,
                 cache_blocks=args.cache_blocks,
+                decode_cache_blocks=4096,
                 conductor={"policy": policy, "admission": "none"},
                 max_batch=16,
             ) as cl,

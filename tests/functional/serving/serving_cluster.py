@@ -68,6 +68,7 @@ def make_config(
     max_batch: int = 8,
     model: dict[str, Any] | None = None,
     cache_blocks: int = 256,
+    decode_cache_blocks: int | None = None,
 ) -> dict[str, Any]:
     """A cluster config dict with free ports, rooted in ``tmp``."""
     ports = iter(free_ports(4 + 3 * store_nodes + 2 * (prefill + decode)))
@@ -105,7 +106,7 @@ def make_config(
                 "name": f"decode-{i}",
                 "rpc_port": next(ports),
                 "data_port": next(ports),
-                "local_cache_blocks": cache_blocks,
+                "local_cache_blocks": decode_cache_blocks or cache_blocks,
                 "max_batch": max_batch,
             }
             for i in range(decode)
