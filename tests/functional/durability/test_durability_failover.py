@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import time
 from pathlib import Path
@@ -71,6 +72,8 @@ async def test_leader_sigkill_loses_no_acknowledged_write(tmp_path: Path) -> Non
             await mc.mount_segment("node-x/dram", 256 << 20, transport_address="127.0.0.1:9")
             beat = asyncio.create_task(mc.keep_alive(0.5))
             acked: dict[str, object] = {}
+            written: dict[str, bytes] = {}
+            segment = bytearray(256 << 20)
             acked_at: dict[str, float] = {}
             stop = asyncio.Event()
 
@@ -79,8 +82,13 @@ async def test_leader_sigkill_loses_no_acknowledged_write(tmp_path: Path) -> Non
                 while not stop.is_set():
                     key = f"k/{i:06d}"
                     i += 1
+                    data = os.urandom(1000 + i % 5000)
                     try:
-                        replicas = await mc.put_start(key, 1000 + i % 5000)
+                        replicas = await mc.put_start(key, len(data))
+                        # The bytes go into this process's own segment (the data path
+                        # is not under test; the offsets the masters keep are).
+                        for sl in replicas[0]:
+                            segment[sl.offset : sl.offset + sl.length] = data[: sl.length]
                         await mc.put_end(key)
                     except (ConflictError, NotFoundError):
                         continue  # the attempt straddled the failover: not acknowledged
@@ -88,6 +96,7 @@ async def test_leader_sigkill_loses_no_acknowledged_write(tmp_path: Path) -> Non
                         continue
                     acked[key] = replicas
                     acked_at[key] = time.monotonic()
+                    written[key] = data
 
             task = asyncio.create_task(writer())
             await _wait(lambda: len(acked) >= 100)
@@ -119,7 +128,12 @@ async def test_leader_sigkill_loses_no_acknowledged_write(tmp_path: Path) -> Non
             missing = set(acked) - set(keys)
             assert not missing, f"lost {len(missing)} acknowledged objects"
             for key, replicas in acked.items():
-                assert (await mc.stat(key)).replicas == replicas
+                where = await mc.get_replica_list(key)
+                assert where.replicas == replicas
+                got = b"".join(
+                    bytes(segment[s.offset : s.offset + s.length]) for s in where.replicas[0]
+                )
+                assert got == written[key], f"{key}: the new leader's offsets hold other bytes"
             assert failover_s < 10.0  # target < 5 s; generous bound for a loaded 2-core box
 
             # The killed master comes back as a follower and catches up.
