@@ -224,7 +224,7 @@ class MasterService:
         from .master_servicer import MasterServicer
 
         opts = self.options
-        interceptors: list[grpc.aio.ServerInterceptor] = [RoleGate(self)]
+        interceptors: list[grpc.aio.ServerInterceptor] = []
         if opts.secret is not None:
             interceptors.append(
                 TokenAuthInterceptor(
@@ -234,6 +234,9 @@ class MasterService:
                     ).inc(),
                 )
             )
+        # After auth (the first interceptor is the outermost): a caller without the
+        # token learns nothing, not even who the leader is.
+        interceptors.append(RoleGate(self))
         # so_reuseport off: gRPC enables it by default, and a second master on the same
         # port would silently share the traffic instead of failing to start.
         server = grpc.aio.server(
