@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from web_live_procs import TOKEN, WebBackend, start_backend, stop_backend
+from web_live_procs import WebBackend, start_backend, stop_backend
 
 from mooncake_web import WebOptions, create_app
 
@@ -45,10 +45,3 @@ def client(make_app: Callable[..., FastAPI]) -> Iterator[TestClient]:
     """Anonymous client of an app with anonymous_read on."""
     with TestClient(make_app(anonymous_read=True), base_url="http://127.0.0.1") as c:
         yield c
-
-
-def login(c: TestClient) -> str:
-    """Log ``c`` in; returns the CSRF token."""
-    r = c.post("/api/auth/login", json={"token": TOKEN})
-    assert r.status_code == 200, r.text
-    return str(r.json()["csrf"])

@@ -8,10 +8,9 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from conftest import login
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from web_live_procs import OBJECTS, REQUESTS, TOKEN, WebBackend
+from web_live_procs import OBJECTS, REQUESTS, TOKEN, WebBackend, login
 
 pytestmark = pytest.mark.integration
 

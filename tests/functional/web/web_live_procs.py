@@ -104,3 +104,10 @@ def start_backend(tmp: Path) -> WebBackend:
 def stop_backend(b: WebBackend) -> None:
     b.conductor_srv.close()
     stop_live(b.live)
+
+
+def login(c: Any) -> str:
+    """Log TestClient ``c`` in; returns the CSRF token."""
+    r = c.post("/api/auth/login", json={"token": TOKEN})
+    assert r.status_code == 200, r.text
+    return str(r.json()["csrf"])
