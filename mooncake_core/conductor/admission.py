@@ -9,18 +9,24 @@ Four strategies, selected by ``ConductorConfig.admission``:
     instance has room, reject it then (the prefill was wasted).
 ``early_reject``
     Reject *before* prefill when the current decode load is at or above
-    ``load_threshold * capacity``, or the predicted TTFT/TBT misses its SLO. Judging on
+    ``load_threshold``, or the predicted TTFT/TBT misses its SLO. Judging on
     current load makes prefill and decode load swing in anti-phase.
 ``early_reject_predictive``
     Like ``early_reject`` but judges the decode load *at the time this request's
     prefill would finish*, ``t_f = now + predicted TTFT``, system-wide, assuming every
     request decodes for the same time ``D``::
 
-        load(t_f) = N * max(0, 1 - (t_f - now) / D)      # N decoding now, leaving at N/D per s
-                  + #{admitted, in prefill: finish <= t_f < finish + D}
-        reject if load(t_f) + 1 > load_threshold * capacity
+        keep = max(0, 1 - (t_f - now) / D)               # decoding now, leaving at 1/D per s
+        N(t_f) = N * keep + #{pending: finish <= t_f < finish + D} + 1
+        C(t_f) = C * keep + sum(context of those pending) + this request's context
+        reject if max(N(t_f) / slots, C(t_f) / kv_capacity) > load_threshold
 
-Every strategy rejects at decode join when no instance has room, except ``none``.
+Decode load is ``max(requests / slots, context tokens / KV capacity)`` summed over the
+pool: a decode instance runs out of batch slots or of KV memory, whichever comes first
+(the token term is left out when an instance has no ``kv_capacity_tokens``).
+
+Every strategy rejects at decode join when no instance has room (slots and KV), except
+``none``.
 """
 
 from __future__ import annotations
@@ -61,6 +67,10 @@ class AdmissionContext:
         load_threshold: fraction of decode capacity at which to reject.
         min_retry_s: smallest retry hint given.
         max_retry_s: largest retry hint given.
+        pending_joins: ``(predicted finish, context tokens)`` of admitted requests not in
+            decode yet; when given, the predictive strategy counts their KV as well
+            (empty: it counts ``prefill_finishes`` as requests only).
+        request_tokens: context tokens this request will hold in decode (its prompt).
     """
 
     now: float
@@ -74,10 +84,32 @@ class AdmissionContext:
     load_threshold: float = 1.0
     min_retry_s: float = 0.5
     max_retry_s: float = 60.0
+    pending_joins: Sequence[tuple[float, int]] = ()
+    request_tokens: int = 0
 
     def capacity(self) -> int:
         """Total decode batch slots."""
         return sum(d.max_batch for d in self.decode)
+
+    def kv_capacity(self) -> int | None:
+        """Total decode KV capacity in tokens (``None`` when any instance is unlimited)."""
+        total = 0
+        for d in self.decode:
+            if d.kv_capacity_tokens is None:
+                return None
+            total += d.kv_capacity_tokens
+        return total
+
+    def load(self, requests: float, tokens: float) -> float:
+        """Pool load for ``requests`` decoding with ``tokens`` of context.
+
+        Returns:
+            ``max(requests / slots, tokens / kv_capacity)`` (slots only when the KV
+            capacity is unknown).
+        """
+        slots = requests / self.capacity()
+        kv = self.kv_capacity()
+        return slots if kv is None else max(slots, tokens / kv)
 
     def retry(self, seconds: float) -> float:
         """Clamp a retry hint into ``[min_retry_s, max_retry_s]``."""
@@ -143,16 +175,23 @@ class EarlyRejectAdmission(AdmissionStrategy):
 
     def before_prefill(self, ctx: AdmissionContext) -> AdmissionResult:
         """Reject when decoding now fills ``load_threshold`` of capacity, or SLOs would be missed."""
-        cap = ctx.capacity()
-        load = sum(d.batch for d in ctx.decode)
-        if load >= ctx.load_threshold * cap:
+        active = sum(d.batch for d in ctx.decode)
+        tokens = sum(d.context_tokens for d in ctx.decode)
+        load = ctx.load(active, tokens)
+        kv = ctx.kv_capacity()
+        # Slots are whole: the pool is full when the count reaches the limit. KV is not:
+        # it is full for this request when its prompt would not fit under the limit (a
+        # pool is never exactly 100% full of tokens, so ">= limit" would never fire).
+        kv_full = kv is not None and (tokens + ctx.request_tokens) / kv > ctx.load_threshold
+        if load >= ctx.load_threshold or kv_full:
             ends = ctx.decode_ends()
             wait = (ends[0] - ctx.now) if ends else ctx.decode_time_s
             return AdmissionResult(
                 False,
                 "decode_full",
                 ctx.retry(wait),
-                f"{load} requests decoding, limit {ctx.load_threshold * cap:g} of {cap} slots",
+                f"{active} requests decoding ({tokens} context tokens): load {load:.3f} >= limit "
+                f"{ctx.load_threshold:g} ({ctx.capacity()} slots, {ctx.kv_capacity()} KV tokens)",
             )
         return _slo_check(ctx) or ADMIT
 
@@ -175,22 +214,30 @@ class PredictiveEarlyRejectAdmission(AdmissionStrategy):
         # N / D per second. Per-request "join + D" would call every request older than D
         # finished, but the requests still decoding are the long ones (length bias), so
         # that under-predicts load exactly when output lengths are skewed.
-        leaving = active * horizon / d if d > 0 else float(active)
-        load = active - leaving if leaving < active else 0.0
-        for f in ctx.prefill_finishes:
-            if f <= t_f < f + d:
-                load += 1
-        limit = ctx.load_threshold * ctx.capacity()
-        if load + 1 > limit:
-            # Retry once the excess has drained at the departure rate of the load at t_f.
-            over = load + 1 - limit
-            wait = over * d / load if load > 0 else d
+        keep = max(0.0, 1.0 - horizon / d) if d > 0 else 0.0
+        load = active * keep
+        tokens = sum(dec.context_tokens for dec in ctx.decode) * keep
+        if ctx.pending_joins:
+            for f, ctx_tokens in ctx.pending_joins:
+                if f <= t_f < f + d:
+                    load += 1
+                    tokens += ctx_tokens
+        else:
+            for f in ctx.prefill_finishes:
+                if f <= t_f < f + d:
+                    load += 1
+        frac = ctx.load(load + 1, tokens + ctx.request_tokens)
+        if frac > ctx.load_threshold:
+            # Retry once the excess has drained at the departure rate of the load at t_f
+            # (each of its requests leaves within D).
+            before = ctx.load(load, tokens)
+            wait = (frac - ctx.load_threshold) * d / before if before > 0 else d
             return AdmissionResult(
                 False,
                 "decode_load_predicted",
                 ctx.retry(wait),
-                f"predicted {load:.1f} requests decoding at t+{horizon:.3f}s, "
-                f"limit {limit:g} slots",
+                f"predicted decode load {frac:.3f} ({load:.1f} requests, {tokens:.0f} tokens) "
+                f"at t+{horizon:.3f}s, limit {ctx.load_threshold:g}",
             )
         return slo or ADMIT
 

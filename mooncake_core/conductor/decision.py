@@ -85,11 +85,17 @@ class JoinResult:
         instance: the decode instance it joined (may differ from the decision's when
             that one filled up meanwhile), ``None`` when rejected.
         reason: rejection code (``decode_full``), ``""`` when admitted.
+        streamed_to: the decode instance chosen at scheduling time, where the prefill
+            streamed the KV (``None`` when unknown).
+        moved: the request joined another instance than ``streamed_to``, so its KV must
+            be moved there before it can decode (the caller pays that transfer).
     """
 
     admitted: bool
     instance: str | None
     reason: str = ""
+    streamed_to: str | None = None
+    moved: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,7 +73,9 @@ class Conductor:
     Args:
         config: policy, threshold, admission and SLOs.
         prefill: prefill instance names, in a fixed order (ties go to the first).
-        decode: decode instance name -> max batch.
+        decode: decode instance name -> max batch, or -> ``(max_batch,
+            kv_capacity_tokens)`` to limit it by KV memory too (``kv_capacity_tokens``
+            ``None``: slots only).
         hashing: block size of the keys (must match the keys' producer).
         prefill_model: ``T_prefill`` predictor (default: illustrative coefficients).
         decode_model: decode step predictor (default: illustrative coefficients).
@@ -89,7 +91,7 @@ class Conductor:
         self,
         config: ConductorConfig,
         prefill: list[str] | tuple[str, ...],
-        decode: Mapping[str, int],
+        decode: Mapping[str, int | tuple[int, int | None]],
         *,
         hashing: HashingConfig | None = None,
         prefill_model: PrefillTimeModel | None = None,
@@ -118,7 +120,10 @@ class Conductor:
         self.admission = make_admission(config.admission)
         self._prefill = [PrefillInstanceState(n) for n in prefill]
         self._prefill_by_name = {s.name: s for s in self._prefill}
-        self._decode = [DecodeInstanceState(n, b) for n, b in decode.items()]
+        self._decode = [
+            DecodeInstanceState(n, *v) if isinstance(v, tuple) else DecodeInstanceState(n, v)
+            for n, v in decode.items()
+        ]
         self._decode_by_name = {s.name: s for s in self._decode}
         self._bytes_per_block = self.block_size * self.options.bytes_per_token
         self._tracked: dict[str, _Tracked] = {}
@@ -183,15 +188,21 @@ class Conductor:
         self.index.drop_location(name)
         return orphans
 
-    def add_decode(self, name: str, max_batch: int) -> None:
+    def add_decode(self, name: str, max_batch: int, kv_capacity_tokens: int | None = None) -> None:
         """Start placing decodes on a new decode instance.
 
+        Args:
+            name: instance name.
+            max_batch: most requests decoding at once.
+            kv_capacity_tokens: most context tokens its KV memory holds (``None``: slots only).
+
         Raises:
-            ValueError: an instance of that name exists, or ``max_batch`` below 1.
+            ValueError: an instance of that name exists, ``max_batch`` or
+                ``kv_capacity_tokens`` below 1.
         """
         if name in self._decode_by_name:
             raise ValueError(f"decode instance {name!r} already exists")
-        state = DecodeInstanceState(name, max_batch)
+        state = DecodeInstanceState(name, max_batch, kv_capacity_tokens)
         self._decode.append(state)
         self._decode_by_name[name] = state
 
@@ -270,7 +281,7 @@ class Conductor:
         best = -1
         for i, d in enumerate(decoders):
             t = tbts[i]
-            if t <= slo and (best < 0 or t < tbts[best]) and d.expected_batch < d.max_batch:
+            if t <= slo and (best < 0 or t < tbts[best]) and d.fits_expected(new):
                 best = i
         if best < 0:
             best = min(range(len(tbts)), key=tbts.__getitem__)
@@ -333,6 +344,8 @@ class Conductor:
             self.options.decode_load_threshold,
             self.options.min_retry_after_s,
             self.options.max_retry_after_s,
+            self._pending_joins(),
+            request.input_len,
         )
         verdict = self.admission.before_prefill(adm_ctx)
         migration = None
@@ -375,6 +388,13 @@ class Conductor:
         )
         self._finishes[request.request_id] = now + plan.ttft_s
         return decision
+
+    def _pending_joins(self) -> list[tuple[float, int]]:
+        # Only the predictive admission reads these; build them for it alone.
+        if self.admission.name != "early_reject_predictive":
+            return []
+        tracked = self._tracked
+        return [(f, tracked[rid].decision.input_len) for rid, f in self._finishes.items()]
 
     def _decision(
         self,
@@ -520,12 +540,14 @@ class Conductor:
         if t.joined_at is not None:
             raise ValueError(f"request {request_id!r} already joined decode instance {t.decode!r}")
         self._now = now
+        context = t.decision.input_len
+        streamed_to = t.decision.decode
         wanted = self._decode_by_name.get(t.decode) if t.decode else None
-        target = wanted if wanted is not None and wanted.has_room() else None
+        target = wanted if wanted is not None and wanted.has_room(context) else None
         if target is None and self._decode:
-            roomy = [d for d in self._decode if d.has_room()]
+            roomy = [d for d in self._decode if d.has_room(context)]
             if roomy:
-                target = min(roomy, key=lambda d: d.expected_batch)
+                target = min(roomy, key=lambda d: (d.load(d.reserved), d.expected_batch))
             elif self.admission.overflow_at_join:
                 target = wanted or min(self._decode, key=lambda d: d.expected_batch)
         if wanted is not None:
@@ -534,12 +556,12 @@ class Conductor:
             self._counts["join_rejected"] += 1
             self._rejected["decode_full"] = self._rejected.get("decode_full", 0) + 1
             self._forget(request_id)
-            return JoinResult(False, None, "decode_full")
-        target.join(request_id, t.decision.input_len, now)
+            return JoinResult(False, None, "decode_full", streamed_to)
+        target.join(request_id, context, now)
         self._finishes.pop(request_id, None)
         t.decode = target.name
         t.joined_at = now
-        return JoinResult(True, target.name)
+        return JoinResult(True, target.name, "", streamed_to, target.name != streamed_to)
 
     def on_decode_done(self, request_id: str, now: float) -> None:
         """The request produced its last token; its slot frees and ``D`` is updated.

@@ -31,6 +31,16 @@ class DecodeInstanceSnapshot:
     max_batch: int
     context_tokens: int
     reserved: int
+    kv_capacity_tokens: int | None = None
+    """KV tokens the instance can hold (``None``: not limited by the Conductor)."""
+
+    @property
+    def load(self) -> float:
+        """``max(batch / max_batch, context_tokens / kv_capacity_tokens)``."""
+        slots = self.batch / self.max_batch
+        if self.kv_capacity_tokens is None:
+            return slots
+        return max(slots, self.context_tokens / self.kv_capacity_tokens)
 
 
 class PrefillInstanceState:
@@ -105,19 +115,31 @@ class PrefillInstanceState:
 class DecodeInstanceState:
     """Continuous batch of one decode instance, plus slots reserved by admitted requests.
 
+    A decode instance is limited by batch slots *and* by the KV memory left after the
+    weights (the limit that binds for long contexts); load is the larger of the two
+    fractions.
+
     Args:
         name: instance name.
         max_batch: most requests decoding at once.
+        kv_capacity_tokens: most context tokens whose KV fits at once (``None``: unlimited,
+            the behaviour before KV capacity was modelled).
 
     Raises:
-        ValueError: ``max_batch`` below 1.
+        ValueError: ``max_batch`` below 1 or ``kv_capacity_tokens`` below 1.
     """
 
-    def __init__(self, name: str, max_batch: int) -> None:
+    def __init__(self, name: str, max_batch: int, kv_capacity_tokens: int | None = None) -> None:
         if max_batch < 1:
             raise ValueError(f"decode instance {name!r}: max_batch must be >= 1, got {max_batch}")
+        if kv_capacity_tokens is not None and kv_capacity_tokens < 1:
+            raise ValueError(
+                f"decode instance {name!r}: kv_capacity_tokens must be >= 1 or None, "
+                f"got {kv_capacity_tokens}"
+            )
         self.name = name
         self.max_batch = max_batch
+        self.kv_capacity_tokens = kv_capacity_tokens
         self._active: dict[str, tuple[int, float]] = {}
         self._context = 0
         self._reserved: dict[str, int] = {}
@@ -148,9 +170,41 @@ class DecodeInstanceState:
         """Context tokens once the reserved requests have joined."""
         return self._context + self._reserved_context
 
-    def has_room(self) -> bool:
-        """Whether one more request can join the batch now."""
-        return len(self._active) < self.max_batch
+    def has_room(self, context_tokens: int = 0) -> bool:
+        """Whether one more request with ``context_tokens`` of KV can join the batch now.
+
+        An empty instance always has room for one request, however long: a prompt larger
+        than the whole KV capacity could never be served otherwise (the engine pages or
+        truncates it; that is not the Conductor's call).
+        """
+        if len(self._active) >= self.max_batch:
+            return False
+        cap = self.kv_capacity_tokens
+        return cap is None or not self._active or self._context + context_tokens <= cap
+
+    def fits_expected(self, context_tokens: int) -> bool:
+        """Whether a request fits once the reserved requests have joined (slots and KV)."""
+        if self.expected_batch >= self.max_batch:
+            return False
+        cap = self.kv_capacity_tokens
+        return (
+            cap is None
+            or self.expected_batch == 0
+            or (self.expected_context + context_tokens <= cap)
+        )
+
+    def load(self, extra_requests: int = 0, extra_tokens: int = 0) -> float:
+        """``max(batch / max_batch, context / kv_capacity)``, optionally with extra requests.
+
+        Args:
+            extra_requests: requests to count on top of those decoding now.
+            extra_tokens: context tokens to count on top of those decoding now.
+        """
+        slots = (len(self._active) + extra_requests) / self.max_batch
+        cap = self.kv_capacity_tokens
+        if cap is None:
+            return slots
+        return max(slots, (self._context + extra_tokens) / cap)
 
     def active_since(self) -> list[float]:
         """Join times of the requests decoding now."""
@@ -193,5 +247,10 @@ class DecodeInstanceState:
     def snapshot(self) -> DecodeInstanceSnapshot:
         """Load now."""
         return DecodeInstanceSnapshot(
-            self.name, len(self._active), self.max_batch, self._context, len(self._reserved)
+            self.name,
+            len(self._active),
+            self.max_batch,
+            self._context,
+            len(self._reserved),
+            self.kv_capacity_tokens,
         )

@@ -116,7 +116,9 @@ class Simulator:
         self.conductor = Conductor(
             config.conductor,
             self.prefill_names,
-            {n: slots for n in self.decode_names},
+            # The Conductor sees both limits of a decode instance: batch slots and the KV
+            # memory left after the weights (the one that binds for long contexts).
+            {n: (slots, c.decode_kv_capacity_tokens) for n in self.decode_names},
             hashing=HashingConfig(block_size=TRACE_BLOCK_TOKENS),
             prefill_model=c.prefill,
             decode_model=c.decode,
@@ -145,7 +147,12 @@ class Simulator:
         self._reqs: list[_Req] = []
         self.decisions: list[Decision] = []
         self.load: list[LoadSample] = []
-        self.counters: dict[str, float] = {"migrations": 0, "fetched_blocks": 0, "events": 0}
+        self.counters: dict[str, float] = {
+            "migrations": 0,
+            "fetched_blocks": 0,
+            "events": 0,
+            "kv_moves": 0,
+        }
 
     # -- event plumbing --------------------------------------------------------------
 
@@ -286,9 +293,22 @@ class Simulator:
             r.finish_s = now
             self.conductor.on_decode_done(str(rid), now)
             return
-        dec = self.decoders[res.instance]
+        if res.moved and res.streamed_to in self.decoders:
+            # The KV went to the instance chosen at scheduling time, which filled up
+            # meanwhile: it must cross the network again before this request can decode.
+            kv = self.cost.kv_bytes(r.trace.input_length)
+            r.moved += kv
+            self.counters["kv_moves"] += 1
+            self._start_flow(res.streamed_to, res.instance, kv, now, "move", rid)
+            return
+        self._decode_join(r, now)
+
+    def _decode_join(self, r: _Req, now: float) -> None:
+        rid = r.trace.rid
+        steps = r.trace.output_length - 1
+        dec = self.decoders[r.decode]
         if dec.join(rid, r.trace.input_length, steps, r.done_s, now):
-            self._push(now + dec.step_time(), _STEP, res.instance)
+            self._push(now + dec.step_time(), _STEP, r.decode)
 
     def _step(self, name: str, now: float) -> None:
         dec = self.decoders[name]
@@ -314,6 +334,8 @@ class Simulator:
             r = self._reqs[rid]
             if what == "fetch":
                 self._fetch_done(r, now)
+            elif what == "move":
+                self._decode_join(r, now)
             else:
                 r.kv_pending = False
                 if r.prefilled:

@@ -317,13 +317,14 @@ def run_rejection(
 
 
 def _load_correlation(res: SimResult, trace: Sequence[TraceRequest]) -> float:
-    """Pearson correlation of prefill busy and decode slot load while requests arrive.
+    """Pearson correlation of prefill busy and decode load while requests arrive.
 
-    Anti-phase oscillation (the paper's early-rejection pathology) shows as a negative
-    value; loads that rise and fall together give a positive one.
+    Decode load is ``max(slots used, KV used)``, the quantity admission judges. Anti-phase
+    oscillation (the paper's early-rejection pathology) shows as a negative value; loads
+    that rise and fall together give a positive one.
     """
     end = trace[-1].arrival_s if trace else 0.0
-    pts = [(s.prefill_busy, s.decode_load) for s in res.load if s.time_s <= end]
+    pts = [(s.prefill_busy, max(s.decode_load, s.decode_kv)) for s in res.load if s.time_s <= end]
     if len(pts) < 3:
         return math.nan
     a = np.array(pts)

@@ -1,5 +1,7 @@
 """The event engine on tiny hand-made traces, with times worked out by hand."""
 
+import dataclasses
+
 import pytest
 
 from mooncake_core.conductor.predictors import DecodeStepModel, PrefillTimeModel
@@ -171,3 +173,24 @@ def test_hit_rate_counts_complete_blocks_only() -> None:
     res = simulate(trace, cfg(), linear_cost())
     assert res.requests[1].prefix_hit_blocks == 2
     assert res.summary(30.0, 0.2).hit_rate == pytest.approx(2 / 4)
+
+
+def test_join_on_another_decode_instance_charges_a_kv_move() -> None:
+    # Two decode instances holding 1024 KV tokens each. r0 (1024 tokens, long decode)
+    # fills decode-0, r1 (1024 tokens, one step) decode-1; r2 (512 tokens) fits nowhere
+    # at scheduling, so the Conductor picks decode-0 and its KV streams there. When r2's
+    # prefill ends at 2.56, r1 has left decode-1 (2.048 + 0.1) and r0 still fills decode-0:
+    # r2 joins decode-1 and its 512 x 1000 B of KV cross the network a second time.
+    cost = dataclasses.replace(linear_cost(kv=1000), decode_kv_capacity_tokens=1024)
+    trace = [req(0, 0.0, [1, 2], out=100), req(1, 0.0, [3, 4], out=2), req(2, 0.0, [5], out=2)]
+    res = simulate(trace, cfg(d=2), cost)
+    r0, r1, r2 = res.requests
+    assert (r0.decode_instance, r1.decode_instance, r2.decode_instance) == (
+        "decode-0",
+        "decode-1",
+        "decode-1",
+    )
+    assert r2.transferred_bytes == 2 * 512 * 1000
+    assert r1.transferred_bytes == 1024 * 1000
+    assert res.counters["kv_moves"] == 1
+    assert not any(r.rejected for r in res.requests)
