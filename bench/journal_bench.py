@@ -13,6 +13,7 @@ every ``--batch-ms``), ``always`` (fsync per reply). The journal lives in ``--di
 (default: a temp dir on the same disk as /tmp).
 
     python bench/journal_bench.py --puts 2000 --writers 16 --repeats 3
+    python bench/journal_bench.py --restart-objects 200000   # restart (replay) time only
 """
 
 from __future__ import annotations
@@ -88,6 +89,39 @@ async def main_async(a: argparse.Namespace) -> dict[str, list[dict[str, float]]]
     return out
 
 
+def restart_time(base: Path, n: int) -> float:
+    """Seconds ``restore_local`` takes on a log of ``n`` stored objects on 4 segments."""
+    from mooncake_core.store.journal import Journal
+
+    d = base / "restart"
+    shutil.rmtree(d, ignore_errors=True)
+
+    async def fill() -> None:
+        j = Journal(d, 0, JournalOptions(fsync="none"))
+        j.append(
+            [
+                {"t": "mount", "seg": f"s{i}", "client": f"c{i}", "cap": 1 << 40, "addr": "",
+                 "loc": "cpu:0"}
+                for i in range(4)
+            ]
+        )  # fmt: skip
+        for b in range(0, n, 10_000):
+            j.append(
+                [
+                    {"t": "stored", "key": f"model/layer/{i:012d}", "size": 65536,
+                     "replicas": [[[f"s{i % 4}", (i // 4) * 65536, 65536]]]}
+                    for i in range(b, min(n, b + 10_000))
+                ]
+            )  # fmt: skip
+        await j.close()
+
+    asyncio.run(fill())
+    r = restore_local(d, MasterConfig())
+    asyncio.run(r.journal.close())
+    assert r.objects == n
+    return r.seconds
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--puts", type=int, default=2000)
@@ -96,7 +130,15 @@ def main() -> int:
     ap.add_argument("--batch-ms", type=float, default=2.0)
     ap.add_argument("--dir", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=Path("bench/out/journal"))
+    ap.add_argument("--restart-objects", type=int, default=0, help="measure restart only")
     a = ap.parse_args()
+    if a.restart_objects:
+        base = a.dir or Path(tempfile.mkdtemp(prefix="mc-journal-bench-"))
+        secs = restart_time(base, a.restart_objects)
+        shutil.rmtree(base / "restart", ignore_errors=True)
+        n = a.restart_objects
+        print(f"restart: {n} objects in {secs:.2f} s ({n / secs:.0f} objects/s)")
+        return 0
     res = asyncio.run(main_async(a))
     med = {m: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for m, rs in res.items()}
     base = med["off"]
