@@ -103,37 +103,78 @@ def _human(n: int) -> str:
 @app.command()
 def node(
     name: Annotated[str, typer.Option("--name", help="Node and segment name.")],
-    size: Annotated[str, typer.Option("--size", help="Segment size, e.g. 256MiB.")] = "256MiB",
+    size: Annotated[
+        str | None,
+        typer.Option(
+            "--size",
+            help="Segment size, e.g. 256MiB (default: its store_nodes entry, else 256MiB).",
+        ),
+    ] = None,
     master: MasterOption = None,
-    host: Annotated[str, typer.Option("--host", help="Data-plane bind address.")] = "127.0.0.1",
+    host: Annotated[
+        str | None,
+        typer.Option(
+            "--host", help="Data-plane bind address (default: its host's, else 127.0.0.1)."
+        ),
+    ] = None,
     data_port: Annotated[
-        int, typer.Option("--data-port", min=0, max=65535, help="Transfer Engine port (0: any).")
-    ] = 0,
+        int | None,
+        typer.Option(
+            "--data-port",
+            min=0,
+            max=65535,
+            help="Transfer Engine port (0: any; default: its store_nodes entry, else 0).",
+        ),
+    ] = None,
     metrics_port: Annotated[
         int | None,
         typer.Option(
-            "--metrics-port", min=0, max=65535, help="/health port (0: any; unset: none)."
+            "--metrics-port",
+            min=0,
+            max=65535,
+            help="/health port (0: any; default: its store_nodes entry, else none).",
         ),
     ] = None,
     config: ConfigOption = None,
     secret_file: SecretOption = None,
 ) -> None:
-    """Host a DRAM segment for the store until SIGTERM/SIGINT (a pure host: no objects)."""
+    """Host a DRAM segment for the store until SIGTERM/SIGINT (a pure host: no objects).
+
+    Settings not given come from the config's ``store_nodes`` entry called NAME, if any.
+    """
     import asyncio
     import logging
     import signal
 
+    from mooncake_core.store.client_options import ClientOptions
     from mooncake_core.store.errors import StoreError
     from mooncake_core.store.node import NodeOptions, StoreNode
 
-    nbytes = parse_size(size)
-    opts = _options(config, master, secret_file, host=host, data_port=data_port)
+    cfg = load(config)
+    entry = next((n for n in cfg.store_nodes if n.name == name), None)
+    if host is None:
+        try:
+            host = cfg.host(entry.host).address if entry is not None else "127.0.0.1"
+        except KeyError:
+            host = "127.0.0.1"
+    nbytes = parse_size(size) if size else int(entry.segment_size) if entry else 256 << 20
+    if data_port is None:
+        data_port = entry.data_port if entry is not None else 0
+    if metrics_port is None and entry is not None:
+        metrics_port = entry.metrics_port
+    try:
+        opts = ClientOptions.from_cluster(
+            cfg, master=master, secret_file=secret_file, host=host, data_port=data_port
+        )
+    except (OSError, ValueError) as exc:
+        fail(f"cannot read the cluster secret: {exc}")
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    bind = host
 
     async def run() -> None:
-        n = StoreNode(NodeOptions(name, nbytes, opts, host, metrics_port))
+        n = StoreNode(NodeOptions(name, nbytes, opts, bind, metrics_port))
         try:
             await n.start()
         except StoreError as exc:
@@ -143,12 +184,13 @@ def node(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        where = f" (health on {host}:{n.metrics_port})" if n.metrics_port is not None else ""
+        where = f" (health on {bind}:{n.metrics_port})" if n.metrics_port is not None else ""
         err.print(
             f"mooncake store node: serving segment {name} ({_human(nbytes)}) at "
             f"{n.client.transfer_address}{where}, master {opts.master}",
             highlight=False,
             markup=False,
+            soft_wrap=True,
         )
         await stop.wait()
         err.print("mooncake store node: shutting down", highlight=False, markup=False)

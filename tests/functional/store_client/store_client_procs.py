@@ -75,7 +75,7 @@ def spawn(cmd: list[str], ready: re.Pattern[str], timeout: float = 60.0) -> Proc
             if not chunk:
                 break
             buf += chunk
-            m = ready.search(buf.decode(errors="replace").replace("\n", " "))
+            m = ready.search(re.sub(r"\s+", " ", buf.decode(errors="replace")))
             if m:
                 p = Proc(proc, m, [buf.decode(errors="replace")])
                 threading.Thread(target=_drain, args=(proc.stderr, p.log), daemon=True).start()

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from store_client_procs import Cluster
+import yaml
+from store_client_procs import NODE_READY, Cluster, free_port, spawn, stop
 from typer.testing import CliRunner
 
 from mooncake_cli.main import app
@@ -115,3 +116,26 @@ def test_bad_input_is_a_clear_error(cluster: Cluster) -> None:
     assert r.returncode == 1 and b"hard pin has no TTL" in r.stderr
     r = run(cluster, "rm")
     assert r.returncode == 1 and b"exactly one of" in r.stderr
+
+
+def test_node_takes_size_and_ports_from_its_config_entry(cluster: Cluster, tmp_path: Path) -> None:
+    data_port, metrics_port = free_port(), free_port()
+    cfg = tmp_path / "node.yaml"
+    entry = {
+        "name": "cfgnode",
+        "segment_size": 8 << 20,
+        "data_port": data_port,
+        "metrics_port": metrics_port,
+    }
+    cfg.write_text(yaml.safe_dump({"state_dir": str(tmp_path), "store_nodes": [entry]}))
+    p = spawn(
+        ["store", "node", "--name", "cfgnode", "--master", cluster.address, "--config", str(cfg)],
+        NODE_READY,
+    )
+    try:
+        assert p.match[2] == f"127.0.0.1:{data_port}"
+        assert p.match[3] == f"127.0.0.1:{metrics_port}"
+        with urllib.request.urlopen(f"http://{p.match[3]}/health", timeout=5) as r:
+            assert json.load(r)["size"] == 8 << 20
+    finally:
+        assert stop(p) == 0
