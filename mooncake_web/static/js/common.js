@@ -102,8 +102,10 @@ const MC = {
   badge(ok, yes, no) { return MC.el("span", { class: "badge " + (ok ? "ok" : "bad") }, ok ? yes : no); },
   usageBar(used, cap) {
     const f = cap ? used / cap : 0;
-    return MC.el("div", { class: "bar" + (f >= 0.9 ? " hot" : ""), title: MC.pct(f) },
-      MC.el("span", { style: `width:${Math.min(100, 100 * f).toFixed(1)}%` }));
+    return MC.el("div", { class: "usage" },
+      MC.el("div", { class: "bar" + (f >= 0.9 ? " hot" : ""), title: MC.pct(f) },
+        MC.el("span", { style: `width:${Math.min(100, 100 * f).toFixed(1)}%` })),
+      MC.el("span", { class: "muted" }, MC.pct(f)));
   },
 
   table(headers, rows, opts) {

@@ -11,7 +11,8 @@ function drainCell(n) {
     ? `done: ${d.on_node} objects still on the node, ${d.sole_count} only there`
     : d.state === "failed" ? `failed: ${d.error}` : `scanning ${d.scanned}/${d.total}`;
   return MC.el("div", { class: "drain-progress", "data-state": d.state },
-    MC.el("div", { class: "progress" }, MC.el("span", { style: `width:${(100 * frac).toFixed(0)}%` })), " ", text);
+    MC.el("div", { class: "progress" }, MC.el("span", { style: `width:${(100 * frac).toFixed(0)}%` })),
+    MC.el("div", {}, text));
 }
 
 async function confirmDrain(node) {

@@ -181,7 +181,7 @@ def _cli_pins(b: WebBackend) -> list[dict]:
     return list(json.loads(r.stdout))
 
 
-def test_pin_from_ui_shows_in_cli(page, backend: WebBackend) -> None:  # type: ignore[no-untyped-def]
+def test_pin_from_ui_shows_in_cli(page, backend: WebBackend, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     _login(page)
     page.fill("#pin-target", "web/obj-01")
     page.click("#pin-submit")
@@ -189,6 +189,7 @@ def test_pin_from_ui_shows_in_cli(page, backend: WebBackend) -> None:  # type: i
     pins = _cli_pins(backend)
     mine = [p for p in pins if p["target"] == "web/obj-01"]
     assert len(mine) == 1 and mine[0]["prefix"] is True and mine[0]["hard"] is False
+    page.screenshot(path=str(_shots_dir(tmp_path) / "web-store-pinned.png"))
     # And unpin from the UI (confirm dialog accepted).
     page.once("dialog", lambda d: d.accept())
     page.click("#pins-table tr[data-key='web/obj-01'] button.unpin")
@@ -213,7 +214,7 @@ def test_decision_found_and_explained(page) -> None:  # type: ignore[no-untyped-
     assert "req-1" in page.locator("#detail h2").first.text_content()
 
 
-def test_drain_with_confirmation_and_progress(page) -> None:  # type: ignore[no-untyped-def]
+def test_drain_with_confirmation_and_progress(page, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Last: drains store-a (store-b was drained by the API tests if they ran)."""
     _login(page)
     page.goto("/nodes")
@@ -226,3 +227,4 @@ def test_drain_with_confirmation_and_progress(page) -> None:  # type: ignore[no-
     page.wait_for_selector("#store-nodes tr[data-key='store-a'] .drain-progress[data-state='done']")
     text = page.locator("#store-nodes tr[data-key='store-a']").text_content()
     assert "done:" in text and "DRAIN" in text
+    page.screenshot(path=str(_shots_dir(tmp_path) / "web-nodes-drain.png"), full_page=True)
