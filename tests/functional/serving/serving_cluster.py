@@ -161,12 +161,21 @@ def run_cluster(
     *,
     with_store: bool = True,
     conductor_args: tuple[str, ...] = (),
+    secret: bytes | None = None,
     **kwargs: Any,
 ) -> Iterator[Cluster]:
-    """Start the cluster described by :func:`make_config` and stop it afterwards."""
+    """Start the cluster described by :func:`make_config` and stop it afterwards.
+
+    With ``secret``, the config names a 0600 secret file and every component uses it.
+    """
     from mooncake_core.worker.service import probe_worker
 
     cfg = make_config(tmp, **kwargs)
+    if secret is not None:
+        sf = tmp / "secret"
+        sf.write_bytes(secret)
+        sf.chmod(0o600)
+        cfg["secret_file"] = str(sf)
     path = tmp / "mooncake.yaml"
     path.write_text(yaml.safe_dump(cfg))
     logs = tmp / "logs"
@@ -196,7 +205,7 @@ def run_cluster(
             start(w["name"], "worker", "decode", "--name", w["name"])
         for w in cfg["prefill_workers"] + cfg["decode_workers"]:
             addr = f"127.0.0.1:{w['rpc_port']}"
-            _wait(lambda a=addr: probe_worker(a, 0.5), 60, w["name"], cl.procs, logs)
+            _wait(lambda a=addr: probe_worker(a, 0.5, secret), 60, w["name"], cl.procs, logs)
         start("conductor", "conductor", "serve", *conductor_args)
 
         def healthy() -> bool:
