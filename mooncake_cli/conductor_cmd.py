@@ -37,6 +37,14 @@ def serve(
     cpp_chunk: Annotated[
         int, typer.Option("--cpp-chunk", min=1, help="CPP chunk size in tokens.")
     ] = 256,
+    prefill_model: Annotated[
+        Path | None,
+        typer.Option("--prefill-model", help="Fitted prefill predictor JSON (worker profile)."),
+    ] = None,
+    decode_model: Annotated[
+        Path | None,
+        typer.Option("--decode-model", help="Fitted decode predictor JSON (worker profile)."),
+    ] = None,
     no_profile: Annotated[
         bool,
         typer.Option("--no-profile", help="Skip the start-up self-profile (default predictors)."),
@@ -50,6 +58,8 @@ def serve(
     from mooncake_core.store.auth import read_secret
     from mooncake_web.frontdoor import serve as run_front
 
+    if (prefill_model is None) != (decode_model is None):
+        fail("give both --prefill-model and --decode-model, or neither")
     cfg = load(config)
     secret: bytes | None = None
     path = secret_file or cfg.secret_file
@@ -72,6 +82,8 @@ def serve(
         profile=not no_profile,
         cpp_threshold=cpp_threshold,
         cpp_chunk_tokens=cpp_chunk,
+        prefill_model_path=prefill_model,
+        decode_model_path=decode_model,
     )
 
     def ready() -> None:

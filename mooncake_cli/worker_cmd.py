@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .common import ConfigOption, err, fail, load
+from .common import ConfigOption, JsonOption, err, fail, load, write_stdout
 
 app = typer.Typer(help="Run a prefill or decode worker (tiny torch model).", no_args_is_help=True)
 
@@ -92,3 +92,55 @@ def prefill(
 def decode(name: NameOption, config: ConfigOption = None, secret_file: SecretOption = None) -> None:
     """Serve a decode instance until SIGINT/SIGTERM (ready when Health answers)."""
     _serve("decode", name, config, secret_file)
+
+
+@app.command("profile")
+def profile(
+    out_dir: Annotated[
+        Path,
+        typer.Option("--out", help="Folder for prefill_model.json and decode_model.json."),
+    ] = Path("."),
+    config: ConfigOption = None,
+    repeats: Annotated[int, typer.Option("--repeats", min=1, help="Timed runs per point.")] = 3,
+    threads: Annotated[int, typer.Option("--threads", min=1, help="torch threads.")] = 1,
+    as_json: JsonOption = False,
+) -> None:
+    """Profile the configured model on this host and fit the conductor's predictors.
+
+    Writes ``prefill_model.json`` and ``decode_model.json`` (load them with
+    ``mooncake conductor serve --prefill-model F --decode-model F``).
+    """
+    import json
+
+    import torch
+
+    from mooncake_core.worker.engine import InferenceEngine
+    from mooncake_core.worker.profile import profile_engine
+
+    cfg = load(config)
+    torch.set_num_threads(threads)
+    eng = InferenceEngine(cfg.model, cfg.hashing, num_blocks=1024, location="profile")
+    try:
+        prof = profile_engine(eng, repeats=repeats)
+    except ValueError as exc:  # e.g. the default grid exceeds a small max_seq_len
+        fail(f"profiling failed: {exc}")
+    pre, dec = out_dir / "prefill_model.json", out_dir / "decode_model.json"
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        prof.prefill_model.save(pre)
+        prof.decode_model.save(dec)
+    except OSError as exc:
+        fail(f"cannot write the models to {out_dir}: {exc}")
+    summary = {
+        "prefill_model": str(pre),
+        "decode_model": str(dec),
+        "prefill_points": len(prof.prefill_points),
+        "decode_points": len(prof.step_points),
+        "prefill_r2": prof.prefill_model.report.r2 if prof.prefill_model.report else None,
+        "decode_r2": prof.decode_model.report.r2 if prof.decode_model.report else None,
+    }
+    if as_json:
+        write_stdout(json.dumps(summary))
+    else:
+        for k, v in summary.items():
+            err.print(f"{k}: {v}", highlight=False, markup=False)

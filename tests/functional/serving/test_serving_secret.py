@@ -3,20 +3,60 @@ and the whole path (Store, KV stream, CPP peer calls) still serves."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
 import pytest
-from serving_cluster import run_cluster
+import yaml
+from serving_cluster import TINY_MODEL, run_cluster
 
 from mooncake_core.worker.service import probe_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
 
 
-def test_serving_with_a_cluster_secret(tmp_path: Path) -> None:
+def test_serving_with_a_cluster_secret_and_profiled_predictors(tmp_path: Path) -> None:
+    # `mooncake worker profile` fits the predictors the conductor then loads.
+    cfg = tmp_path / "model.yaml"
+    cfg.write_text(yaml.safe_dump({"model": TINY_MODEL}))
+    prof = tmp_path / "profile"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mooncake_cli",
+            "worker",
+            "profile",
+            "--config",
+            str(cfg),
+            "--out",
+            str(prof),
+            "--repeats",
+            "1",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["prefill_points"] > 0 and summary["decode_points"] > 0
     secret = b"serving-test-secret"
-    cpp = ("--cpp-threshold", "60", "--cpp-chunk", "16")
+    cpp = (
+        "--cpp-threshold",
+        "60",
+        "--cpp-chunk",
+        "16",
+        "--prefill-model",
+        summary["prefill_model"],
+        "--decode-model",
+        summary["decode_model"],
+    )
     with run_cluster(tmp_path, prefill=2, decode=1, secret=secret, conductor_args=cpp) as cl:
         addr = f"127.0.0.1:{cl.config['prefill_workers'][0]['rpc_port']}"
         assert not probe_worker(addr, 1.0)  # no token: refused
