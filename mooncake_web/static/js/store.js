@@ -18,7 +18,9 @@ async function loadObjects() {
   try {
     const res = await MC.get("/api/store/objects?" + q);
     MC.showError(null);
-    const rows = res.entries.map((e) => ({ key: e.key, cells: [e.key, MC.bytes(e.size), e.state,
+    const rows = res.entries.map((e) => ({ key: e.key, cells: [
+      MC.el("a", { href: "#", class: "obj", onclick: (ev) => { ev.preventDefault(); showObject(e.key); } }, e.key),
+      MC.bytes(e.size), e.state,
       MC.el("button", { onclick: () => pinTarget(e.key, false) }, "pin key")] }));
     S.next = res.next_start_after;
     box.replaceChildren(
@@ -27,6 +29,21 @@ async function loadObjects() {
         MC.el("button", { id: "prev", disabled: S.page === 0 ? "" : null, onclick: () => { S.page--; loadObjects(); } }, "← previous"),
         MC.el("span", { class: "muted" }, `page ${S.page + 1} · ${res.entries.length} shown`),
         MC.el("button", { id: "next", disabled: S.next === null ? "" : null, onclick: () => { S.cursors[S.page + 1] = S.next; S.page++; loadObjects(); } }, "next →")));
+  } catch (e) { MC.showError(e); }
+}
+
+async function showObject(key) {
+  try {
+    const o = await MC.get("/api/store/objects/" + key.split("/").map(encodeURIComponent).join("/"));
+    MC.showError(null);
+    const reps = o.replicas.map((r, i) => [`replica ${i}`, r.map((s) => `${s[0]} @${s[1]} +${MC.bytes(s[2])}`).join(", ")]);
+    const pin = o.pin === "NONE" ? "none" : o.pin.toLowerCase() + (o.pin_remaining_s === null ? "" : ` (${Math.round(o.pin_remaining_s)} s left)`);
+    document.getElementById("object-detail").replaceChildren(
+      MC.el("h2", {}, o.key),
+      MC.table(["field", "value"], [["size", MC.bytes(o.size)], ["state", o.state], ...reps,
+        ["lease", o.lease_remaining_s > 0 ? MC.secs(o.lease_remaining_s) : "none"],
+        ["idle", MC.secs(o.idle_s)], ["pin", pin]], { id: "object-table" }));
+    document.getElementById("object-detail").scrollIntoView({ block: "nearest" });
   } catch (e) { MC.showError(e); }
 }
 
@@ -67,7 +84,7 @@ document.addEventListener("DOMContentLoaded", async () => {
   pinForm.addEventListener("submit", (ev) => { ev.preventDefault(); if (pinIn.value) pinTarget(pinIn.value, true, hard.checked); });
   c.replaceChildren(MC.el("h2", {}, "Capacity per node and tier"), MC.el("div", { id: "capacity" }),
     MC.el("h2", {}, "Pins"), pinForm, MC.el("div", { id: "pins" }),
-    MC.el("h2", {}, "Objects"), search, MC.el("div", { id: "objects" }));
+    MC.el("h2", {}, "Objects"), search, MC.el("div", { id: "objects" }), MC.el("div", { id: "object-detail" }));
   try {
     renderCapacity(await MC.get("/api/store/capacity"));
     await loadPins();

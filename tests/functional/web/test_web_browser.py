@@ -130,6 +130,11 @@ def test_every_page_renders_real_data(page, tmp_path: Path) -> None:  # type: ig
         if name == "audit":
             page.click("#decisions-table tr[data-key='req-2'] a.req")
             page.wait_for_selector("#explanation")
+        if name == "store":
+            page.click("#objects-table tr[data-key='web/obj-002'] a.obj")
+            page.wait_for_selector("#object-table")
+            detail = page.locator("#object-table").text_content()
+            assert "12.0 KiB" in detail and "COMPLETE" in detail and "replica 0" in detail
         if name == "network":
             _wait_js(
                 page,
