@@ -78,4 +78,8 @@ def web(
         fail(str(exc), code=2)
     bind_port = cfg.dashboard.port if port is None else port
     err.print(f"dashboard on http://{host}:{bind_port}/ (API docs at /docs)", markup=False)
-    uvicorn.run(application, host=host, port=bind_port, log_level="warning")
+    # Open SSE streams never end by themselves: bound the graceful shutdown so
+    # `mooncake cluster down` does not wait for browsers to go away.
+    uvicorn.run(
+        application, host=host, port=bind_port, log_level="warning", timeout_graceful_shutdown=3
+    )
