@@ -528,7 +528,7 @@ class WatchEventsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ("seq", "unix_time", "stored", "removed", "replica_dropped", "pinned", "unpinned", "segment_mounted", "segment_state", "segment_unmounted", "client_expired", "started")
+    __slots__ = ("seq", "unix_time", "stored", "removed", "replica_dropped", "pinned", "unpinned", "segment_mounted", "segment_state", "segment_unmounted", "client_expired", "started", "replica_added")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     UNIX_TIME_FIELD_NUMBER: _ClassVar[int]
     STORED_FIELD_NUMBER: _ClassVar[int]
@@ -541,6 +541,7 @@ class Event(_message.Message):
     SEGMENT_UNMOUNTED_FIELD_NUMBER: _ClassVar[int]
     CLIENT_EXPIRED_FIELD_NUMBER: _ClassVar[int]
     STARTED_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ADDED_FIELD_NUMBER: _ClassVar[int]
     seq: int
     unix_time: float
     stored: ObjectStoredEvent
@@ -553,7 +554,8 @@ class Event(_message.Message):
     segment_unmounted: SegmentUnmountedEvent
     client_expired: ClientExpiredEvent
     started: WatchStartedEvent
-    def __init__(self, seq: _Optional[int] = ..., unix_time: _Optional[float] = ..., stored: _Optional[_Union[ObjectStoredEvent, _Mapping]] = ..., removed: _Optional[_Union[ObjectRemovedEvent, _Mapping]] = ..., replica_dropped: _Optional[_Union[ReplicaDroppedEvent, _Mapping]] = ..., pinned: _Optional[_Union[PinEvent, _Mapping]] = ..., unpinned: _Optional[_Union[UnpinEvent, _Mapping]] = ..., segment_mounted: _Optional[_Union[SegmentMountedEvent, _Mapping]] = ..., segment_state: _Optional[_Union[SegmentStateEvent, _Mapping]] = ..., segment_unmounted: _Optional[_Union[SegmentUnmountedEvent, _Mapping]] = ..., client_expired: _Optional[_Union[ClientExpiredEvent, _Mapping]] = ..., started: _Optional[_Union[WatchStartedEvent, _Mapping]] = ...) -> None: ...
+    replica_added: ReplicaAddedEvent
+    def __init__(self, seq: _Optional[int] = ..., unix_time: _Optional[float] = ..., stored: _Optional[_Union[ObjectStoredEvent, _Mapping]] = ..., removed: _Optional[_Union[ObjectRemovedEvent, _Mapping]] = ..., replica_dropped: _Optional[_Union[ReplicaDroppedEvent, _Mapping]] = ..., pinned: _Optional[_Union[PinEvent, _Mapping]] = ..., unpinned: _Optional[_Union[UnpinEvent, _Mapping]] = ..., segment_mounted: _Optional[_Union[SegmentMountedEvent, _Mapping]] = ..., segment_state: _Optional[_Union[SegmentStateEvent, _Mapping]] = ..., segment_unmounted: _Optional[_Union[SegmentUnmountedEvent, _Mapping]] = ..., client_expired: _Optional[_Union[ClientExpiredEvent, _Mapping]] = ..., started: _Optional[_Union[WatchStartedEvent, _Mapping]] = ..., replica_added: _Optional[_Union[ReplicaAddedEvent, _Mapping]] = ...) -> None: ...
 
 class ObjectStoredEvent(_message.Message):
     __slots__ = ("key", "size", "replicas")
@@ -644,3 +646,57 @@ class ClientExpiredEvent(_message.Message):
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     def __init__(self, client_id: _Optional[str] = ...) -> None: ...
+
+class ReplicaAddedEvent(_message.Message):
+    __slots__ = ("key", "replica", "replicas")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    replica: Replica
+    replicas: int
+    def __init__(self, key: _Optional[str] = ..., replica: _Optional[_Union[Replica, _Mapping]] = ..., replicas: _Optional[int] = ...) -> None: ...
+
+class AddReplicaStartRequest(_message.Message):
+    __slots__ = ("key", "exclude_segments", "target_segment")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    TARGET_SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    exclude_segments: _containers.RepeatedScalarFieldContainer[str]
+    target_segment: str
+    def __init__(self, key: _Optional[str] = ..., exclude_segments: _Optional[_Iterable[str]] = ..., target_segment: _Optional[str] = ...) -> None: ...
+
+class AddReplicaStartResponse(_message.Message):
+    __slots__ = ("error", "replica")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    error: Error
+    replica: Replica
+    def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ..., replica: _Optional[_Union[Replica, _Mapping]] = ...) -> None: ...
+
+class DropReplicaRequest(_message.Message):
+    __slots__ = ("key", "segment")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    segment: str
+    def __init__(self, key: _Optional[str] = ..., segment: _Optional[str] = ...) -> None: ...
+
+class DropReplicaResponse(_message.Message):
+    __slots__ = ("error", "freed")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    FREED_FIELD_NUMBER: _ClassVar[int]
+    error: Error
+    freed: bool
+    def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ..., freed: _Optional[bool] = ...) -> None: ...
+
+class ListSegmentObjectsRequest(_message.Message):
+    __slots__ = ("segment", "start_after", "limit")
+    SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    START_AFTER_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    segment: str
+    start_after: str
+    limit: int
+    def __init__(self, segment: _Optional[str] = ..., start_after: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...

@@ -49,6 +49,36 @@ class MasterServiceStub:
                 request_serializer=mooncake__core_dot_rpc_dot_store__pb2.SegmentRequest.SerializeToString,
                 response_deserializer=mooncake__core_dot_rpc_dot_store__pb2.SegmentResponse.FromString,
                 _registered_method=True)
+        self.UndrainSegment = channel.unary_unary(
+                '/mooncake.store.v1.MasterService/UndrainSegment',
+                request_serializer=mooncake__core_dot_rpc_dot_store__pb2.SegmentRequest.SerializeToString,
+                response_deserializer=mooncake__core_dot_rpc_dot_store__pb2.SegmentResponse.FromString,
+                _registered_method=True)
+        self.ListSegmentObjects = channel.unary_unary(
+                '/mooncake.store.v1.MasterService/ListSegmentObjects',
+                request_serializer=mooncake__core_dot_rpc_dot_store__pb2.ListSegmentObjectsRequest.SerializeToString,
+                response_deserializer=mooncake__core_dot_rpc_dot_store__pb2.ListKeysResponse.FromString,
+                _registered_method=True)
+        self.AddReplicaStart = channel.unary_unary(
+                '/mooncake.store.v1.MasterService/AddReplicaStart',
+                request_serializer=mooncake__core_dot_rpc_dot_store__pb2.AddReplicaStartRequest.SerializeToString,
+                response_deserializer=mooncake__core_dot_rpc_dot_store__pb2.AddReplicaStartResponse.FromString,
+                _registered_method=True)
+        self.AddReplicaEnd = channel.unary_unary(
+                '/mooncake.store.v1.MasterService/AddReplicaEnd',
+                request_serializer=mooncake__core_dot_rpc_dot_store__pb2.KeyRequest.SerializeToString,
+                response_deserializer=mooncake__core_dot_rpc_dot_store__pb2.KeyResponse.FromString,
+                _registered_method=True)
+        self.AddReplicaRevoke = channel.unary_unary(
+                '/mooncake.store.v1.MasterService/AddReplicaRevoke',
+                request_serializer=mooncake__core_dot_rpc_dot_store__pb2.KeyRequest.SerializeToString,
+                response_deserializer=mooncake__core_dot_rpc_dot_store__pb2.KeyResponse.FromString,
+                _registered_method=True)
+        self.DropReplica = channel.unary_unary(
+                '/mooncake.store.v1.MasterService/DropReplica',
+                request_serializer=mooncake__core_dot_rpc_dot_store__pb2.DropReplicaRequest.SerializeToString,
+                response_deserializer=mooncake__core_dot_rpc_dot_store__pb2.DropReplicaResponse.FromString,
+                _registered_method=True)
         self.Heartbeat = channel.unary_unary(
                 '/mooncake.store.v1.MasterService/Heartbeat',
                 request_serializer=mooncake__core_dot_rpc_dot_store__pb2.HeartbeatRequest.SerializeToString,
@@ -197,6 +227,42 @@ class MasterServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DrainSegment(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UndrainSegment(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSegmentObjects(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddReplicaStart(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddReplicaEnd(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddReplicaRevoke(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DropReplica(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -376,6 +442,36 @@ def add_MasterServiceServicer_to_server(servicer, server):
                     servicer.DrainSegment,
                     request_deserializer=mooncake__core_dot_rpc_dot_store__pb2.SegmentRequest.FromString,
                     response_serializer=mooncake__core_dot_rpc_dot_store__pb2.SegmentResponse.SerializeToString,
+            ),
+            'UndrainSegment': grpc.unary_unary_rpc_method_handler(
+                    servicer.UndrainSegment,
+                    request_deserializer=mooncake__core_dot_rpc_dot_store__pb2.SegmentRequest.FromString,
+                    response_serializer=mooncake__core_dot_rpc_dot_store__pb2.SegmentResponse.SerializeToString,
+            ),
+            'ListSegmentObjects': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSegmentObjects,
+                    request_deserializer=mooncake__core_dot_rpc_dot_store__pb2.ListSegmentObjectsRequest.FromString,
+                    response_serializer=mooncake__core_dot_rpc_dot_store__pb2.ListKeysResponse.SerializeToString,
+            ),
+            'AddReplicaStart': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddReplicaStart,
+                    request_deserializer=mooncake__core_dot_rpc_dot_store__pb2.AddReplicaStartRequest.FromString,
+                    response_serializer=mooncake__core_dot_rpc_dot_store__pb2.AddReplicaStartResponse.SerializeToString,
+            ),
+            'AddReplicaEnd': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddReplicaEnd,
+                    request_deserializer=mooncake__core_dot_rpc_dot_store__pb2.KeyRequest.FromString,
+                    response_serializer=mooncake__core_dot_rpc_dot_store__pb2.KeyResponse.SerializeToString,
+            ),
+            'AddReplicaRevoke': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddReplicaRevoke,
+                    request_deserializer=mooncake__core_dot_rpc_dot_store__pb2.KeyRequest.FromString,
+                    response_serializer=mooncake__core_dot_rpc_dot_store__pb2.KeyResponse.SerializeToString,
+            ),
+            'DropReplica': grpc.unary_unary_rpc_method_handler(
+                    servicer.DropReplica,
+                    request_deserializer=mooncake__core_dot_rpc_dot_store__pb2.DropReplicaRequest.FromString,
+                    response_serializer=mooncake__core_dot_rpc_dot_store__pb2.DropReplicaResponse.SerializeToString,
             ),
             'Heartbeat': grpc.unary_unary_rpc_method_handler(
                     servicer.Heartbeat,
@@ -589,6 +685,168 @@ class MasterService:
             '/mooncake.store.v1.MasterService/DrainSegment',
             mooncake__core_dot_rpc_dot_store__pb2.SegmentRequest.SerializeToString,
             mooncake__core_dot_rpc_dot_store__pb2.SegmentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UndrainSegment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake.store.v1.MasterService/UndrainSegment',
+            mooncake__core_dot_rpc_dot_store__pb2.SegmentRequest.SerializeToString,
+            mooncake__core_dot_rpc_dot_store__pb2.SegmentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSegmentObjects(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake.store.v1.MasterService/ListSegmentObjects',
+            mooncake__core_dot_rpc_dot_store__pb2.ListSegmentObjectsRequest.SerializeToString,
+            mooncake__core_dot_rpc_dot_store__pb2.ListKeysResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddReplicaStart(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake.store.v1.MasterService/AddReplicaStart',
+            mooncake__core_dot_rpc_dot_store__pb2.AddReplicaStartRequest.SerializeToString,
+            mooncake__core_dot_rpc_dot_store__pb2.AddReplicaStartResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddReplicaEnd(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake.store.v1.MasterService/AddReplicaEnd',
+            mooncake__core_dot_rpc_dot_store__pb2.KeyRequest.SerializeToString,
+            mooncake__core_dot_rpc_dot_store__pb2.KeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddReplicaRevoke(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake.store.v1.MasterService/AddReplicaRevoke',
+            mooncake__core_dot_rpc_dot_store__pb2.KeyRequest.SerializeToString,
+            mooncake__core_dot_rpc_dot_store__pb2.KeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DropReplica(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake.store.v1.MasterService/DropReplica',
+            mooncake__core_dot_rpc_dot_store__pb2.DropReplicaRequest.SerializeToString,
+            mooncake__core_dot_rpc_dot_store__pb2.DropReplicaResponse.FromString,
             options,
             channel_credentials,
             insecure,

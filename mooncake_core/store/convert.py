@@ -247,6 +247,12 @@ def event_to_pb(e: ev.Event, seq: int, unix_time: float) -> pb.Event:
         msg.replica_dropped.CopyFrom(
             pb.ReplicaDroppedEvent(key=e.key, segment=e.segment, replicas_left=e.replicas_left)
         )
+    elif isinstance(e, ev.ReplicaAdded):
+        msg.replica_added.CopyFrom(
+            pb.ReplicaAddedEvent(
+                key=e.key, replica=replicas_to_pb((e.replica,))[0], replicas=e.replicas
+            )
+        )
     elif isinstance(e, ev.ObjectPinned):
         pin = pb.PinEvent(target=e.target, prefix=e.is_prefix, hard=e.hard)
         if e.expires_at is not None:
@@ -282,6 +288,9 @@ def event_from_pb(m: pb.Event) -> ev.Event:
     if kind == "replica_dropped":
         d = m.replica_dropped
         return ev.ReplicaDropped(at, d.key, d.segment, d.replicas_left)
+    if kind == "replica_added":
+        a = m.replica_added
+        return ev.ReplicaAdded(at, a.key, replicas_from_pb([a.replica])[0], a.replicas)
     if kind == "pinned":
         p = m.pinned
         return ev.ObjectPinned(

@@ -62,12 +62,23 @@ class ObjectRemoved:
 
 @dataclass(frozen=True, slots=True)
 class ReplicaDropped:
-    """An object lost a replica (its segment went away) but still has others."""
+    """An object lost a replica (its segment went away, or DropReplica) but still has others."""
 
     at: float
     key: str
     segment: str
     replicas_left: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaAdded:
+    """An object gained a readable replica (AddReplicaEnd, e.g. while draining)."""
+
+    at: float
+    key: str
+    replica: Replica
+    replicas: int
+    """Replicas the object has now."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +142,7 @@ Event = (
     ObjectStored
     | ObjectRemoved
     | ReplicaDropped
+    | ReplicaAdded
     | ObjectPinned
     | ObjectUnpinned
     | SegmentMounted

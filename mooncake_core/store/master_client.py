@@ -228,6 +228,55 @@ class MasterClient:
         )
         cv.raise_for(r.error)
 
+    async def undrain_segment(self, name: str) -> None:
+        """Put a DRAINING/DRAINED segment back into placement (operator action)."""
+        r = await self._call(
+            lambda: self._stub.UndrainSegment(pb.SegmentRequest(name=name), **self._kw)
+        )
+        cv.raise_for(r.error)
+
+    async def list_segment_objects(
+        self, segment: str, *, start_after: str = "", limit: int = 1000
+    ) -> ListKeysResult:
+        """One page, in key order, of the objects with a readable replica on ``segment``."""
+        req = pb.ListSegmentObjectsRequest(segment=segment, start_after=start_after, limit=limit)
+        r = await self._call(lambda: self._stub.ListSegmentObjects(req, **self._kw))
+        return cv.list_from_pb(r)
+
+    async def add_replica_start(
+        self,
+        key: str,
+        *,
+        exclude_segments: Sequence[str] = (),
+        target_segment: str | None = None,
+    ) -> Replica:
+        """Allocate one more (invisible until :meth:`add_replica_end`) replica of ``key``."""
+        req = pb.AddReplicaStartRequest(
+            key=key, exclude_segments=list(exclude_segments), target_segment=target_segment or ""
+        )
+        r = await self._call(lambda: self._stub.AddReplicaStart(req, **self._kw))
+        cv.raise_for(r.error)
+        return cv.replicas_from_pb([r.replica])[0]
+
+    async def add_replica_end(self, key: str) -> None:
+        """Make the replica being added to ``key`` readable."""
+        req = pb.KeyRequest(client_id=self.client_id, key=key)
+        r = await self._call(lambda: self._stub.AddReplicaEnd(req, **self._kw))
+        cv.raise_for(r.error)
+
+    async def add_replica_revoke(self, key: str) -> None:
+        """Abandon the replica being added to ``key``."""
+        req = pb.KeyRequest(client_id=self.client_id, key=key)
+        r = await self._call(lambda: self._stub.AddReplicaRevoke(req, **self._kw))
+        cv.raise_for(r.error)
+
+    async def drop_replica(self, key: str, segment: str) -> bool:
+        """Drop ``key``'s replica on ``segment``; False: freed when the read lease ends."""
+        req = pb.DropReplicaRequest(key=key, segment=segment)
+        r = await self._call(lambda: self._stub.DropReplica(req, **self._kw))
+        cv.raise_for(r.error)
+        return r.freed
+
     async def heartbeat(self) -> bool:
         """Tell the master this client is alive; False: it forgot us, remount segments."""
         req = pb.HeartbeatRequest(client_id=self.client_id)

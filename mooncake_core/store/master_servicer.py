@@ -72,6 +72,64 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
         )
         return pb.SegmentResponse(error=_err(r))
 
+    async def UndrainSegment(self, request: pb.SegmentRequest, context: Ctx) -> pb.SegmentResponse:
+        r = await self._svc.call(
+            "UndrainSegment", lambda now: self._st.undrain_segment(request.name, now)
+        )
+        return pb.SegmentResponse(error=_err(r))
+
+    async def ListSegmentObjects(
+        self, request: pb.ListSegmentObjectsRequest, context: Ctx
+    ) -> pb.ListKeysResponse:
+        r = await self._svc.call(
+            "ListSegmentObjects",
+            lambda now: self._st.list_segment_objects(
+                request.segment, request.start_after, request.limit or 1000
+            ),
+        )
+        if isinstance(r, StoreError):
+            return pb.ListKeysResponse(error=cv.error_to_pb(r))
+        return cv.list_to_pb(r)
+
+    async def AddReplicaStart(
+        self, request: pb.AddReplicaStartRequest, context: Ctx
+    ) -> pb.AddReplicaStartResponse:
+        r = await self._svc.call(
+            "AddReplicaStart",
+            lambda now: self._st.add_replica_start(
+                request.key,
+                now,
+                exclude_segments=tuple(request.exclude_segments),
+                target_segment=request.target_segment or None,
+            ),
+        )
+        if isinstance(r, StoreError):
+            return pb.AddReplicaStartResponse(error=cv.error_to_pb(r))
+        return pb.AddReplicaStartResponse(error=cv.OK, replica=cv.replicas_to_pb((r,))[0])
+
+    async def AddReplicaEnd(self, request: pb.KeyRequest, context: Ctx) -> pb.KeyResponse:
+        r = await self._svc.call(
+            "AddReplicaEnd", lambda now: self._st.add_replica_end(request.key, now)
+        )
+        return pb.KeyResponse(error=_err(r))
+
+    async def AddReplicaRevoke(self, request: pb.KeyRequest, context: Ctx) -> pb.KeyResponse:
+        r = await self._svc.call(
+            "AddReplicaRevoke", lambda now: self._st.add_replica_revoke(request.key, now)
+        )
+        return pb.KeyResponse(error=_err(r))
+
+    async def DropReplica(
+        self, request: pb.DropReplicaRequest, context: Ctx
+    ) -> pb.DropReplicaResponse:
+        r = await self._svc.call(
+            "DropReplica",
+            lambda now: self._st.drop_replica(request.key, request.segment, now),
+        )
+        if isinstance(r, StoreError):
+            return pb.DropReplicaResponse(error=cv.error_to_pb(r))
+        return pb.DropReplicaResponse(error=cv.OK, freed=r)
+
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: Ctx) -> pb.HeartbeatResponse:
         r = self._svc.call_heartbeat(request.client_id)
         if isinstance(r, StoreError):

@@ -82,6 +82,12 @@ class MasterState:
         self._eviction: EvictionPolicy = eviction or LruEviction()
         self._objects: dict[str, ObjectMeta] = {}  # least recently used first
         self._processing: dict[str, float] = {}  # key -> PutStart time, oldest first
+        # Replica moves (see docs/store.md, "Moving replicas"): a replica being added is
+        # allocated but not in obj.replicas (readers never see it) until add_replica_end;
+        # a dropped replica leaves obj.replicas at once but keeps its space until the
+        # lease that existed at the drop ends, so readers holding that lease stay valid.
+        self._adding: dict[str, tuple[Replica, float]] = {}  # key -> (replica, start time)
+        self._dropping: dict[str, list[tuple[float, Replica]]] = {}  # key -> (free at, rep)
         self._keys = SortedKeys()
         self._segments = SegmentTable(alignment)
         self._pins = PinTable()
@@ -195,6 +201,52 @@ class MasterState:
         seg.state = SegmentState.DRAINING
         self._events.append(ev.SegmentStateChanged(now, name, seg.state.name))
         self._update_drain(seg, now)
+
+    def undrain_segment(self, name: str, now: float) -> None:
+        """Put a DRAINING or DRAINED segment back into placement (MOUNTED).
+
+        Raises:
+            NotFoundError: no such segment.
+            ConflictError: the segment is unmounting.
+        """
+        seg = self._segments.get(name)
+        if seg.state == SegmentState.MOUNTED:
+            return
+        if seg.state not in (SegmentState.DRAINING, SegmentState.DRAINED):
+            raise ConflictError(
+                ErrorCode.INVALID_STATE, f"segment {name!r} is {seg.state.name}, cannot undrain"
+            )
+        seg.state = SegmentState.MOUNTED
+        self._events.append(ev.SegmentStateChanged(now, name, seg.state.name))
+
+    def list_segment_objects(
+        self, segment: str, start_after: str = "", limit: int = 1000
+    ) -> ListKeysResult:
+        """One page, in key order, of the objects with a readable replica on ``segment``.
+
+        Replicas being added or waiting for a lease to end before they are freed are not
+        listed (nothing is left to do for them). Costs O(k log k), k = keys on the segment.
+
+        Raises:
+            NotFoundError: no such segment.
+            InvalidArgumentError: limit outside 1..100000.
+        """
+        seg = self._segments.get(segment)
+        if not 1 <= limit <= MAX_LIST_LIMIT:
+            raise InvalidArgumentError(
+                ErrorCode.INVALID_PARAMS, f"limit must be in 1..{MAX_LIST_LIMIT}, got {limit}"
+            )
+        entries: list[KeyEntry] = []
+        more = False
+        for key in sorted(k for k in seg.keys if k > start_after):
+            obj = self._objects[key]
+            if not any(sl.segment == segment for r in obj.replicas for sl in r):
+                continue
+            if len(entries) == limit:
+                more = True
+                break
+            entries.append(KeyEntry(key, obj.size, obj.state))
+        return ListKeysResult(tuple(entries), entries[-1].key if more else None)
 
     def expire_clients(self, now: float) -> list[str]:
         """Forget clients silent for ``client_ttl_s``; their segments go at once.
@@ -335,6 +387,186 @@ class MasterState:
             self._drop(key, self._objects[key], ev.RemoveReason.EXPIRED, now)
             self._expired_puts += 1
         return stale
+
+    # --------------------------------------------------------- replica moves
+    def add_replica_start(
+        self,
+        key: str,
+        now: float,
+        *,
+        exclude_segments: Collection[str] = (),
+        target_segment: str | None = None,
+    ) -> Replica:
+        """Allocate one more replica for a COMPLETE object; it stays readable meanwhile.
+
+        The new replica is invisible to readers until :meth:`add_replica_end`; it never
+        shares a segment with the object's current replicas. Nothing is evicted for it.
+
+        Args:
+            key: the object.
+            now: master clock.
+            exclude_segments: segments not to use (besides those already holding it).
+            target_segment: place the replica on exactly this segment.
+
+        Returns:
+            The replica to fill (its slices in object order).
+
+        Raises:
+            NotFoundError: no such object or target segment.
+            ConflictError: the object is being written (OBJECT_NOT_READY), a replica is
+                already being added to it, or the target is not allocatable or already
+                holds the object (INVALID_STATE).
+            CapacityError: no allocatable segment left (NO_AVAILABLE_SEGMENT) or no space
+                (STORE_FULL).
+        """
+        obj = self._object(key)
+        if not obj.complete:
+            raise ConflictError(
+                ErrorCode.OBJECT_NOT_READY, f"object {key!r} is still being written"
+            )
+        if key in self._adding:
+            raise ConflictError(
+                ErrorCode.INVALID_STATE, f"a replica of {key!r} is already being added"
+            )
+        used = {sl.segment for r in obj.replicas for sl in r}
+        if target_segment is not None:
+            seg = self._segments.get(target_segment)
+            if not seg.allocatable:
+                raise ConflictError(
+                    ErrorCode.INVALID_STATE,
+                    f"segment {target_segment!r} is {seg.state.name}, not allocatable",
+                )
+            if target_segment in used:
+                raise ConflictError(
+                    ErrorCode.INVALID_STATE,
+                    f"segment {target_segment!r} already holds a replica of {key!r}",
+                )
+            segs = [seg]
+        else:
+            banned = used | set(exclude_segments)
+            segs = [s for s in self._segments.allocatable() if s.name not in banned]
+        if not segs:
+            raise CapacityError(
+                ErrorCode.NO_AVAILABLE_SEGMENT,
+                f"no allocatable segment for another replica of {key!r} "
+                f"(excluded: {sorted(used | set(exclude_segments))})",
+            )
+        lengths = slice_lengths(obj.size, self.config.max_slice_size)
+        placed = place_replicas(segs, lengths, 1, self._strategy, AllocContext(obj.client_id))
+        if placed is None:
+            raise CapacityError(
+                ErrorCode.STORE_FULL,
+                f"no space for another replica of {key!r} ({obj.size} bytes) on "
+                f"{len(segs)} allocatable segment(s)",
+            )
+        replica = placed[0]
+        self._adding[key] = (replica, now)
+        for sl in replica:
+            self._segments.get(sl.segment).keys.add(key)
+        return replica
+
+    def add_replica_end(self, key: str, now: float) -> Replica:
+        """Make the replica being added to ``key`` readable.
+
+        Returns:
+            The committed replica.
+
+        Raises:
+            NotFoundError: no replica is being added to ``key`` (never started, revoked,
+                timed out, or the object or its target segment went away).
+        """
+        replica = self._pending_add(key)[0]
+        del self._adding[key]
+        obj = self._objects[key]
+        obj.replicas = (*obj.replicas, replica)
+        self._events.append(ev.ReplicaAdded(now, key, replica, len(obj.replicas)))
+        return replica
+
+    def add_replica_revoke(self, key: str, now: float) -> None:
+        """Abandon the replica being added to ``key``; its space is released.
+
+        Raises:
+            NotFoundError: no replica is being added to ``key``.
+        """
+        replica = self._pending_add(key)[0]
+        del self._adding[key]
+        self._free_replica(key, replica, now)
+
+    def discard_stale_adds(self, now: float) -> list[str]:
+        """Revoke replica additions started more than ``put_timeout_s`` ago.
+
+        Returns:
+            Their keys, oldest first.
+        """
+        limit = now - self.config.put_timeout_s
+        stale = []
+        for key, (_, started) in self._adding.items():
+            if started > limit:
+                break  # insertion order is start order
+            stale.append(key)
+        for key in stale:
+            self.add_replica_revoke(key, now)
+        return stale
+
+    def drop_replica(self, key: str, segment: str, now: float) -> bool:
+        """Remove the replica(s) of ``key`` that touch ``segment``; others must remain.
+
+        The replica leaves the replica list at once (new readers never see it). If a read
+        lease is outstanding, its space stays reserved until that lease ends (readers
+        that were handed the replica keep a valid copy for the whole lease); otherwise it
+        is freed now.
+
+        Returns:
+            True when the space was freed now, False when it waits for the lease.
+
+        Raises:
+            NotFoundError: no such object, or it has no replica on ``segment``.
+            ConflictError: the object is being written (OBJECT_NOT_READY), or the drop
+                would leave it without a replica (INVALID_STATE).
+        """
+        obj = self._object(key)
+        if not obj.complete:
+            raise ConflictError(
+                ErrorCode.OBJECT_NOT_READY, f"object {key!r} is still being written"
+            )
+        gone = [r for r in obj.replicas if any(sl.segment == segment for sl in r)]
+        if not gone:
+            raise NotFoundError(
+                ErrorCode.OBJECT_NOT_FOUND, f"object {key!r} has no replica on {segment!r}"
+            )
+        keep = tuple(r for r in obj.replicas if r not in gone)
+        if not keep:
+            raise ConflictError(
+                ErrorCode.INVALID_STATE,
+                f"dropping {key!r} from {segment!r} would leave no replica; add one first",
+            )
+        obj.replicas = keep
+        self._events.append(ev.ReplicaDropped(now, key, segment, len(keep)))
+        if obj.leased(now):
+            pending = self._dropping.setdefault(key, [])
+            pending.extend((obj.lease_expiry, r) for r in gone)
+            return False
+        for r in gone:
+            self._free_replica(key, r, now)
+        return True
+
+    def finish_replica_drops(self, now: float) -> int:
+        """Free dropped replicas whose lease has ended; returns how many."""
+        freed = 0
+        for key in list(self._dropping):
+            waiting = self._dropping[key]
+            due = [r for at, r in waiting if at <= now]
+            if not due:
+                continue
+            rest = [(at, r) for at, r in waiting if at > now]
+            if rest:
+                self._dropping[key] = rest
+            else:
+                del self._dropping[key]
+            for r in due:
+                self._free_replica(key, r, now)
+            freed += len(due)
+        return freed
 
     # ------------------------------------------------------------------ reads
     def get_replica_list(self, key: str, now: float) -> GetResult:
@@ -578,10 +810,13 @@ class MasterState:
     # ------------------------------------------------------------ maintenance
     def tick(self, now: float) -> None:
         """Periodic upkeep, in this order: client expiry, unmount grace, stale puts,
-        pin TTLs, drain completion, watermark eviction."""
+        stale replica additions, dropped replicas whose lease ended, pin TTLs, drain
+        completion, watermark eviction."""
         self.expire_clients(now)
         self.finish_unmounts(now)
         self.discard_stale_puts(now)
+        self.discard_stale_adds(now)
+        self.finish_replica_drops(now)
         self.expire_pins(now)
         for seg in self._segments:
             self._update_drain(seg, now)
@@ -614,6 +849,58 @@ class MasterState:
         if obj is None:
             raise NotFoundError(ErrorCode.OBJECT_NOT_FOUND, f"no object with key {key!r}")
         return obj
+
+    def _pending_add(self, key: str) -> tuple[Replica, float]:
+        found = self._adding.get(key)
+        if found is None:
+            raise NotFoundError(ErrorCode.OBJECT_NOT_FOUND, f"no replica is being added to {key!r}")
+        return found
+
+    def _still_on(self, key: str) -> set[str]:
+        """Segments that some replica of ``key`` (visible, being added, or waiting to be
+        freed) still touches."""
+        reps: list[Replica] = []
+        obj = self._objects.get(key)
+        if obj is not None:
+            reps.extend(obj.replicas)
+        if key in self._adding:
+            reps.append(self._adding[key][0])
+        reps.extend(r for _, r in self._dropping.get(key, ()))
+        return {sl.segment for r in reps for sl in r}
+
+    def _free_replica(self, key: str, replica: Replica, now: float) -> None:
+        """Release a replica no table holds any more; update segment membership."""
+        still = self._still_on(key)
+        for sl in replica:
+            seg = self._segments.find(sl.segment)
+            if seg is None:
+                continue
+            seg.allocator.release(sl.offset, sl.length)
+            if sl.segment not in still:
+                seg.keys.discard(key)
+                self._update_drain(seg, now)
+
+    def _forget_moves(self, key: str, now: float, segment: str | None = None) -> None:
+        """Release a key's pending addition and deferred drops (all, or only those that
+        touch ``segment``)."""
+        add = self._adding.get(key)
+        if add is not None and (segment is None or any(s.segment == segment for s in add[0])):
+            del self._adding[key]
+            self._free_replica(key, add[0], now)
+        waiting = self._dropping.get(key)
+        if waiting:
+            hit = [
+                (at, r)
+                for at, r in waiting
+                if segment is None or any(s.segment == segment for s in r)
+            ]
+            rest = [w for w in waiting if w not in hit]
+            if rest:
+                self._dropping[key] = rest
+            else:
+                del self._dropping[key]
+            for _, r in hit:
+                self._free_replica(key, r, now)
 
     def _touch(self, key: str, obj: ObjectMeta) -> None:
         # Re-inserting moves the key to the end of the dict: most recently used.
@@ -702,6 +989,8 @@ class MasterState:
         *,
         keep_pin: bool = False,
     ) -> None:
+        if key in self._adding or key in self._dropping:
+            self._forget_moves(key, now)
         self._release(key, obj.replicas)
         del self._objects[key]
         self._processing.pop(key, None)
@@ -773,7 +1062,11 @@ class MasterState:
     def _remove_segment(self, seg: Segment, reason: ev.UnmountReason, now: float) -> None:
         name = seg.name
         for key in sorted(seg.keys):
+            if key in self._adding or key in self._dropping:
+                self._forget_moves(key, now, name)
             obj = self._objects[key]
+            if not any(sl.segment == name for r in obj.replicas for sl in r):
+                continue  # only a pending move touched this segment
             keep = tuple(r for r in obj.replicas if all(sl.segment != name for sl in r))
             lost = [r for r in obj.replicas if any(sl.segment == name for sl in r)]
             if keep:

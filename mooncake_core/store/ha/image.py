@@ -23,12 +23,13 @@ in another process.
 Record types (``s`` is the seq, set by the journal)::
 
     {"t": "mount", "seg", "client", "cap", "addr", "loc"}
-    {"t": "seg_state", "seg", "state"}        UNMOUNTING | DRAINING | DRAINED
+    {"t": "seg_state", "seg", "state"}        UNMOUNTING | DRAINING | DRAINED | MOUNTED
     {"t": "unmount", "seg"}                   the segment and its replicas are gone
     {"t": "started", "key", "size", "replicas": [[[seg, offset, length], ...], ...]}
     {"t": "stored", "key", "size", "replicas"}   PutEnd (replicas repeated: self-contained)
     {"t": "removed", "key"}                      complete or in progress
     {"t": "replica_dropped", "key", "seg"}
+    {"t": "replica_added", "key", "replica": [[seg, offset, length], ...]}   AddReplicaEnd
     {"t": "pin", "target", "prefix", "hard", "expires_wall"}
     {"t": "unpin", "target", "prefix"}
 """
@@ -111,6 +112,14 @@ def records_from_events(
             out.append({"t": "removed", "key": e.key})
         elif isinstance(e, ev.ReplicaDropped):
             out.append({"t": "replica_dropped", "key": e.key, "seg": e.segment})
+        elif isinstance(e, ev.ReplicaAdded):
+            out.append(
+                {
+                    "t": "replica_added",
+                    "key": e.key,
+                    "replica": _replicas_to_json((e.replica,))[0],
+                }
+            )
         elif isinstance(e, ev.ObjectPinned):
             exp = None if e.expires_at is None else e.expires_at + wall_minus_mono
             out.append(
@@ -184,6 +193,13 @@ class MetadataImage:
                 self.ignored += 1
         elif t == "replica_dropped":
             self._drop_replica(rec["key"], rec["seg"])
+        elif t == "replica_added":
+            found = self.objects.get(rec["key"])
+            if found is None:
+                self.ignored += 1
+            else:
+                added = _replicas_from_json([rec["replica"]])
+                self.objects[rec["key"]] = (found[0], found[1] + added)
         elif t == "pin":
             self.pins[(rec["target"], bool(rec["prefix"]))] = PinRecord(
                 bool(rec["hard"]), rec.get("expires_wall")
