@@ -71,6 +71,8 @@ class DecodeRunner:
         self.last_batch = 0
         self.steps = 0
         self.tokens = 0
+        self.failed = 0
+        self.peak_batch = 0
 
     async def _call(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
@@ -124,6 +126,8 @@ class DecodeRunner:
                 item = await q.get()
                 if item is _END:
                     return
+                if isinstance(item, Exception):
+                    raise item
                 assert isinstance(item, DecodeToken)
                 yield item
                 if item.finished:
@@ -186,10 +190,26 @@ class DecodeRunner:
                 await self._wake.wait()
                 continue
             batch = list(self._running)
-            out, done, now = await self._call(self._step, batch)
+            try:
+                out, done, now = await self._call(self._step, batch)
+            except Exception as exc:  # e.g. CacheFullError: no block for a new token
+                # The step changed nothing (engine failures leave the cache as it was);
+                # end the whole batch with the error rather than stopping the loop.
+                self.failed += len(batch)
+                for sid in batch:
+                    self._running.remove(sid)
+                    self._cancelled.discard(sid)
+                    q = self._queues.get(sid)
+                    if q is not None:
+                        q.put_nowait(exc)
+                    rid = req_of(sid)
+                    if rid is not None:
+                        await self._retire(rid, sid)
+                continue
             self.steps += 1
             self.tokens += len(out)
             self.last_batch = len(batch)
+            self.peak_batch = max(self.peak_batch, len(batch))
             for sid, tok in out.items():
                 q = self._queues.get(sid)
                 if q is not None:

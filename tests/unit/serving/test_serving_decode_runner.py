@@ -1,0 +1,64 @@
+"""DecodeRunner control flow on a real (tiny) engine: batching, cancel, a full pool."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from mooncake_core.config.models import HashingConfig, ModelConfig
+from mooncake_core.worker import CacheFullError, InferenceEngine, SamplingParams
+from mooncake_core.worker.service_decode import DecodeRunner
+
+MODEL = ModelConfig(layers=1, hidden=32, heads=2, kv_heads=1, intermediate=32, max_seq_len=512)
+
+
+async def _collect(runner: DecodeRunner, rid: str, n_prompt: int, max_tokens: int) -> list[int]:
+    sid, _ = await runner.prepare(rid, n_prompt)
+    sampling = SamplingParams(max_tokens=max_tokens, stop_at_eos=False)
+    toks = [t.token async for t in runner.admit(rid, sid, [5] * n_prompt, 7, sampling)]
+    return toks
+
+
+async def test_serving_decode_runner_batches_and_survives_a_full_pool() -> None:
+    eng = InferenceEngine(MODEL, HashingConfig(block_size=16), num_blocks=4, device="cpu")
+    ex = ThreadPoolExecutor(1)
+    runner = DecodeRunner(eng, ex, max_batch=2)
+    loop_task = asyncio.create_task(runner.run())
+    try:
+        a, b = await asyncio.gather(_collect(runner, "a", 10, 5), _collect(runner, "b", 10, 5))
+        assert len(a) == 4 and len(b) == 4  # first token came from prefill
+        assert runner.peak_batch == 2  # they decoded in one batch
+        # 50 prompt tokens take 4 blocks; the 65th token needs a fifth: the pool is full.
+        with pytest.raises(CacheFullError):
+            await _collect(runner, "c", 50, 40)
+        assert runner.failed == 1
+        # The loop is still alive and the blocks came back.
+        assert len(await _collect(runner, "d", 20, 3)) == 2
+        for _ in range(100):  # the loop releases a finished sequence after its last token
+            if eng.cache.snapshot().sequences == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert eng.cache.snapshot().used_blocks == 0
+    finally:
+        runner.stop()
+        await asyncio.gather(loop_task, return_exceptions=True)
+        ex.shutdown()
+
+
+async def test_serving_decode_runner_cancel_drops_a_reservation() -> None:
+    eng = InferenceEngine(MODEL, HashingConfig(block_size=16), num_blocks=4, device="cpu")
+    ex = ThreadPoolExecutor(1)
+    runner = DecodeRunner(eng, ex, max_batch=2)
+    try:
+        await runner.prepare("x", 30)
+        assert eng.cache.snapshot().used_blocks == 2
+        assert await runner.cancel("x") is True
+        assert await runner.cancel("x") is False
+        assert eng.cache.snapshot().used_blocks == 0
+        with pytest.raises(KeyError, match="no reservation"):
+            async for _ in runner.admit("x", "nope", [1], 2, SamplingParams()):
+                pass
+    finally:
+        ex.shutdown()
