@@ -22,7 +22,6 @@ from . import (
     top_cmd,
     topo_cmd,
     web_cmd,
-    web_cmd,
     worker_cmd,
 )
 
@@ -47,7 +46,6 @@ app.add_typer(worker_cmd.app, name="worker")
 app.add_typer(conductor_cmd.app, name="conductor")
 app.add_typer(loadgen_cmd.app, name="loadgen")
 app.command("top")(top_cmd.top)
-app.command("web")(web_cmd.web)
 app.command("web")(web_cmd.web)
 
 
