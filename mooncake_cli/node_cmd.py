@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
     from mooncake_core.config import ClusterConfig
 
-app = typer.Typer(help="Store nodes: list them, drain one (no new placement, report what is left).")
+app = typer.Typer(help="Store nodes: list them, drain one (move every object off it), undrain.")
 
 NodeArg = Annotated[str, typer.Argument(help="Store node name, e.g. store-0.")]
 
@@ -87,24 +87,32 @@ def drain(
     json_out: JsonOption = False,
     wait: Annotated[
         float,
-        typer.Option("--wait", min=0, help="Seconds to wait for DRAINED (0: do not wait)."),
-    ] = 0.0,
+        typer.Option(
+            "--wait",
+            min=0,
+            help="Seconds to wait, after moving, for readers' leases to end and the node "
+            "to turn DRAINED.",
+        ),
+    ] = 60.0,
 ) -> None:
-    """Stop placing on a store node (DRAINING: still readable) and report what is left on it.
+    """Take a store node out of placement and move every object off it, reads unaffected.
 
-    Exits 0 once DRAINED; 3 when objects remain (copying them off needs master support
-    that this version does not have: see docs/cluster.md).
+    Its segments go DRAINING (readable, no new objects); objects with a replica elsewhere
+    lose the one here, the others are first copied to other nodes. Exits 0 once DRAINED,
+    3 when something is left (the report says what). Safe to run again.
     """
     import asyncio
     import json
     import time
     from dataclasses import asdict
 
-    from rich.progress import Progress
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from mooncake_core.cluster.drain import NodeScan, drain_node, scan_node
+    from mooncake_core.cluster.drain import MoveReport, drain_node, move_off, node_segments
+    from mooncake_core.cluster.replica_copy import ReplicaCopier
     from mooncake_core.store import StoreError
     from mooncake_core.store.master_client import MasterClient
+    from mooncake_core.transfer import TransferError
 
     cfg = load(config)
     workers = {w.name for w in (*cfg.prefill_workers, *cfg.decode_workers)}
@@ -114,38 +122,71 @@ def drain(
             "routing to it, which this version does not have"
         )
     address, secret = _master(cfg)
+    host = cfg.host(cfg.master.host).address
 
-    async def go() -> NodeScan:
+    async def go() -> tuple[MoveReport, list[str]]:
         async with MasterClient(address, client_id="mooncake-node-cli", secret=secret) as mc:
             segs = await drain_node(mc, node)
             err.print(
                 f"{node}: {', '.join(segs)} DRAINING (readable, no new objects)", highlight=False
             )
+            with ReplicaCopier(cfg.transfer, secret=secret, host=host) as copier:
+                columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+                with Progress(*columns, console=err, transient=True) as bar:
+                    task = bar.add_task(f"moving objects off {node}", total=None)
+                    report = await move_off(mc, node, copier, _progress(bar, task))
             deadline = time.monotonic() + wait
             while True:
-                with Progress(console=err, transient=True) as bar:
-                    task = bar.add_task(f"scanning objects on {node}", total=None)
-                    scan = await scan_node(mc, node, _progress(bar, task))
-                if scan.drained or time.monotonic() >= deadline:
-                    return scan
-                await asyncio.sleep(1.0)
+                states = [
+                    s.state.name for s in node_segments((await mc.get_snapshot()).segments, node)
+                ]
+                if all(s == "DRAINED" for s in states) or time.monotonic() >= deadline:
+                    return report, states
+                await asyncio.sleep(0.5)
 
     try:
-        scan = asyncio.run(go())
-    except (StoreError, ValueError) as exc:
+        report, states = asyncio.run(go())
+    except (StoreError, TransferError, ValueError) as exc:
         fail(str(exc))
+    drained = bool(states) and all(s == "DRAINED" for s in states)
     if json_out:
-        write_stdout(json.dumps({**asdict(scan), "drained": scan.drained}, indent=1))
+        write_stdout(json.dumps({**asdict(report), "states": states, "drained": drained}, indent=1))
     else:
         out.print(
-            f"{node}: {'/'.join(scan.states)}; {scan.on_node} of {scan.scanned} objects still on it, "
-            f"{len(scan.sole)} with no replica elsewhere",
+            f"{node}: {'/'.join(states)}; {report.copied} objects copied "
+            f"({report.copied_bytes} bytes), {report.dropped} replicas dropped "
+            f"({report.waiting} waited for a reader's lease), {len(report.failed)} failed",
             highlight=False,
         )
-    if not scan.drained:
+    for key, why in report.failed:
+        err.print(f"  {key}: {why}", highlight=False)
+    if not drained:
         err.print(
-            "objects are not copied off in this version (the master has no read-safe replica "
-            "move); they stay readable here until removed or evicted",
+            f"{node} is not DRAINED yet: objects still being written, failures above, or "
+            "readers' leases not over; run the command again",
             highlight=False,
         )
         raise typer.Exit(3)
+
+
+@app.command()
+def undrain(node: NodeArg, config: ConfigOption = None) -> None:
+    """Put a DRAINING or DRAINED store node back into placement (MOUNTED)."""
+    import asyncio
+
+    from mooncake_core.cluster.drain import undrain_node
+    from mooncake_core.store import StoreError
+    from mooncake_core.store.master_client import MasterClient
+
+    cfg = load(config)
+    address, secret = _master(cfg)
+
+    async def go() -> list[str]:
+        async with MasterClient(address, client_id="mooncake-node-cli", secret=secret) as mc:
+            return await undrain_node(mc, node)
+
+    try:
+        segs = asyncio.run(go())
+    except (StoreError, ValueError) as exc:
+        fail(str(exc))
+    out.print(f"{node}: {', '.join(segs)} MOUNTED (placement resumed)", highlight=False)

@@ -1,5 +1,6 @@
-"""`mooncake node drain` while a client reads: reads never fail, nothing new lands on the
-drained node, and the report names exactly the objects with no replica elsewhere."""
+"""`mooncake node drain` while a client reads: reads never fail, every object is moved
+off the node (copied when it had no replica elsewhere) with its bytes intact, the node
+ends DRAINED and empty, nothing new lands on it; `undrain` makes it allocatable again."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ pytestmark = [
 def store_cluster(tmp_path: Path) -> Iterator[tuple[Path, dict]]:
     path, cfg = make_config(tmp_path)
     cfg["master"]["allocation_strategy"] = "random"
+    # Dropped replicas wait for readers' leases: keep that wait short.
+    cfg["master"]["lease_ttl_s"] = 2.0
     write_config(path, cfg)
     up = cli("cluster", "up", "-c", str(path), "--detach", "--only", "master", "--only", "store")
     assert up.returncode == 0, up.stderr
@@ -83,31 +86,55 @@ def test_drain_while_reading(store_cluster: tuple[Path, dict]) -> None:
 
         t = threading.Thread(target=reader, daemon=True)
         t.start()
-        res = cli("node", "drain", "store-0", "-c", str(path), "--json")
-        # Objects remain on the node (no read-safe copy in this version): exit 3, and the
-        # report is exact.
-        assert res.returncode == 3, res.stdout + res.stderr
+        while reads[0] < 20:  # the reader is going before the drain starts
+            threading.Event().wait(0.01)
+        res = cli("node", "drain", "store-0", "-c", str(path), "--json", "--wait", "30")
+        reads_during = reads[0]
+        assert res.returncode == 0, res.stdout + res.stderr
         report = json.loads(res.stdout)
-        assert report["states"] == ["DRAINING"] and report["drained"] is False
-        assert report["on_node"] == len(on_node)
-        assert set(report["sole"]) == sole
+        assert report["states"] == ["DRAINED"] and report["drained"] is True
+        assert report["copied"] == len(sole)
+        assert report["copied_bytes"] == len(sole) * (32 << 10)
+        assert report["dropped"] == len(on_node)
+        assert report["failed"] == []
         assert "DRAINING (readable, no new objects)" in res.stderr
+
+        # The node holds nothing; every object kept its replica count off the node.
+        after_drain = _replicas(address, secret, list(values))
+        for k, reps in after_drain.items():
+            assert all("store-0" not in r for r in reps), (k, reps)
+            assert len(reps) == len(before[k]) - (k in on_node and k not in sole), (k, reps)
+        ls = {
+            r["segment"]: r for r in json.loads(cli("node", "ls", "-c", str(path), "--json").stdout)
+        }
+        assert ls["store-0"]["state"] == "DRAINED"
+        assert (ls["store-0"]["objects"], ls["store-0"]["used"]) == (0, 0)
 
         fresh = {f"new/{i:03d}": bytes([i]) * 4096 for i in range(30)}
         for k, v in fresh.items():
             client.put(k, v)
         after = _replicas(address, secret, list(fresh))
         assert all("store-0" not in seg for reps in after.values() for seg in reps), after
-        ls = json.loads(cli("node", "ls", "-c", str(path), "--json").stdout)
-        states = {r["segment"]: r["state"] for r in ls}
-        assert states == {"store-0": "DRAINING", "store-1": "MOUNTED"}
 
         stop.set()
         t.join(timeout=30)
-        assert reads[0] > 0
-        assert failures == []
+        assert reads_during > 20 and failures == []
+        for k, v in values.items():
+            assert client.get(k) == v, k
         for k in fresh:
             assert client.get(k) == fresh[k]
+
+        # Running it again is a no-op that still reports DRAINED.
+        again = cli("node", "drain", "store-0", "-c", str(path), "--json", "--wait", "5")
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert json.loads(again.stdout)["copied"] == 0
+
+        undo = cli("node", "undrain", "store-0", "-c", str(path))
+        assert undo.returncode == 0, undo.stderr
+        assert "store-0 MOUNTED" in undo.stdout
+        client.put("back", b"x" * 1000, ReplicateConfig(replica_num=2))
+        back = _replicas(address, secret, ["back"])["back"]
+        assert sorted(min(r) for r in back) == ["store-0", "store-1"], back
 
         unknown = cli("node", "drain", "store-9", "-c", str(path))
         assert unknown.returncode == 1
