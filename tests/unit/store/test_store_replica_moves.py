@@ -218,3 +218,36 @@ def test_journal_replays_added_and_dropped_replicas(make_master: MakeMaster) -> 
     assert {"t": "replica_added", "key": "k", "replica": [["b", 0, 100]]} in log
     assert img.objects["k"] == (100, ((Slice("b", 0, 100),),))
     assert img.segments["a"].state == "MOUNTED"
+
+
+def test_restart_rebuilds_moves(make_master: MakeMaster) -> None:
+    """A master rebuilt from the journal has the added replica, not the dropped one, and
+    neither a pending addition nor a lease-deferred drop holds space any more.
+
+    Sizes are multiples of 64: the rebuilt master allocates with its default alignment."""
+    from mooncake_core.config.models import MasterConfig
+    from mooncake_core.store.ha.rebuild import build_state
+
+    m = make_master(lease_ttl_s=5.0)
+    img = MetadataImage()
+    for name in "abc":
+        m.mount_segment(name, "c" + name, 1000, 0.0)
+    for key in ("k", "j"):
+        m.put_start(key, 128, "w", 0.0, ON_A)
+        m.put_end(key, 0.0)
+    m.drain_segment("a", 0.0)
+    m.get_replica_list("k", 1.0)  # leased: the drop below waits for the lease
+    m.add_replica_start("k", 1.0, target_segment="b")
+    m.add_replica_end("k", 1.0)
+    m.drop_replica("k", "a", 2.0)
+    m.add_replica_start("j", 2.0, target_segment="c")  # never ended: lost at restart
+    img.apply_all(records_from_events(m.take_events(), 0.0, lambda _: None))
+
+    r = build_state(img, MasterConfig(lease_ttl_s=5.0), 0.0, 0.0)
+    assert r.stat("k", 0.0).replicas == ((Slice("b", 0, 128),),)
+    assert r.stat("j", 0.0).replicas == ((Slice("a", 128, 128),),)
+    used = {s.name: s.used for s in r.snapshot().segments}
+    assert used["a"] == 128 and used["b"] == 128 and used["c"] == 0
+    with pytest.raises(NotFoundError):
+        r.add_replica_end("j", 0.0)
+    assert [e.key for e in r.list_segment_objects("a").entries] == ["j"]
