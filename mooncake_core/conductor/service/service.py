@@ -64,6 +64,8 @@ class ConductorServiceOptions:
         cpp_threshold: prompts longer than this (tokens) run on a 2-stage CPP group of
             prefill workers (needs 2 or more); 0 disables CPP.
         cpp_chunk_tokens: CPP chunk size in tokens.
+        store_events: follow the store master's events so the index knows which
+            blocks the Store holds (tier DRAM at each store segment).
     """
 
     secret: bytes | None = None
@@ -77,6 +79,7 @@ class ConductorServiceOptions:
     conductor_options: ConductorOptions | None = None
     cpp_threshold: int = 1024
     cpp_chunk_tokens: int = 256
+    store_events: bool = True
 
 
 def _profile_models(cluster: ClusterConfig) -> tuple[PrefillTimeModel, DecodeStepModel]:
@@ -115,6 +118,7 @@ class ConductorService:
         self.links: dict[str, WorkerLink] = {}
         self.front: FrontDoor | None = None
         self.started_at = 0.0
+        self._store_task: asyncio.Task[None] | None = None
 
     async def start(self) -> FrontDoor:
         """Open the audit DB, fit predictors, connect to every worker.
@@ -145,6 +149,22 @@ class ConductorService:
         await asyncio.gather(*(self._hello(link) for link in self.links.values()))
         for link in self.links.values():
             link.follow(self.conductor.apply, opts.report_interval_s)
+        if opts.store_events:
+            from mooncake_core.conductor.service.store_events import follow_store
+            from mooncake_core.conductor.store_feed import StoreFeed
+
+            master = f"{cl.host(cl.master.host).address}:{cl.master.port}"
+            self._store_task = asyncio.create_task(
+                follow_store(
+                    master,
+                    opts.secret,
+                    StoreFeed(cl.model.name),
+                    self.conductor.index,
+                    self.conductor.apply,
+                    cl.model.layers,
+                ),
+                name="store-events",
+            )
         self.front = FrontDoor(
             self.conductor,
             self.links,
@@ -214,6 +234,7 @@ class ConductorService:
                 "in_flight": snap.in_flight,
                 "decode_time_s": snap.decode_time_s,
                 "decode": [repr(d) for d in snap.decode],
+                "index_blocks": {f"{loc}/{tier}": n for loc, tier, n in snap.index.per_holder},
             }
         if self.front is not None:
             st = self.front.stats
@@ -233,6 +254,9 @@ class ConductorService:
 
     async def stop(self) -> None:
         """Close the worker links and flush the audit."""
+        if self._store_task is not None:
+            self._store_task.cancel()
+            await asyncio.gather(self._store_task, return_exceptions=True)
         for link in self.links.values():
             await link.close()
         if self.audit is not None:

@@ -232,6 +232,17 @@ def test_serving_store_fetch_and_layerwise_store_match_reference(
     cluster: Cluster, reference: InferenceEngine
 ) -> None:
     asyncio.run(_store_path(cluster, reference))
+    # The conductor follows the master's events: the blocks stored layer by layer are in
+    # its prefix index at the store segments (tier dram).
+    deadline = time.monotonic() + 10
+    dram = 0
+    while time.monotonic() < deadline:
+        blocks = httpx.get(cluster.url + "/health").json()["scheduler"]["index_blocks"]
+        dram = sum(n for holder, n in blocks.items() if holder.endswith("/dram"))
+        if dram >= 7:
+            break
+        time.sleep(0.2)
+    assert dram >= 7  # prompt a alone has 7 complete blocks (117 tokens)
 
 
 def test_serving_audit_has_actual_ttft(cluster: Cluster) -> None:

@@ -48,3 +48,25 @@ def test_serving_kv_sizes_and_layer_object_names() -> None:
     cfg = ClusterConfig()  # 4 layers, 2 KV heads of 32 dims, float32
     assert kv_bytes_per_token(cfg) == 4 * 2 * 2 * 32 * 4
     assert layer_object_key("m", 0x6FC1EBD4F4D6EA31, 2) == "kv/m/6fc1ebd4f4d6ea31/L2"
+
+
+def test_serving_store_layer_objects_map_onto_their_block() -> None:
+    from mooncake_core.conductor.service.store_events import as_block_event
+    from mooncake_core.store import (
+        ObjectRemoved,
+        ObjectStored,
+        RemoveReason,
+        SegmentUnmounted,
+        UnmountReason,
+    )
+
+    key = "kv/m/6fc1ebd4f4d6ea31"
+    last = ObjectStored(1.0, key + "/L3", 4096, ())
+    assert as_block_event(last, layers=4) == ObjectStored(1.0, key, 4096, ())
+    assert as_block_event(ObjectStored(1.0, key + "/L0", 4096, ()), layers=4) is None
+    gone = ObjectRemoved(2.0, key + "/L1", RemoveReason.EVICTED, True)
+    assert as_block_event(gone, layers=4) == ObjectRemoved(2.0, key, RemoveReason.EVICTED, True)
+    assert as_block_event(ObjectStored(1.0, "other/key", 1, ()), layers=4) is None
+    assert as_block_event(ObjectStored(1.0, "x/Lfoo", 1, ()), layers=4) is None
+    unmounted = SegmentUnmounted(3.0, "store-0", UnmountReason.CLIENT_EXPIRED)
+    assert as_block_event(unmounted, layers=4) is unmounted  # not about one object
