@@ -28,7 +28,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -36,6 +36,7 @@ import grpc
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from mooncake_core import __version__
 from mooncake_core.config.models import MasterConfig
 from mooncake_core.rpc import store_pb2_grpc as pb_grpc
 
@@ -78,6 +79,9 @@ class ServiceOptions:
     """Period of the upkeep task (client expiry, stale puts, pins, eviction)."""
     event_queue_size: int = 10_000
     """Events buffered per WatchEvents subscriber before it is cut off."""
+    hashing: Mapping[str, object] | None = None
+    """Block-hashing settings this cluster runs with (e.g. ``{"block_size", "seed"}``),
+    reported on /health so ``cluster check`` can compare them; ``None``: not reported."""
 
 
 class MasterMetrics:
@@ -511,12 +515,15 @@ class MasterService:
         body = {
             "status": "ok",
             "role": "master",
+            "version": __version__,
             "uptime_s": round(self._clock() - self._started, 3),
             "keys": s.key_count,
             "segments": len(s.segments),
             "clients": s.client_count,
             "readiness": self.readiness(),
         }
+        if self.options.hashing is not None:
+            body["hashing"] = dict(self.options.hashing)
         return 200, "application/json", json.dumps(body).encode()
 
     def readiness(self) -> dict[str, Any]:
