@@ -21,6 +21,14 @@ async def _collect(runner: DecodeRunner, rid: str, n_prompt: int, max_tokens: in
     return toks
 
 
+async def _idle(eng: InferenceEngine) -> None:
+    # The loop releases a finished sequence just after handing out its last token.
+    for _ in range(200):
+        if eng.cache.snapshot().sequences == 0:
+            return
+        await asyncio.sleep(0.01)
+
+
 async def test_serving_decode_runner_batches_and_survives_a_full_pool() -> None:
     eng = InferenceEngine(MODEL, HashingConfig(block_size=16), num_blocks=4, device="cpu")
     ex = ThreadPoolExecutor(1)
@@ -30,16 +38,14 @@ async def test_serving_decode_runner_batches_and_survives_a_full_pool() -> None:
         a, b = await asyncio.gather(_collect(runner, "a", 10, 5), _collect(runner, "b", 10, 5))
         assert len(a) == 4 and len(b) == 4  # first token came from prefill
         assert runner.peak_batch == 2  # they decoded in one batch
+        await _idle(eng)
         # 50 prompt tokens take 4 blocks; the 65th token needs a fifth: the pool is full.
         with pytest.raises(CacheFullError):
             await _collect(runner, "c", 50, 40)
         assert runner.failed == 1
         # The loop is still alive and the blocks came back.
         assert len(await _collect(runner, "d", 20, 3)) == 2
-        for _ in range(100):  # the loop releases a finished sequence after its last token
-            if eng.cache.snapshot().sequences == 0:
-                break
-            await asyncio.sleep(0.02)
+        await _idle(eng)
         assert eng.cache.snapshot().used_blocks == 0
     finally:
         runner.stop()
