@@ -245,6 +245,8 @@ class RdmaInitiator:
             self._stats.add("rdma|requests_completed", finished)
 
     def _failed(self, link: RdmaLink, failed: list[tuple[RdmaSlice, str]]) -> None:
+        if not failed:
+            return
         now = time.monotonic()
         with self._lock:
             self.health.record_failure(link.remote, now)
@@ -364,7 +366,6 @@ class RdmaLink:
         self._thread = threading.Thread(
             target=self._run, name=f"mc-rdma-{key[0]}-{key[1]}", daemon=True
         )
-        self._thread.start()
 
     def enqueue(self, slices: list[RdmaSlice]) -> bool:
         """Queue slices; False if the link is closing (the caller makes a new one)."""
@@ -372,6 +373,9 @@ class RdmaLink:
             if self.closed:
                 return False
             self._incoming.extend(slices)
+            if not self._thread.is_alive() and self._thread.ident is None:
+                # Started with its first work, so a failed connect always has slices to blame.
+                self._thread.start()
             self._cv.notify_all()
         return True
 
@@ -382,8 +386,9 @@ class RdmaLink:
             self._cv.notify_all()
 
     def join(self, timeout: float) -> None:
-        """Wait for the thread to finish."""
-        self._thread.join(timeout)
+        """Wait for the thread to finish (if it ever started)."""
+        if self._thread.ident is not None:
+            self._thread.join(timeout)
 
     def _take_incoming(self) -> list[RdmaSlice]:
         with self._cv:
