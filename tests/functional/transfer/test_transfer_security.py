@@ -8,6 +8,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,20 @@ def _nic(target) -> dict:
     return target.snapshot()["nics"][0]
 
 
+def _counted(target, field: str, expected: int, timeout_s: float = 5.0) -> int:
+    """The target's counter once it reaches ``expected`` (or what it holds at the timeout).
+
+    The initiator sees a refusal before the target's server thread has counted it, so
+    reading the counter right away races with that thread.
+    """
+    deadline = time.monotonic() + timeout_s
+    value = _nic(target)[field]
+    while value < expected and time.monotonic() < deadline:
+        time.sleep(0.02)
+        value = _nic(target)[field]
+    return value
+
+
 def test_right_secret_works_and_wrong_or_missing_is_refused(start_target, make_engine):
     target = start_target(size=MiB, secret=SECRET)
     eng = make_engine(secret=SECRET)
@@ -68,7 +83,7 @@ def test_right_secret_works_and_wrong_or_missing_is_refused(start_target, make_e
         make_engine(secret=b"wrong").open_segment(target.name)
     with pytest.raises(AuthError, match="refused"):
         make_engine().open_segment(target.name)
-    assert _nic(target)["auth_failures"] == 2
+    assert _counted(target, "auth_failures", 2) == 2
 
 
 def test_client_with_secret_refuses_unauthenticated_server(start_target, make_engine):
@@ -95,7 +110,7 @@ def test_replayed_answer_is_refused(start_target):
     reply = handshake.recv_frame(second)
     assert reply.header.op == Op.ERROR and reply.header.status == Status.AUTH_FAILED
     assert _closed_by_peer(second)
-    assert _nic(target)["auth_failures"] == 1
+    assert _counted(target, "auth_failures", 1) == 1
 
 
 BAD_FRAMES = {
@@ -118,7 +133,7 @@ def test_malformed_frame_closes_connection_and_is_counted(kind, start_target, ma
     sock = _data_conn(target)
     sock.sendall(BAD_FRAMES[kind])
     assert _closed_by_peer(sock)
-    assert _nic(target)["malformed_frames"] == 1
+    assert _counted(target, "malformed_frames", 1) == 1
     eng = make_engine()  # the server still serves
     local = eng.register_memory(bytearray(MiB))
     eng.read(local, 0, eng.open_segment(target.name), 0, MiB)
@@ -131,7 +146,7 @@ def test_garbage_during_handshake_is_counted(start_target):
     handshake.recv_frame(sock)
     sock.sendall(b"\x00" * HEADER_SIZE)
     assert _closed_by_peer(sock)
-    assert _nic(target)["malformed_frames"] == 1
+    assert _counted(target, "malformed_frames", 1) == 1
 
 
 def _request(sock: socket.socket, header: Header, payload: bytes = b"") -> Header:
