@@ -155,7 +155,7 @@ def drain(
         out.print(
             f"{node}: {'/'.join(states)}; {report.copied} objects copied "
             f"({report.copied_bytes} bytes), {report.dropped} replicas dropped "
-            f"({report.waiting} waited for a reader's lease), {len(report.failed)} failed",
+            f"({report.waiting} freed when their read lease ends), {len(report.failed)} failed",
             highlight=False,
         )
     for key, why in report.failed:
