@@ -6,8 +6,11 @@ from __future__ import annotations
 import asyncio
 import json
 import urllib.request
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+from store_proc_support import MasterProc
 
 from mooncake_core import __version__
 from mooncake_core.config.models import MasterConfig
@@ -83,3 +86,38 @@ async def test_move_a_replica_over_grpc() -> None:
         assert health["hashing"] == {"block_size": 16, "seed": 7}
     finally:
         await svc.stop()
+
+
+async def test_moves_survive_a_master_crash(
+    start_master: Callable[..., MasterProc], tmp_path: Path
+) -> None:
+    """SIGKILL after an added replica, a drop and an undrain: the restarted master (from
+    its journal) has exactly that layout, and a pending addition is gone."""
+    flags = ["--data-dir", str(tmp_path / "journal")]
+    m = start_master(flags)
+    async with MasterClient(m.address, client_id="node") as c:
+        for name in ("a", "b", "c"):
+            await c.mount_segment(name, 4096)
+        for key in ("k", "j"):
+            await c.put_start(key, 128, ReplicateConfig(preferred_segments=("a",)))
+            await c.put_end(key)
+        await c.drain_segment("a")
+        rep = await c.add_replica_start("k", target_segment="b")
+        await c.add_replica_end("k")
+        await c.drop_replica("k", "a")
+        await c.add_replica_start("j", target_segment="c")  # never ended
+        await c.undrain_segment("a")
+    m.proc.kill()
+    m.proc.wait(10)
+    m2 = start_master(flags)
+    async with MasterClient(m2.address, client_id="node") as c:
+        assert (await c.stat("k")).replicas == (rep,)
+        assert (await c.stat("j")).replicas == ((Slice("a", 128, 128),),)
+        snap = await c.get_snapshot()
+        assert {s.name: (s.state, s.used) for s in snap.segments} == {
+            "a": (SegmentState.MOUNTED, 128),
+            "b": (SegmentState.MOUNTED, 128),
+            "c": (SegmentState.MOUNTED, 0),
+        }
+        with pytest.raises(NotFoundError):
+            await c.add_replica_end("j")
