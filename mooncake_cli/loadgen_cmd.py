@@ -121,5 +121,6 @@ def loadgen(
     )
     t.add_row("prefix hit rate", f"{report.hit_rate:.1%}")
     t.add_row("goodput", f"{report.goodput_rps:.2f} req/s ({report.slo_met} met SLOs)")
+    t.add_row("statuses", ", ".join(f"{k} {v}" for k, v in sorted(report.statuses.items())))
     t.add_row("wall time", f"{report.wall_s:.1f} s")
     out.print(t)

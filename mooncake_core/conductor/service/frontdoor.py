@@ -148,6 +148,7 @@ class FrontDoorStats:
     fetched_blocks: int = 0
     stored_blocks: int = 0
     cpp: int = 0
+    kv_full: int = 0
     by_reason: dict[str, int] = field(default_factory=dict)
 
 
@@ -266,7 +267,8 @@ class FrontDoor:
         """Run one request; yields its tokens as they are generated.
 
         Raises:
-            Rejected: before the first chunk, when admission control refuses it.
+            Rejected: before the first chunk, when admission control refuses it or a
+                worker's KV pool is full (``decode_kv_full`` / ``prefill_kv_full``).
             ServingError: a worker failed (before or after the first chunk).
             ValueError: a bad token id or a prompt longer than the model allows.
         """
@@ -353,6 +355,12 @@ class FrontDoor:
                     metadata=pre.metadata,
                 )
             except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    # A KV pool is full: overload, like an admission rejection (the
+                    # Conductor counts batch slots, not KV blocks).
+                    where = "decode" if reserved is None else "prefill"
+                    self.stats.kv_full += 1
+                    raise Rejected(f"{where}_kv_full", _rpc_text(exc), 1.0) from None
                 raise ServingError(f"{_rpc_text(exc)}") from None
             now = time.time()
             ttft = now - arrival
@@ -430,7 +438,10 @@ class FrontDoor:
                 self.audit.update_actual(rid, ttft, tbt_final)
             self.stats.completed += 1
         except BaseException as exc:
-            if isinstance(exc, ServingError):
+            if isinstance(exc, Rejected):
+                self.stats.rejected += 1
+                self.stats.by_reason[exc.reason] = self.stats.by_reason.get(exc.reason, 0) + 1
+            elif isinstance(exc, ServingError):
                 self.stats.failed += 1
                 log.warning("request %s failed: %s", rid, exc)
             else:

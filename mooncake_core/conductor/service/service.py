@@ -249,6 +249,8 @@ class ConductorService:
                 "fetched_blocks": st.fetched_blocks,
                 "stored_blocks": st.stored_blocks,
                 "cpp": st.cpp,
+                "kv_full": st.kv_full,
+                "rejected_by_reason": dict(st.by_reason),
             }
         return out
 

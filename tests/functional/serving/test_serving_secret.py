@@ -57,7 +57,14 @@ def test_serving_with_a_cluster_secret_and_profiled_predictors(tmp_path: Path) -
         "--decode-model",
         summary["decode_model"],
     )
-    with run_cluster(tmp_path, prefill=2, decode=1, secret=secret, conductor_args=cpp) as cl:
+    with run_cluster(
+        tmp_path,
+        prefill=2,
+        decode=1,
+        secret=secret,
+        conductor_args=cpp,
+        decode_cache_blocks=16,  # 256 tokens of KV on the decode worker
+    ) as cl:
         addr = f"127.0.0.1:{cl.config['prefill_workers'][0]['rpc_port']}"
         assert not probe_worker(addr, 1.0)  # no token: refused
         assert probe_worker(addr, 1.0, secret)
@@ -67,6 +74,12 @@ def test_serving_with_a_cluster_secret_and_profiled_predictors(tmp_path: Path) -
                 cl.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 3}, timeout=60
             )
             assert r.status_code == 200, r.text
+        # A prompt whose KV cannot fit the decode pool: overload, 429 (not a 503).
+        r = httpx.post(
+            cl.url + "/v1/completions", json={"prompt": "z" * 300, "max_tokens": 2}, timeout=60
+        )
+        assert r.status_code == 429, r.text
+        assert "decode_kv_full" in r.json()["error"]["message"] and r.headers["Retry-After"]
         fd = httpx.get(cl.url + "/health").json()["front_door"]
-        assert fd["completed"] == 3 and fd["cpp"] == 1
+        assert fd["completed"] == 3 and fd["cpp"] == 1 and fd["kv_full"] == 1
         assert fd["reused_tokens"] >= 48 and fd["stored_blocks"] >= 3
