@@ -515,7 +515,7 @@ class MasterService:
         body = {
             "status": "ok",
             "role": "master",
-            "version": __version__,
+            "version": f"mooncake-py {__version__}",  # the form `cluster check` compares
             "uptime_s": round(self._clock() - self._started, 3),
             "keys": s.key_count,
             "segments": len(s.segments),

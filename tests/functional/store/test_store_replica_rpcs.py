@@ -82,7 +82,7 @@ async def test_move_a_replica_over_grpc() -> None:
         url = f"http://127.0.0.1:{svc.metrics_port}/health"
         body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read())
         health = json.loads(body)
-        assert health["version"] == __version__
+        assert health["version"] == f"mooncake-py {__version__}"
         assert health["hashing"] == {"block_size": 16, "seed": 7}
     finally:
         await svc.stop()
