@@ -114,6 +114,8 @@ def master(
         metrics_host=bind,
         metrics_port=mcfg.metrics_port if metrics_port is None else metrics_port,
         secret=secret,
+        # reported on /health so `cluster check` can compare every component's hashing
+        hashing={"block_size": cfg.hashing.block_size, "seed": cfg.hashing.seed},
     )
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
