@@ -75,9 +75,9 @@ def _field(f: FieldDescriptor, depth: int) -> st.SearchStrategy[Any]:
         s = st.floats(
             allow_nan=True, allow_infinity=True, width=32 if t == FieldDescriptor.TYPE_FLOAT else 64
         )
-    elif t == FieldDescriptor.TYPE_ENUM:
+    elif t == FieldDescriptor.TYPE_ENUM and f.enum_type is not None:
         s = st.sampled_from([v.number for v in f.enum_type.values])
-    elif t == FieldDescriptor.TYPE_MESSAGE and depth < 3:
+    elif t == FieldDescriptor.TYPE_MESSAGE and f.message_type is not None and depth < 3:
         s = message(f.message_type, depth + 1)
     else:
         return st.nothing()

@@ -43,7 +43,7 @@ section_body = st.sampled_from(SECTIONS).flatmap(
         st.just(s),
         st.one_of(
             value,
-            st.dictionaries(st.sampled_from(_section_fields(s) + ["bogus"]), value, max_size=4),
+            st.dictionaries(st.sampled_from([*_section_fields(s), "bogus"]), value, max_size=4),
         ),
     )
 )
