@@ -268,6 +268,7 @@ def run_rejection(
                 adm,
                 s,
                 load_correlation=_load_correlation(res, trace),
+                **_overload_stats(res, trace),
                 paper_rejected=PAPER["rejections"][adm],
                 reasons=", ".join(f"{k}={v}" for k, v in s.rejected_by_reason.items()) or "-",
             )
@@ -309,6 +310,11 @@ def run_rejection(
             "avg_tbt_s",
             "goodput_rps",
             "load_correlation",
+            "decode_load_mean",
+            "decode_load_std",
+            "prefill_busy_std",
+            "served_prompt_mean",
+            "rejected_prompt_mean",
             "paper_rejected",
         ],
         files,
@@ -331,6 +337,27 @@ def _load_correlation(res: SimResult, trace: Sequence[TraceRequest]) -> float:
     if a[:, 0].std() == 0 or a[:, 1].std() == 0:
         return math.nan
     return float(np.corrcoef(a[:, 0], a[:, 1])[0, 1])
+
+
+def _overload_stats(res: SimResult, trace: Sequence[TraceRequest]) -> dict[str, float]:
+    """Load level and swing while requests arrive, and the prompt sizes served vs refused.
+
+    With KV memory the binding decode limit, *which* prompts are refused decides how
+    many requests fit, so the rejection experiment reports the mean prompt of each side.
+    """
+    end = trace[-1].arrival_s if trace else 0.0
+    samples = [s for s in res.load if s.time_s <= end]
+    dec = np.array([max(s.decode_load, s.decode_kv) for s in samples]) if samples else None
+    busy = np.array([s.prefill_busy for s in samples]) if samples else None
+    served = [r.input_length for r in res.requests if not r.rejected]
+    refused = [r.input_length for r in res.requests if r.rejected]
+    return {
+        "decode_load_mean": float(dec.mean()) if dec is not None else math.nan,
+        "decode_load_std": float(dec.std()) if dec is not None else math.nan,
+        "prefill_busy_std": float(busy.std()) if busy is not None else math.nan,
+        "served_prompt_mean": float(np.mean(served)) if served else math.nan,
+        "rejected_prompt_mean": float(np.mean(refused)) if refused else math.nan,
+    }
 
 
 def _global_lru_hit_rate(trace: Sequence[TraceRequest], capacity_tokens: int) -> float:
