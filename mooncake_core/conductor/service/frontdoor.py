@@ -223,7 +223,8 @@ class FrontDoor:
     def _start_next(self, instance: str, now: float) -> None:
         q = self._fifo.get(instance)
         if q:
-            self.conductor.on_prefill_start(q[0], now)
+            with contextlib.suppress(KeyError):  # forgotten: its instance was removed
+                self.conductor.on_prefill_start(q[0], now)
 
     def _leave_fifo(self, instance: str, rid: str, now: float) -> None:
         q = self._fifo.get(instance)
@@ -283,6 +284,10 @@ class FrontDoor:
             raise ValueError(f"token ids must be in [0, {vocab})")
         keys = tuple(self.hasher.block_keys(tokens))
         self.stats.requests += 1
+        for role in ("prefill", "decode"):
+            if not any(lk.up for lk in self.links.values() if lk.role == role):
+                self.stats.failed += 1
+                raise ServingError(f"no {role} worker is up")
         d = self.conductor.schedule(
             ScheduleRequest(rid, keys, len(tokens), req.max_tokens), arrival
         )
@@ -317,7 +322,7 @@ class FrontDoor:
         q = self._fifo.setdefault(d.prefill, deque())
         q.append(rid)
         if len(q) == 1:
-            c.on_prefill_start(rid, time.time())
+            self._start_next(d.prefill, time.time())
         reserved: pb.PrepareReply | None = None
         admitted = False
         finished = False
@@ -365,7 +370,10 @@ class FrontDoor:
             now = time.time()
             ttft = now - arrival
             self._leave_fifo(d.prefill, rid, now)
-            c.on_prefill_done(rid, now, actual_transfer_s=rep.fetch_s if fetch else None)
+            try:
+                c.on_prefill_done(rid, now, actual_transfer_s=rep.fetch_s if fetch else None)
+            except KeyError:
+                raise ServingError(f"request dropped: {d.prefill} was removed") from None
             st = self.stats
             st.reused_tokens += rep.reused_tokens
             st.computed_tokens += rep.computed_tokens
@@ -373,7 +381,10 @@ class FrontDoor:
             st.stored_blocks += rep.stored_blocks
             times = [now]
             first_done = req.max_tokens == 1 or (req.stop_at_eos and rep.first_token == 257)
-            join = c.on_decode_join(rid, now)
+            try:
+                join = c.on_decode_join(rid, now)
+            except KeyError:
+                raise ServingError(f"request dropped: {d.decode} was removed") from None
             if not join.admitted:
                 raise ServingError(f"rejected at decode join: {join.reason}")
             admitted = True
@@ -430,10 +441,11 @@ class FrontDoor:
             if not finished:
                 raise ServingError(f"decode {d.decode} ended the stream before the last token")
             end = time.time()
-            c.on_decode_done(rid, end)
             admitted = False
             tbt_final = tbt_of(times)
-            c.on_actual(rid, ttft, tbt_final)
+            with contextlib.suppress(KeyError):  # forgotten if its decode worker was removed
+                c.on_decode_done(rid, end)
+                c.on_actual(rid, ttft, tbt_final)
             if self.audit is not None:
                 self.audit.update_actual(rid, ttft, tbt_final)
             self.stats.completed += 1
@@ -464,10 +476,11 @@ class FrontDoor:
             await dec.stub.Cancel(
                 pb.CancelRequest(request_id=rid), timeout=5.0, metadata=dec.metadata
             )
-        if admitted:
-            self.conductor.on_decode_done(rid, now)
-        else:
-            self.conductor.cancel(rid, now)
+        with contextlib.suppress(KeyError):  # the Conductor forgot it (worker removed)
+            if admitted:
+                self.conductor.on_decode_done(rid, now)
+            else:
+                self.conductor.cancel(rid, now)
 
 
 _DONE = object()

@@ -74,6 +74,7 @@ class WorkerLink:
         self.health: pb.HealthReply | None = None
         self.report: LoadReport | None = None
         self.events_applied = 0
+        self.up = True  # answering (Health at start, then its Watch stream)
         self._task: asyncio.Task[None] | None = None
 
     async def hello(self, timeout: float) -> pb.HealthReply:
@@ -88,15 +89,34 @@ class WorkerLink:
         return self.health
 
     def follow(
-        self, apply: Callable[[CacheEvent], None], interval_s: float, retry_s: float = 1.0
+        self,
+        apply: Callable[[CacheEvent], None],
+        interval_s: float,
+        retry_s: float = 1.0,
+        on_change: Callable[[WorkerLink, bool], None] | None = None,
     ) -> None:
-        """Start following the worker's ``Watch`` stream (events go to ``apply``)."""
+        """Start following the worker's ``Watch`` stream (events go to ``apply``).
+
+        ``on_change(link, up)`` is called when the stream breaks (the worker is taken
+        as down) and when reports come again after that.
+        """
         self._task = asyncio.create_task(
-            self._follow(apply, interval_s, retry_s), name=f"watch-{self.name}"
+            self._follow(apply, interval_s, retry_s, on_change), name=f"watch-{self.name}"
         )
 
+    def _set_up(self, up: bool, on_change: Callable[[WorkerLink, bool], None] | None) -> None:
+        if up != self.up:
+            self.up = up
+            log.warning("%s worker %s is %s", self.role, self.name, "back" if up else "down")
+            if on_change is not None:
+                on_change(self, up)
+
     async def _follow(
-        self, apply: Callable[[CacheEvent], None], interval_s: float, retry_s: float
+        self,
+        apply: Callable[[CacheEvent], None],
+        interval_s: float,
+        retry_s: float,
+        on_change: Callable[[WorkerLink, bool], None] | None,
     ) -> None:
         while True:
             try:
@@ -104,9 +124,11 @@ class WorkerLink:
                     pb.WatchRequest(interval_s=interval_s), metadata=self.metadata
                 )
                 async for rep in call:
+                    self._set_up(True, on_change)
                     self._on_report(rep, apply)
             except grpc.RpcError as exc:
                 log.debug("watch %s: %s", self.name, exc)
+            self._set_up(False, on_change)
             await asyncio.sleep(retry_s)
 
     def _on_report(self, rep: pb.WorkerReport, apply: Callable[[CacheEvent], None]) -> None:

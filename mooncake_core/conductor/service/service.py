@@ -148,7 +148,7 @@ class ConductorService:
                 self.links[w.name] = WorkerLink(w.name, role, addr, opts.secret)
         await asyncio.gather(*(self._hello(link) for link in self.links.values()))
         for link in self.links.values():
-            link.follow(self.conductor.apply, opts.report_interval_s)
+            link.follow(self.conductor.apply, opts.report_interval_s, on_change=self._membership)
         if opts.store_events:
             from mooncake_core.conductor.service.store_events import follow_store
             from mooncake_core.conductor.store_feed import StoreFeed
@@ -179,6 +179,29 @@ class ConductorService:
         )
         self.started_at = time.time()
         return self.front
+
+    def _membership(self, link: WorkerLink, up: bool) -> None:
+        """A worker went down (stop scheduling on it) or came back (schedule again).
+
+        Requests in flight on a dead worker fail on their own RPCs; the Conductor forgets
+        them here (``remove_*``), which the front door tolerates.
+        """
+        c = self.conductor
+        if c is None:
+            return
+        try:
+            if link.role == "prefill":
+                if up:
+                    c.add_prefill(link.name)
+                else:
+                    c.remove_prefill(link.name)
+            elif up:
+                batch = link.health.max_batch if link.health is not None else 8
+                c.add_decode(link.name, batch)
+            else:
+                c.remove_decode(link.name)
+        except (KeyError, ValueError) as exc:  # already in that state
+            log.debug("membership %s %s: %s", link.name, up, exc)
 
     def _open_audit(self) -> AuditWriter:
         from mooncake_core.conductor.audit import AuditWriter, WriterOptions, upgrade
@@ -214,6 +237,7 @@ class ConductorService:
             rep = link.report
             workers[name] = {
                 "role": link.role,
+                "up": link.up,
                 "address": link.address,
                 "report_age_s": None if rep is None else round(now - rep.time, 3),
             }
@@ -233,6 +257,8 @@ class ConductorService:
                 "migrations": snap.migrations,
                 "in_flight": snap.in_flight,
                 "decode_time_s": snap.decode_time_s,
+                "prefill_instances": [p.name for p in snap.prefill],
+                "decode_instances": [d.name for d in snap.decode],
                 "decode": [repr(d) for d in snap.decode],
                 "index_blocks": {f"{loc}/{tier}": n for loc, tier, n in snap.index.per_holder},
             }
