@@ -235,6 +235,8 @@ class WorkerConfig(_Strict):
     """gRPC port for dispatch from the conductor."""
     data_port: Port
     """Transfer Engine data-plane port of this worker's KV buffer."""
+    metrics_port: Port | None = None
+    """HTTP port for this worker's /health, /telemetry and /metrics; ``None``: not served."""
     max_batch: Annotated[int, Field(ge=1, le=4096)] = 8
     """Decode: most requests in one continuous batch."""
     local_cache_blocks: Annotated[int, Field(ge=0, le=10**8)] = 1024
@@ -275,11 +277,11 @@ def _default_store_nodes() -> list[StoreNodeConfig]:
 
 
 def _default_prefill() -> list[WorkerConfig]:
-    return [WorkerConfig(name="prefill-0", rpc_port=50071, data_port=17101)]
+    return [WorkerConfig(name="prefill-0", rpc_port=50071, data_port=17101, metrics_port=9201)]
 
 
 def _default_decode() -> list[WorkerConfig]:
-    return [WorkerConfig(name="decode-0", rpc_port=50081, data_port=17201)]
+    return [WorkerConfig(name="decode-0", rpc_port=50081, data_port=17201, metrics_port=9301)]
 
 
 class ClusterConfig(_Strict):
@@ -366,6 +368,8 @@ class ClusterConfig(_Strict):
                 names.add(w.name)
                 claim(w.host, w.rpc_port, f"{role}.{i}.rpc_port")
                 claim(w.host, w.data_port, f"{role}.{i}.data_port")
+                if w.metrics_port is not None:
+                    claim(w.host, w.metrics_port, f"{role}.{i}.metrics_port")
         claim(self.dashboard.host, self.dashboard.port, "dashboard.port")
         if self.etcd.enabled:
             claim(self.master.host, self.etcd.client_port, "etcd.client_port")
