@@ -49,6 +49,8 @@ from .validation import check_key
 if TYPE_CHECKING:
     import torch
 
+    from mooncake_core.transfer import TransferSnapshot
+
 _MIN_STAGING = 1 << 20
 _RANK = {"local": 0, "shm": 1, "unknown": 2, "tcp": 3}
 """Read preference by how a segment is reached (lower first)."""
@@ -155,6 +157,19 @@ class Client(BatchOps):
     def segments(self) -> tuple[str, ...]:
         """Names of the segments this client hosts."""
         return tuple(self._local)
+
+    def transfer_snapshot(self) -> TransferSnapshot:
+        """Counters of this client's Transfer Engine (per NIC and per transport).
+
+        Thread-safe; served as the ``transfer`` snapshot of a telemetry registry.
+
+        Returns:
+            The engine's immutable snapshot.
+
+        Raises:
+            UnavailableError: the client is not set up or is closed.
+        """
+        return self._eng.snapshot()
 
     @property
     def _m(self) -> SyncMaster:

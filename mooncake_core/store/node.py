@@ -1,11 +1,12 @@
 """A store node: a process that only hosts a DRAM segment (``mooncake store node``).
 
 It runs a store :class:`Client` that mounts one segment and heartbeats, and serves
-``/health`` (JSON) on its metrics port; it never reads or writes objects itself. Peers
-reach the segment through this process's Transfer Engine (shm on the same host, tcp
-otherwise). The node runs until :meth:`StoreNode.stop` (SIGTERM/SIGINT in the CLI); then
-it unmounts the segment (the master keeps it readable for ``unmount_grace_s``, but the
-memory goes with the process, so readers fall back to other replicas).
+``/health`` (JSON), ``/telemetry`` and ``/metrics`` (docs/metrics.md) on its metrics
+port; it never reads or writes objects itself. Peers reach the segment through this
+process's Transfer Engine (shm on the same host, tcp otherwise). The node runs until
+:meth:`StoreNode.stop` (SIGTERM/SIGINT in the CLI); then it unmounts the segment (the
+master keeps it readable for ``unmount_grace_s``, but the memory goes with the process, so
+readers fall back to other replicas).
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ import os
 import secrets
 import time
 from dataclasses import dataclass
+
+from mooncake_core import __version__
+from mooncake_core.telemetry import ComponentInfo, TelemetryRegistry, telemetry_routes
 
 from .client import Client
 from .client_options import ClientOptions, SegmentSpec
@@ -104,7 +108,11 @@ class StoreNode:
                 await asyncio.sleep(0.5)
         o = self.options
         if o.metrics_port is not None:
-            self._http = await serve_http(o.metrics_host, o.metrics_port, {"/health": self._health})
+            # /telemetry and /metrics read the same registry (docs/metrics.md).
+            reg = TelemetryRegistry(ComponentInfo(o.name, "store", __version__))
+            reg.register("transfer", self.client.transfer_snapshot)
+            routes = {"/health": self._health, **telemetry_routes(reg)}
+            self._http = await serve_http(o.metrics_host, o.metrics_port, routes)
             self.metrics_port = int(self._http.sockets[0].getsockname()[1])
 
     def _health(self) -> tuple[int, str, bytes]:
