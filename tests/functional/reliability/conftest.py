@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# The master/node launcher lives with the store client tests; import it, don't copy it.
-_HELPERS = Path(__file__).resolve().parents[1] / "store_client"
-if str(_HELPERS) not in sys.path:
-    sys.path.insert(0, str(_HELPERS))
+# The launchers live with the store client and serving tests; import them, don't copy them.
+for _dir in ("store_client", "serving"):
+    _helpers = Path(__file__).resolve().parents[1] / _dir
+    if str(_helpers) not in sys.path:
+        sys.path.insert(0, str(_helpers))
