@@ -27,13 +27,20 @@ from typing import Any, Literal
 
 import grpc
 
+from mooncake_core import __version__
 from mooncake_core.conductor.events import BlockStored
 from mooncake_core.config.models import ClusterConfig, WorkerConfig
 from mooncake_core.rpc import worker_pb2 as pb
 from mooncake_core.rpc import worker_pb2_grpc as pbg
 from mooncake_core.store.auth import TokenAuthInterceptor, auth_metadata
-from mooncake_core.transfer import TransferEngine
-from mooncake_core.worker.engine import InferenceEngine
+from mooncake_core.telemetry import (
+    ComponentInfo,
+    TelemetryRegistry,
+    TelemetryServer,
+    serve_telemetry,
+)
+from mooncake_core.transfer import TransferEngine, TransferSnapshot
+from mooncake_core.worker.engine import EngineSnapshot, InferenceEngine
 from mooncake_core.worker.kv_stream import KVStreamError, StreamTarget
 from mooncake_core.worker.kvcache import CacheFullError
 from mooncake_core.worker.sampling import Sampler, SamplingParams
@@ -72,6 +79,8 @@ class WorkerServiceOptions:
         secret: cluster secret (control and data plane), or None.
         torch_threads: intra-op threads of torch (the machines are small and shared).
         io_timeout_s: longest wait for KV / Store writes of one request.
+        metrics_port: HTTP port of ``/health``, ``/telemetry`` and ``/metrics`` (0: any
+            free port; None: not served).
     """
 
     name: str
@@ -85,6 +94,7 @@ class WorkerServiceOptions:
     secret: bytes | None = None
     torch_threads: int = 1
     io_timeout_s: float = 30.0
+    metrics_port: int | None = None
 
     @classmethod
     def from_cluster(
@@ -110,6 +120,7 @@ class WorkerServiceOptions:
                     "num_blocks": max(w.local_cache_blocks, 16),
                     "max_batch": w.max_batch,
                     "device": None if w.device == "auto" else w.device,
+                    "metrics_port": w.metrics_port,
                 }
                 vals.update(overrides)
                 return cls(**vals)
@@ -181,6 +192,8 @@ class WorkerService(pbg.WorkerServicer):
         self._queued = 0
         self._inflight: dict[str, asyncio.Future[Any]] = {}
         self.kv_segment = ""
+        self._telemetry: TelemetryServer | None = None
+        self.metrics_port: int | None = None
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -210,6 +223,8 @@ class WorkerService(pbg.WorkerServicer):
         if self.rpc_port == 0:
             raise RuntimeError(f"cannot bind {opts.host}:{opts.rpc_port} (port in use?)")
         await self._server.start()
+        if opts.metrics_port is not None:
+            self._serve_telemetry(opts.metrics_port)
         log.info(
             "%s worker %s serving on %s:%d (kv segment %s)",
             opts.role,
@@ -254,8 +269,36 @@ class WorkerService(pbg.WorkerServicer):
                 device=opts.device,
             )
 
+    def _serve_telemetry(self, port: int) -> None:
+        opts = self.options
+        reg = TelemetryRegistry(ComponentInfo(opts.name, opts.role, __version__))
+        reg.register("engine", self._engine_snapshot)
+        reg.register("transfer", self._transfer_snapshot)
+        self._telemetry = serve_telemetry(reg, opts.host, port)
+        self.metrics_port = self._telemetry.port
+
+    def _engine_snapshot(self) -> EngineSnapshot:
+        # Called from the telemetry server's threads while the engine thread may add or
+        # drop a sequence: reading its dicts can then raise "changed size during
+        # iteration". The snapshot is a handful of reads, so retry instead of queueing
+        # behind a long prefill on the engine thread.
+        for _ in range(4):
+            try:
+                return self.engine.snapshot()
+            except RuntimeError as exc:
+                if "changed size" not in str(exc):
+                    raise
+        return self.engine.snapshot()
+
+    def _transfer_snapshot(self) -> TransferSnapshot:
+        if self._transfer is None:
+            raise RuntimeError("worker not started")
+        return self._transfer.snapshot()
+
     async def stop(self, grace: float = 2.0) -> None:
         """Stop serving: refuse new calls, end decode streams, free the data plane."""
+        if self._telemetry is not None:
+            self._telemetry.close()
         if self._decode is not None:
             self._decode.stop()
         if self._server is not None:
