@@ -73,6 +73,31 @@ def stop(proc: subprocess.Popen[Any], timeout: float = 15) -> None:
             proc.wait()
 
 
+def wait_listening(port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"nothing listens on 127.0.0.1:{port} after {timeout} s"
+                ) from None
+            time.sleep(0.1)
+
+
+def wait_for_line(
+    path: Path, needle: str, proc: subprocess.Popen[Any], timeout: float = 60
+) -> None:
+    deadline = time.monotonic() + timeout
+    while needle not in path.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{path.name}: no {needle!r} (exit code {proc.poll()}); see the log")
+        time.sleep(0.1)
+    time.sleep(0.5)  # it publishes the segment right after listening
+
+
 # ---------------------------------------------------------------------------- upstream
 
 
@@ -106,7 +131,9 @@ class Upstream:
             stdout=open(logdir / "upstream_hms.log", "w"),  # noqa: SIM115 (outlives this call: the child writes it)
             stderr=subprocess.STDOUT,
         )
-        time.sleep(1.5)
+        # The Python metadata server can take seconds to listen on a loaded box; the
+        # target publishes its segment there at start-up and never retries.
+        wait_listening(meta_port, timeout=60)
         self.target_port = free_port()
         self.target_cmd = [
             self.teb,
@@ -122,7 +149,7 @@ class Upstream:
             stdout=open(logdir / "upstream_target.log", "w"),  # noqa: SIM115 (child writes it)
             stderr=subprocess.STDOUT,
         )
-        time.sleep(3)
+        wait_for_line(logdir / "upstream_target.log", "TcpTransport: listen on port", self.target)
         self.runs = 0
 
     def point(self, op: str, block: int, duration: int) -> dict[str, Any]:
