@@ -1,4 +1,5 @@
-"""FastAPI app: ``POST /v1/completions``, ``GET /v1/models``, ``GET /health``."""
+"""FastAPI app: ``POST /v1/completions``, ``GET /v1/models``, ``GET /health``,
+``GET /telemetry`` and ``GET /metrics`` (docs/metrics.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
 from mooncake_core.conductor.service import (
@@ -20,6 +21,7 @@ from mooncake_core.conductor.service import (
     Rejected,
     ServingError,
 )
+from mooncake_core.telemetry import telemetry_routes
 
 __all__ = ["CompletionBody", "create_app"]
 
@@ -67,6 +69,20 @@ def create_app(service: ConductorService) -> FastAPI:
     @router.get("/health")
     async def health() -> dict[str, Any]:
         return service.health()
+
+    pages = telemetry_routes(service.telemetry)
+
+    # async handlers: the snapshots are read on the loop's thread, the only one that
+    # touches the Conductor.
+    @router.get("/telemetry")
+    async def telemetry() -> Response:
+        status, ctype, body = pages["/telemetry"]()
+        return Response(content=body, media_type=ctype, status_code=status)
+
+    @router.get("/metrics")
+    async def metrics() -> Response:
+        status, ctype, body = pages["/metrics"]()
+        return Response(content=body, media_type=ctype, status_code=status)
 
     @router.get("/v1/models")
     async def models() -> dict[str, Any]:

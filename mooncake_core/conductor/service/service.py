@@ -24,16 +24,19 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from mooncake_core import __version__
 from mooncake_core.conductor.hashing import BlockHasher
 from mooncake_core.conductor.options import ConductorOptions
 from mooncake_core.conductor.predictors import DecodeStepModel, PrefillTimeModel
 from mooncake_core.conductor.scheduler import Conductor
 from mooncake_core.conductor.service.frontdoor import FrontDoor
 from mooncake_core.conductor.service.links import WorkerLink
+from mooncake_core.conductor.snapshot import ConductorSnapshot
 from mooncake_core.config.models import ClusterConfig
+from mooncake_core.telemetry import ComponentInfo, TelemetryRegistry
 
 if TYPE_CHECKING:
-    from mooncake_core.conductor.audit.writer import AuditWriter
+    from mooncake_core.conductor.audit.writer import AuditWriter, WriterSnapshot
 
 __all__ = ["ConductorService", "ConductorServiceOptions", "kv_bytes_per_token"]
 
@@ -119,6 +122,12 @@ class ConductorService:
         self.front: FrontDoor | None = None
         self.started_at = 0.0
         self._store_task: asyncio.Task[None] | None = None
+        self.telemetry = TelemetryRegistry(ComponentInfo("conductor", "conductor", __version__))
+        """Served as ``/telemetry`` and ``/metrics`` by the front door (docs/metrics.md).
+        Read it from the event loop's thread: the Conductor has no lock."""
+        self.telemetry.register("conductor", self._conductor_snapshot)
+        if cluster.audit.enabled:
+            self.telemetry.register("audit", self._audit_snapshot, kind="audit_writer")
 
     async def start(self) -> FrontDoor:
         """Open the audit DB, fit predictors, connect to every worker.
@@ -202,6 +211,16 @@ class ConductorService:
                 c.remove_decode(link.name)
         except (KeyError, ValueError) as exc:  # already in that state
             log.debug("membership %s %s: %s", link.name, up, exc)
+
+    def _conductor_snapshot(self) -> ConductorSnapshot:
+        if self.conductor is None:
+            raise RuntimeError("conductor not started")
+        return self.conductor.snapshot()
+
+    def _audit_snapshot(self) -> WriterSnapshot:
+        if self.audit is None:
+            raise RuntimeError("audit writer not open")
+        return self.audit.snapshot()
 
     def _open_audit(self) -> AuditWriter:
         from mooncake_core.conductor.audit import AuditWriter, WriterOptions, upgrade
