@@ -39,14 +39,14 @@ class Target:
 
 def targets_from_config(cfg: ClusterConfig) -> list[Target]:
     """Targets implied by ``mooncake.yaml``: the master's metrics port, each store node's
-    metrics port and the conductor's front door. Workers have no HTTP port in the config
-    yet, so they are reached only through the run state or ``--target``.
+    metrics port, each prefill and decode worker's ``metrics_port`` (workers without one
+    are skipped: they serve no HTTP) and the conductor's front door.
 
     Args:
         cfg: The cluster config.
 
     Returns:
-        Targets in a stable order (master, store nodes, conductor).
+        Targets in a stable order (master, store nodes, prefill, decode, conductor).
     """
 
     def addr(host: str) -> str:
@@ -58,6 +58,10 @@ def targets_from_config(cfg: ClusterConfig) -> list[Target]:
     out = [Target("master", "master", f"http://{addr(cfg.master.host)}:{cfg.master.metrics_port}")]
     for n in cfg.store_nodes:
         out.append(Target(n.name, "store", f"http://{addr(n.host)}:{n.metrics_port}"))
+    for role, workers in (("prefill", cfg.prefill_workers), ("decode", cfg.decode_workers)):
+        for w in workers:
+            if w.metrics_port is not None:
+                out.append(Target(w.name, role, f"http://{addr(w.host)}:{w.metrics_port}"))
     c = cfg.conductor
     out.append(Target("conductor", "conductor", f"http://{addr(c.host)}:{c.http_port}"))
     return out

@@ -22,8 +22,18 @@ def test_from_default_config():
         ("master", "master", "http://127.0.0.1:9003"),
         ("store-0", "store", "http://127.0.0.1:9101"),
         ("store-1", "store", "http://127.0.0.1:9102"),
+        ("prefill-0", "prefill", "http://127.0.0.1:9201"),
+        ("decode-0", "decode", "http://127.0.0.1:9301"),
         ("conductor", "conductor", "http://127.0.0.1:8000"),
     ]
+
+
+def test_from_config_skips_workers_without_metrics_port():
+    cfg = ClusterConfig.model_validate(
+        {"decode_workers": [{"name": "decode-0", "rpc_port": 50081, "data_port": 17201}]}
+    )
+    names = [t.name for t in targets_from_config(cfg)]
+    assert "prefill-0" in names and "decode-0" not in names
 
 
 def test_from_run_state(tmp_path):
