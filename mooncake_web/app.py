@@ -60,7 +60,7 @@ def create_app(config: ClusterConfig, options: WebOptions | None = None) -> Fast
     state = WebState(
         backend=backend,
         sessions=SessionStore(token, opts.session_ttl_s),
-        drains=DrainJobs(),
+        drains=DrainJobs(backend.replica_copier),
         anonymous_read=anonymous,
     )
 
@@ -77,7 +77,7 @@ def create_app(config: ClusterConfig, options: WebOptions | None = None) -> Fast
         title="Mooncake dashboard",
         version=__version__,
         description="Live cluster views (telemetry read-model, store, scheduler audit) and "
-        "operator actions (pin, drain). Actions need a session opened with the cluster "
+        "operator actions (pin, drain, undrain). Actions need a session opened with the cluster "
         "token and the session's CSRF token in the X-CSRF-Token header.",
         lifespan=lifespan,
     )

@@ -30,6 +30,7 @@ from mooncake_core.telemetry import (
 from .options import WebOptions
 
 if TYPE_CHECKING:
+    from mooncake_core.cluster.replica_copy import ReplicaCopier
     from mooncake_core.config import ClusterConfig
     from mooncake_core.store.master_client import MasterClient
 
@@ -159,6 +160,20 @@ class Backend:
         if self._mc is None:
             raise RuntimeError("backend not open")
         return self._mc
+
+    def replica_copier(self) -> ReplicaCopier:
+        """A copier for drains (blocking: starts a Transfer Engine; the caller closes it).
+
+        It binds the master's host address, as ``mooncake node drain`` does, and uses
+        the cluster secret for the data-plane handshake.
+
+        Raises:
+            TransferError: The engine could not start.
+        """
+        from mooncake_core.cluster.replica_copy import ReplicaCopier
+
+        host = self.master.rsplit(":", 1)[0].strip("[]") or "127.0.0.1"
+        return ReplicaCopier(self.cfg.transfer, secret=self.secret, host=host)
 
     # --------------------------------------------------------------------- polling
     def _run(self) -> None:

@@ -1,21 +1,29 @@
 """Drains started from the dashboard: one asyncio task per node, with progress.
 
-A drain marks the node's segments DRAINING through the master (no new placement), then
-scans every object to report what is still on the node and what exists only there
-(:mod:`mooncake_core.cluster.drain`). The scan's progress is what the Nodes page shows.
+The dashboard runs the same core path as ``mooncake node drain``
+(:mod:`mooncake_core.cluster.drain`): mark the node's segments DRAINING
+(:func:`drain_node`), move every object off it (:func:`move_off`: objects with no
+replica elsewhere are copied first by a :class:`~mooncake_core.cluster.replica_copy.
+ReplicaCopier`, then the node's replicas are dropped), then wait for readers' leases to
+end and the segments to turn DRAINED. This module only keeps the job's state for the
+Nodes page; no drain logic lives here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from mooncake_core.cluster.replica_copy import ReplicaCopier
     from mooncake_core.store.master_client import MasterClient
 
 __all__ = ["DrainJob", "DrainJobs"]
+
+_FAILED_LISTED = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,44 +32,70 @@ class DrainJob:
 
     Attributes:
         node: Store node.
-        state: ``running``, ``done`` or ``failed``.
+        state: ``running``, ``done`` (every segment DRAINED), ``incomplete`` (finished,
+            but something is left: failures, objects still being written, or leases not
+            over within the wait; running it again continues), ``failed`` (an error
+            stopped it) or ``cancelled`` (undrained while it ran).
+        phase: While running: ``moving`` (objects being moved) or ``waiting`` (for
+            readers' leases to end and the segments to turn DRAINED).
         started_at: Wall time it started.
         segments: Segments marked DRAINING.
-        scanned: Objects scanned so far.
-        total: Objects to scan (an estimate until done).
-        on_node: Objects with a replica on the node (when done).
-        sole: Keys whose only replicas are on the node (when done; at most 100 listed).
-        sole_count: How many such keys.
-        segment_states: States of the node's segments after the scan.
+        done: Objects handled so far.
+        total: Objects to handle (an estimate until the move ends).
+        copied: Objects copied to another node (they had no replica elsewhere).
+        copied_bytes: Bytes those copies moved.
+        dropped: Replicas dropped from the node.
+        waiting: Of those, how many kept their space until a reader's lease ended.
+        failed: ``(key, reason)`` of objects that could not be moved (at most 100).
+        failed_count: How many objects failed.
+        segment_states: States of the node's segments at the end.
         error: Why it failed.
     """
 
     node: str
     state: str
     started_at: float
+    phase: str = "moving"
     segments: tuple[str, ...] = ()
-    scanned: int = 0
+    done: int = 0
     total: int = 0
-    on_node: int | None = None
-    sole: tuple[str, ...] = ()
-    sole_count: int | None = None
-    segment_states: tuple[str, ...] = field(default_factory=tuple)
+    copied: int = 0
+    copied_bytes: int = 0
+    dropped: int = 0
+    waiting: int = 0
+    failed: tuple[tuple[str, str], ...] = ()
+    failed_count: int = 0
+    segment_states: tuple[str, ...] = ()
     error: str | None = None
 
 
 class DrainJobs:
-    """The drains of this dashboard process, newest state per node."""
+    """The drains of this dashboard process, newest state per node.
 
-    def __init__(self) -> None:
+    Args:
+        copier: Builds the copier that moves bytes (blocking: it starts a Transfer
+            Engine; called in a worker thread, closed when the move ends).
+        wait_s: How long a drain waits, after moving, for the node to turn DRAINED.
+        poll_s: Pause between those checks.
+    """
+
+    def __init__(
+        self, copier: Callable[[], ReplicaCopier], *, wait_s: float = 60.0, poll_s: float = 0.5
+    ) -> None:
+        if wait_s < 0:
+            raise ValueError(f"wait_s must be >= 0, got {wait_s}")
         self.jobs: dict[str, DrainJob] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._copier = copier
+        self._wait_s = wait_s
+        self._poll_s = poll_s
+        self._tasks: dict[str, asyncio.Task[None]] = {}
 
     def get(self, node: str) -> DrainJob | None:
         """The last drain of ``node`` (``None``: never drained from here)."""
         return self.jobs.get(node)
 
     async def start(self, mc: MasterClient, node: str, now: float) -> DrainJob:
-        """Mark ``node``'s segments DRAINING and start the scan in the background.
+        """Mark ``node``'s segments DRAINING and move its objects off in the background.
 
         Returns:
             The job (state ``running``); a drain already running is returned as is.
@@ -78,39 +112,79 @@ class DrainJobs:
         segs = await drain_node(mc, node)
         job = DrainJob(node=node, state="running", started_at=now, segments=tuple(segs))
         self.jobs[node] = job
-        task = asyncio.get_running_loop().create_task(self._scan(mc, node))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task = asyncio.get_running_loop().create_task(self._run(mc, node))
+        self._tasks[node] = task
+        task.add_done_callback(lambda t: self._forget(node, t))
         return job
 
-    async def _scan(self, mc: MasterClient, node: str) -> None:
-        from mooncake_core.cluster.drain import scan_node
+    def _forget(self, node: str, task: asyncio.Task[None]) -> None:
+        if self._tasks.get(node) is task:
+            del self._tasks[node]
+
+    async def cancel(self, node: str) -> bool:
+        """Stop a running drain of ``node`` (a copy in flight is revoked by the core).
+
+        Returns:
+            Whether one was running.
+        """
+        task = self._tasks.get(node)
+        if task is None or task.done():
+            return False
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        self._set(node, state="cancelled")
+        return True
+
+    def _set(self, node: str, **changes: object) -> None:
+        self.jobs[node] = replace(self.jobs[node], **changes)  # type: ignore[arg-type]
+
+    async def _run(self, mc: MasterClient, node: str) -> None:
+        try:
+            await self._move_and_wait(mc, node)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # shown on the page; the dashboard keeps running
+            self._set(node, state="failed", error=f"{type(exc).__name__}: {exc}"[:300])
+
+    async def _move_and_wait(self, mc: MasterClient, node: str) -> None:
+        from mooncake_core.cluster.drain import move_off, node_segments
 
         def progress(done: int, total: int) -> None:
-            self.jobs[node] = replace(self.jobs[node], scanned=done, total=total)
+            self._set(node, done=done, total=total)
 
+        copier = await asyncio.to_thread(self._copier)
         try:
-            scan = await scan_node(mc, node, progress)
-        except Exception as exc:  # shown on the page; the dashboard keeps running
-            self.jobs[node] = replace(
-                self.jobs[node], state="failed", error=f"{type(exc).__name__}: {exc}"[:300]
-            )
-            return
-        self.jobs[node] = replace(
-            self.jobs[node],
-            state="done",
-            scanned=scan.scanned,
-            total=scan.scanned,
-            on_node=scan.on_node,
-            sole=scan.sole[:100],
-            sole_count=len(scan.sole),
-            segment_states=scan.states,
+            report = await move_off(mc, node, copier, progress)
+        finally:
+            await asyncio.to_thread(copier.close)
+        self._set(
+            node,
+            phase="waiting",
+            copied=report.copied,
+            copied_bytes=report.copied_bytes,
+            dropped=report.dropped,
+            waiting=report.waiting,
+            failed=report.failed[:_FAILED_LISTED],
+            failed_count=len(report.failed),
         )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._wait_s
+        while True:
+            segs = node_segments((await mc.get_snapshot()).segments, node)
+            states = tuple(s.state.name for s in segs)
+            self._set(node, segment_states=states)
+            drained = bool(states) and all(s == "DRAINED" for s in states)
+            if drained or loop.time() >= deadline:
+                break
+            await asyncio.sleep(self._poll_s)
+        self._set(node, state="done" if drained else "incomplete")
 
     async def close(self) -> None:
-        """Cancel running scans."""
-        for t in list(self._tasks):
+        """Cancel running drains."""
+        tasks = list(self._tasks.values())
+        for t in tasks:
             t.cancel()
-        for t in list(self._tasks):
+        for t in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t

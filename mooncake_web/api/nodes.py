@@ -1,4 +1,4 @@
-"""``/api/nodes``: components and store nodes; drain with progress."""
+"""``/api/nodes``: components and store nodes; drain (with progress) and undrain."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException
 
+from mooncake_core.cluster.drain import undrain_node
 from mooncake_core.store.errors import StoreError
 from mooncake_core.telemetry import ClusterView, to_plain
 
@@ -62,8 +63,10 @@ async def node(node: str, backend: BackendDep, drains: DrainsDep, _: ReadAccess)
 async def drain(
     node: str, backend: BackendDep, drains: DrainsDep, _: WriteAccess
 ) -> dict[str, Any]:
-    """Mark the node's segments DRAINING (readable, no new placement) and scan what is
-    left on it in the background; poll ``GET /api/nodes/{node}/drain`` for progress."""
+    """Drain the node as ``mooncake node drain`` does: its segments go DRAINING (readable,
+    no new placement), objects with no replica elsewhere are copied to other nodes, the
+    node's replicas are dropped, and it ends DRAINED. Runs in the background; poll
+    ``GET /api/nodes/{node}/drain`` for progress. A drain already running is returned."""
     _known(backend.current(), node)
     try:
         job = await drains.start(backend.mc, node, backend.now())
@@ -87,13 +90,21 @@ async def drain_progress(
     return to_plain(job)
 
 
-@router.post("/{node}/undrain", status_code=501)
-async def undrain(node: str, backend: BackendDep, _: WriteAccess) -> dict[str, Any]:
-    """Not available: the master has no operation that returns a DRAINING or DRAINED
-    segment to service (docs/cluster.md). Answers 501 after the usual checks."""
+@router.post("/{node}/undrain")
+async def undrain(
+    node: str, backend: BackendDep, drains: DrainsDep, _: WriteAccess
+) -> dict[str, Any]:
+    """Put the node's DRAINING or DRAINED segments back into placement (MOUNTED), as
+    ``mooncake node undrain`` does. A drain of the node running here is stopped first
+    (an object copy in flight is revoked; objects already moved stay moved)."""
     _known(backend.current(), node)
-    raise HTTPException(
-        501,
-        f"cannot undrain {node!r}: the master offers no undrain operation; restarting the "
-        "store node (mooncake cluster restart) mounts its segment afresh",
-    )
+    cancelled = await drains.cancel(node)
+    try:
+        segs = await undrain_node(backend.mc, node)
+    except ValueError as exc:
+        raise HTTPException(404, str(exc)) from None
+    except StoreError as exc:
+        raise store_http_error(exc) from None
+    view = await asyncio.to_thread(backend.poll_once)  # show MOUNTED at once
+    states = [s["state"] for s in _store_nodes(view).get(node, {}).get("segments", [])]
+    return {"node": node, "segments": segs, "states": states, "drain_cancelled": cancelled}

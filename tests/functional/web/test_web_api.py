@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from web_live_procs import OBJECTS, REQUESTS, TOKEN, WebBackend, login
+from web_live_procs import OBJECTS, REQUESTS, TOKEN, WebBackend, login, read_back, value_of
 
 pytestmark = pytest.mark.integration
 
@@ -38,6 +38,7 @@ def test_health_and_openapi(client: TestClient) -> None:
         "/api/audit/decisions",
         "/api/audit/decisions/{request_id}",
         "/api/nodes/{node}/drain",
+        "/api/nodes/{node}/undrain",
         "/api/auth/login",
         "/api/events",
     ):
@@ -125,7 +126,10 @@ def test_network(client: TestClient) -> None:
         lambda d: any(len(nic["points"]) >= 2 for n in d["nodes"] for nic in n["nics"]),
     )
     nodes = {n["node"]: n["nics"] for n in net["nodes"]}
-    assert set(nodes) == {"te-target", "te-reader"}
+    # The TE pair, and the store nodes' own engines (store nodes serve /telemetry too).
+    assert (
+        {"te-target", "te-reader"} <= set(nodes) <= {"te-target", "te-reader", "store-a", "store-b"}
+    )
     reader = nodes["te-reader"][0]
     assert reader["nic"] == "127.0.0.1" and not reader["paused"]
     assert reader["te_rx_bps"] > 0  # the reader pulls data in a loop
@@ -204,6 +208,8 @@ def test_actions_refused_without_login(client: TestClient) -> None:
     assert r.status_code == 401 and "login required" in r.text
     assert client.delete("/api/store/pins", params={"target": "web/"}).status_code == 401
     assert client.post("/api/nodes/store-a/drain").status_code == 401
+    r = client.post("/api/nodes/store-a/undrain")
+    assert r.status_code == 401 and "login required" in r.text
     assert client.post("/api/auth/logout").status_code == 401
 
 
@@ -263,8 +269,18 @@ def test_drain_bad_node_and_undrain(logged: tuple[TestClient, str]) -> None:
     h = {"X-CSRF-Token": csrf}
     r = c.post("/api/nodes/store-z/drain", headers=h)
     assert r.status_code == 404 and "store-z" in r.text
-    r = c.post("/api/nodes/store-a/undrain", headers=h)
-    assert r.status_code == 501 and "no undrain" in r.text
+    r = c.post("/api/nodes/store-z/undrain", headers=h)
+    assert r.status_code == 404 and "store-z" in r.text and "store-a" in r.text
+    r = c.post("/api/nodes/store-a/undrain")  # logged in, no CSRF token
+    assert r.status_code == 403 and "CSRF" in r.text
+    r = c.post("/api/nodes/store-a/undrain", headers=h)  # already MOUNTED: a no-op
+    assert r.status_code == 200, r.text
+    assert r.json() == {
+        "node": "store-a",
+        "segments": ["store-a"],
+        "states": ["MOUNTED"],
+        "drain_cancelled": False,
+    }
 
 
 def test_anonymous_read_off(make_app: Callable[..., FastAPI]) -> None:
@@ -289,16 +305,33 @@ def test_no_secret_means_no_login(backend: WebBackend, make_app: Callable[..., F
         assert r.status_code == 503 and "absent-secret" in r.text
 
 
-def test_drain_with_progress(logged: tuple[TestClient, str]) -> None:
-    """Runs last in this module: store-b stays DRAINING (readable, no new placement)."""
+def test_drain_moves_everything_then_undrain(
+    logged: tuple[TestClient, str], backend: WebBackend
+) -> None:
+    """The core drain path end to end: store-b ends DRAINED holding nothing, every object
+    still reads back identical through a store client, and undrain mounts it again."""
     c, csrf = logged
-    r = c.post("/api/nodes/store-b/drain", headers={"X-CSRF-Token": csrf})
+    h = {"X-CSRF-Token": csrf}
+    before = c.get("/api/nodes/store-b").json()["keys"]
+    assert before > 0  # both nodes got objects, so the drain has something to move
+    r = c.post("/api/nodes/store-b/drain", headers=h)
     assert r.status_code == 202, r.text
     assert r.json()["segments"] == ["store-b"] and r.json()["state"] == "running"
-    job = _wait(c, "/api/nodes/store-b/drain", lambda d: d["state"] != "running")
+    assert c.get("/api/nodes/store-b").json()["segments"][0]["state"] in ("DRAINING", "DRAINED")
+    # Lease-bound: a copied object's old replica is freed when the drain's own read lease
+    # ends (10 s by default).
+    job = _wait(c, "/api/nodes/store-b/drain", lambda d: d["state"] != "running", 60.0)
     assert job["state"] == "done", job
-    assert job["scanned"] == len(OBJECTS)
-    on_b = c.get("/api/nodes/store-b").json()
-    assert on_b["segments"][0]["state"] in ("DRAINING", "DRAINED")
-    assert job["on_node"] == on_b["keys"] and job["sole_count"] == job["on_node"]
-    assert c.get("/api/store/objects/web/obj-000").status_code == 200  # still readable
+    assert job["segment_states"] == ["DRAINED"] and job["failed_count"] == 0
+    assert job["dropped"] == before == job["done"]
+    assert job["copied"] == before  # one replica per object: each had none elsewhere
+    b = _wait(c, "/api/nodes/store-b", lambda d: d["keys"] == 0)
+    assert b["keys"] == 0 and b["used"] == 0 and b["segments"][0]["state"] == "DRAINED"
+    got = read_back(backend.master, backend.cfg, OBJECTS)
+    assert all(got[k] == value_of(k) for k in OBJECTS)
+    # Undrain: back to MOUNTED, the job stays as the last drain.
+    r = c.post("/api/nodes/store-b/undrain", headers=h)
+    assert r.status_code == 200, r.text
+    assert r.json()["states"] == ["MOUNTED"] and r.json()["drain_cancelled"] is False
+    assert c.get("/api/nodes/store-b").json()["segments"][0]["state"] == "MOUNTED"
+    assert c.get("/api/nodes/store-b/drain").json()["state"] == "done"

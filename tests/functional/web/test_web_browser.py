@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from fastapi import FastAPI
-from web_live_procs import TOKEN, WebBackend
+from web_live_procs import OBJECTS, TOKEN, WebBackend, value_of
 
 pytestmark = pytest.mark.integration
 
@@ -219,17 +219,47 @@ def test_decision_found_and_explained(page) -> None:  # type: ignore[no-untyped-
     assert "req-1" in page.locator("#detail h2").first.text_content()
 
 
-def test_drain_with_confirmation_and_progress(page, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """Last: drains store-a (store-b was drained by the API tests if they ran)."""
+def _cli_get(b: WebBackend, key: str) -> bytes:
+    r = subprocess.run(
+        [
+            *(sys.executable, "-m", "mooncake_cli", "store", "get", key),
+            *("--master", b.master, "--config", str(b.live.config)),
+            *("--secret-file", str(b.tmp / "secret")),
+        ],
+        capture_output=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr.decode(errors="replace")
+    return r.stdout
+
+
+def test_drain_and_undrain_from_nodes_page(page, backend: WebBackend, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Drain store-a through the confirmation dialog to DRAINED with nothing left on it,
+    objects still readable (``mooncake store get``), then undrain it back to MOUNTED."""
     _login(page)
     page.goto("/nodes")
-    page.click("#store-nodes tr[data-key='store-a'] button.drain")
+    row = "#store-nodes tr[data-key='store-a']"
+    page.wait_for_selector(f"{row} button.undrain[disabled]")  # MOUNTED: nothing to undo
+    page.click(f"{row} button.drain")
     page.wait_for_selector("dialog#confirm[open]")
+    assert "copied" in page.locator("dialog#confirm").text_content()
     page.click("#confirm-cancel")
-    assert page.locator("#store-nodes tr[data-key='store-a'] .drain-progress").count() == 0
-    page.click("#store-nodes tr[data-key='store-a'] button.drain")
+    assert page.locator(f"{row} .drain-progress").count() == 0
+    page.click(f"{row} button.drain")
     page.click("#confirm-ok")
-    page.wait_for_selector("#store-nodes tr[data-key='store-a'] .drain-progress[data-state='done']")
-    text = page.locator("#store-nodes tr[data-key='store-a']").text_content()
-    assert "done:" in text and "DRAIN" in text
+    page.wait_for_selector(f"{row} .drain-progress")
+    # Lease-bound: the last copied object's old replica goes when its read lease ends.
+    page.wait_for_selector(f"{row} .drain-progress[data-state='done']", timeout=60_000)
+    text = page.locator(f"{row}").text_content()
+    assert "DRAINED:" in text and "failed" not in text and "store-a (dram) DRAINED" in text
+    cells = page.locator(f"{row} td")
+    assert cells.nth(5).text_content() == "0"  # objects on the node
     page.screenshot(path=str(_shots_dir(tmp_path) / "web-nodes-drain.png"), full_page=True)
+    for key in OBJECTS[:3] + OBJECTS[-2:]:
+        assert _cli_get(backend, key) == value_of(key), key
+    # Undrain, confirmed.
+    page.click(f"{row} button.undrain")
+    page.wait_for_selector("dialog#confirm[open]")
+    page.click("#confirm-ok")
+    page.wait_for_selector(f"{row} button.undrain[disabled]")
+    assert "store-a (dram) MOUNTED" in page.locator(f"{row}").text_content()

@@ -49,14 +49,30 @@ class WebBackend:
         return tuple(f"{t.name}:{t.role}={t.url}" for t in self.targets)
 
 
+def value_of(key: str) -> bytes:
+    """The bytes the backend stored under ``key`` (one of ``OBJECTS``)."""
+    i = OBJECTS.index(key)
+    return bytes([i % 251]) * (4096 * (1 + i % 4))
+
+
+def read_back(master: str, cfg: ClusterConfig, keys: list[str]) -> dict[str, bytes]:
+    """Read ``keys`` through a real store client (the data path, not the master)."""
+    from mooncake_core.store.client import Client
+    from mooncake_core.store.client_options import ClientOptions
+
+    opts = ClientOptions.from_cluster(cfg, master=master, connect_timeout_s=5.0)
+    with Client(opts) as c:
+        return {k: c.get(k) for k in keys}
+
+
 def _fill_store(master: str, cfg: ClusterConfig) -> None:
     from mooncake_core.store.client import Client
     from mooncake_core.store.client_options import ClientOptions
 
     opts = ClientOptions.from_cluster(cfg, master=master, connect_timeout_s=5.0)
     with Client(opts) as c:
-        for i, key in enumerate(OBJECTS):
-            c.put(key, bytes([i % 251]) * (4096 * (1 + i % 4)))
+        for key in OBJECTS:
+            c.put(key, value_of(key))
 
 
 def _fill_audit(url: str) -> tuple[Conductor, Any]:
