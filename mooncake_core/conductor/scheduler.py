@@ -409,7 +409,12 @@ class Conductor:
     ) -> Decision:
         plan = choice.plans[choice.chosen]
         # The candidate table is formatted lazily; capture the decode state it needs now.
-        loads = [(d.name, d.expected_batch, d.max_batch) for d in self._decode]
+        new = request.input_len
+        loads = [
+            (d.name, d.expected_batch, d.max_batch, d.expected_context, d.kv_capacity_tokens)
+            for d in self._decode
+        ]
+        fits = [d.fits_expected(new) for d in self._decode]
         slo = self.config.tbt_slo_s
 
         def rows() -> list[Candidate]:
@@ -433,12 +438,14 @@ class Conductor:
                 for i, p in enumerate(choice.plans)
             ]
             win = tbts[d_idx]
-            for i, (name, batch, max_batch) in enumerate(loads):
+            for i, (name, batch, max_batch, context, kv_cap) in enumerate(loads):
                 t = tbts[i]
                 if i == d_idx:
                     why = ""
                 elif batch >= max_batch:
                     why = f"full ({batch}/{max_batch})"
+                elif not fits[i]:
+                    why = f"KV full ({context} + {new} > {kv_cap} tokens)"
                 elif t > slo:
                     why = f"predicted TBT {t * 1000:.1f}ms > SLO {slo * 1000:.1f}ms"
                 else:

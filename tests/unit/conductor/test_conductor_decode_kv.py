@@ -124,7 +124,10 @@ def test_decode_choice_skips_an_instance_whose_kv_is_reserved() -> None:
     c = make("none", {"d0": (4, 1000), "d1": (4, 1000)})
     assert c.schedule(ScheduleRequest("a", (), 900, 5), 0.0).decode == "d0"
     # d0 has 900 tokens reserved: a 200-token prompt no longer fits there.
-    assert c.schedule(ScheduleRequest("b", (), 200, 5), 0.0).decode == "d1"
+    d = c.schedule(ScheduleRequest("b", (), 200, 5), 0.0)
+    assert d.decode == "d1"
+    rows = {x.instance: x.why_not for x in d.candidates if x.role == "decode"}
+    assert rows["d0"] == "KV full (900 + 200 > 1000 tokens)"
 
 
 def test_baseline_rejects_at_join_when_kv_is_full() -> None:
