@@ -135,6 +135,9 @@ SNAPSHOTS = {
         {"TE tx", "TE rx", "OS tx", "OS rx", "Share", "Trend"},
         [
             "Node | NIC/iface | TE tx | TE rx | OS tx | OS rx | Share | Err | Trend",
+            # Store nodes serve their Transfer Engine's NIC on /telemetry too.
+            "store-a | #.#.#.#/lo | * | * | * | * | * | # | *",
+            "store-b | #.#.#.#/lo | * | * | * | * | * | # | *",
             "te-reader | #.#.#.#/lo | * | * | * | * | * | # | *",
             "te-target | #.#.#.#/lo | * | * | * | * | * | # | *",
         ],
@@ -166,7 +169,7 @@ SNAPSHOTS = {
 async def test_screen_snapshots(live):
     app = _app(live)
     async with app.run_test(size=(80, 24)) as pilot:
-        await _until(pilot, lambda: app.view is not None and len(app.view.nics) == 2)
+        await _until(pilot, lambda: app.view is not None and len(app.view.nics) == 4)
         for key, (kind, volatile, expected) in SNAPSHOTS.items():
             await pilot.press(key)
             table = app.screen.query_one(kind)
