@@ -154,6 +154,18 @@ def test_every_component_serves_telemetry_and_worker_nics_move_kv(
     assert pre["snapshots"]["engine"]["data"]["prefills"] >= 1
     assert dec["snapshots"]["engine"]["data"]["decoded_tokens"] >= 1
 
+    # A store node serves its Transfer Engine's NICs.
+    store = poll_target(by_name["store-0"], 3.0).telemetry
+    assert store is not None and store["component"]["role"] == "store"
+    assert store["snapshots"]["transfer"]["data"]["nics"]
+
+    # A worker's /metrics parses: engine, KV cache and TE families from the same registry.
+    text = httpx.get(f"{by_name['prefill-0'].url}/metrics", timeout=5).text
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    assert fams["mooncake_engine_prefills"].samples[0].value >= 1
+    assert fams["mooncake_kvcache_blocks"].samples[0].value == 256
+    assert sum(x.value for x in fams["mooncake_transfer_nic_sent_bytes"].samples) == sent
+
     # The conductor's /metrics parses and counts the decision.
     text = httpx.get(f"{by_name['conductor'].url}/metrics", timeout=5).text
     fams = {f.name: f for f in text_string_to_metric_families(text)}
