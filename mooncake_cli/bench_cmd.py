@@ -70,6 +70,8 @@ class BenchResult:
     """Payload GB/s, GB = 1e9 bytes (upstream's default unit)."""
     iops: float
     """Completed requests per second."""
+    cpu_s: float
+    """CPU seconds this (initiator) process used during the timed loop, all threads."""
     batch_p50_ms: float
     batch_p99_ms: float
     verified: bool | None
@@ -230,12 +232,13 @@ def _run_initiator(
     for w in workers:
         w.start()
     start_barrier.wait()
-    t_start = time.perf_counter()
+    t_start, cpu_start = time.perf_counter(), time.process_time()
     failed.wait(duration)
     running.clear()
     for w in workers:
         w.join()
     elapsed = time.perf_counter() - t_start
+    cpu = time.process_time() - cpu_start
     if errors:
         fail("; ".join(errors))
 
@@ -257,6 +260,7 @@ def _run_initiator(
         bytes=moved,
         gbps=moved / elapsed / 1e9,
         iops=batches * batch_size / elapsed,
+        cpu_s=round(cpu, 4),
         batch_p50_ms=statistics.median(lat) * 1e3,
         batch_p99_ms=lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3,
         verified=verified,
