@@ -201,7 +201,7 @@ class WorkerService(pbg.WorkerServicer):
         """Build the engine, start the data server and the gRPC server.
 
         Raises:
-            RuntimeError: the RPC port cannot be bound.
+            RuntimeError: the RPC port or the metrics port cannot be bound.
         """
         opts = self.options
         loop = asyncio.get_running_loop()
@@ -224,7 +224,11 @@ class WorkerService(pbg.WorkerServicer):
             raise RuntimeError(f"cannot bind {opts.host}:{opts.rpc_port} (port in use?)")
         await self._server.start()
         if opts.metrics_port is not None:
-            self._serve_telemetry(opts.metrics_port)
+            try:
+                self._serve_telemetry(opts.metrics_port)
+            except OSError as exc:
+                await self._server.stop(0)
+                raise RuntimeError(f"metrics_port: {exc}") from None
         log.info(
             "%s worker %s serving on %s:%d (kv segment %s)",
             opts.role,
