@@ -11,6 +11,7 @@ import contextlib
 import mmap
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -20,9 +21,21 @@ from .protocol import COPY_JOB
 from .request import TransferError
 
 COPY_THREADS = 2
-"""Threads per large copy batch (two cores on the reference machine)."""
+"""Most threads per large copy batch (two cores on the reference machine)."""
 SPLIT_MIN = 2 << 20
 """Batches below this are copied by one thread: creating a thread costs more."""
+_LOAD_RECHECK_S = 1.0
+
+
+def copy_threads(cpus: int, load_1min: float) -> int:
+    """Threads to split a large copy over, given the host's CPUs and run-queue load.
+
+    A batch waits for its slowest thread, so a second thread only pays when a core is
+    idle for it: on a busy host the split halved throughput (measured 1.3 vs 2.5 GB/s
+    for 1 MiB blocks with the 1-minute load at ~10 on 2 cores).
+    """
+    return max(1, min(COPY_THREADS, cpus)) if cpus - load_1min >= 1.0 else 1
+
 
 # Fault the whole mapping in at open: otherwise the first pass over a segment pays one
 # page fault per 4 KiB inside the copy loop (measured 10x slower).
@@ -48,6 +61,8 @@ class ShmTransport:
         self._closed = False
         self._thread: threading.Thread | None = None
         self.bytes = 0
+        self._load_checked = float("-inf")
+        self._nthreads = 1
 
     def map(self, path: str, size: int) -> int:
         """Base address of the peer's segment file, mapped on first use.
@@ -102,6 +117,13 @@ class ShmTransport:
                     m.close()
             self._maps.clear()
 
+    def _threads(self) -> int:
+        now = time.monotonic()
+        if now - self._load_checked >= _LOAD_RECHECK_S:
+            self._load_checked = now
+            self._nthreads = copy_threads(os.cpu_count() or 1, os.getloadavg()[0])
+        return self._nthreads
+
     def _run(self) -> None:
         while True:
             with self._cv:
@@ -114,5 +136,5 @@ class ShmTransport:
                 while self._queue:
                     jobs.extend(self._queue.popleft())
             buf = b"".join(COPY_JOB.pack(dst, src, n) for _, dst, src, n in jobs)
-            self.bytes += _native.copy_many(buf, COPY_THREADS, SPLIT_MIN)
+            self.bytes += _native.copy_many(buf, self._threads(), SPLIT_MIN)
             self._on_done([j[0] for j in jobs])
