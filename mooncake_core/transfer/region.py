@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
+import re
 import secrets
 import threading
 from typing import Any
@@ -123,6 +125,46 @@ def resolve_buffer(obj: Any, length: int | None) -> tuple[int, int, Any]:
     return addr, total, keep
 
 
+_SHM_NAME = re.compile(r"^mooncake-(\d+)-[0-9a-f]{16}$")
+_swept = False
+
+
+def sweep_stale_shm(directory: str = SHM_DIR) -> int:
+    """Remove segment files left by engines that died without cleaning up.
+
+    A SIGKILLed engine cannot unlink its ``mooncake-<pid>-<token>`` file, and /dev/shm
+    is RAM: left alone, crashed processes leak memory until reboot. A file is removed only
+    when it is ours (same uid) and its pid no longer exists; a reused pid keeps the file
+    (conservative). Engines in another PID namespace sharing this /dev/shm would look dead:
+    give them their own /dev/shm.
+
+    Returns:
+        How many files were removed.
+    """
+    removed = 0
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    uid = os.getuid()
+    for name in names:
+        m = _SHM_NAME.match(name)
+        if m is None:
+            continue
+        path = os.path.join(directory, name)
+        try:
+            if os.stat(path).st_uid != uid:
+                continue
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                removed += 1
+        except (OSError, ValueError):
+            continue
+    return removed
+
+
 def allocate_shm(length: int) -> tuple[mmap.mmap, str]:
     """A zero-filled buffer backed by a file in /dev/shm (mode 0600).
 
@@ -134,6 +176,10 @@ def allocate_shm(length: int) -> tuple[mmap.mmap, str]:
     """
     if length <= 0:
         raise TransferError(f"allocate_memory: length must be > 0, got {length}")
+    global _swept
+    if not _swept:  # once per process, before this process adds its own
+        _swept = True
+        sweep_stale_shm()
     path = os.path.join(SHM_DIR, f"mooncake-{os.getpid()}-{secrets.token_hex(8)}")
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
