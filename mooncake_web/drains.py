@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from mooncake_core.cluster.replica_copy import ReplicaCopier
+    from mooncake_core.store import Replica, SegmentSnapshot
     from mooncake_core.store.master_client import MasterClient
 
 __all__ = ["DrainJob", "DrainJobs"]
@@ -69,6 +71,58 @@ class DrainJob:
     error: str | None = None
 
 
+async def _build(factory: Callable[[], ReplicaCopier]) -> ReplicaCopier:
+    """Run the blocking ``factory`` in a thread; a copier finished after the caller was
+    cancelled (an undrain during start-up) is closed rather than leaked."""
+    fut = asyncio.ensure_future(asyncio.to_thread(factory))
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+
+        def close_late(f: asyncio.Future[ReplicaCopier]) -> None:
+            if not f.cancelled() and f.exception() is None:
+                threading.Thread(target=f.result().close, name="copier-close").start()
+
+        fut.add_done_callback(close_late)
+        raise
+
+
+class _Stopped(Exception):
+    """An undrain (or shutdown) asked the drain to stop between objects."""
+
+
+class _StoppableCopier:
+    """The copier, refusing new copies once a stop is asked.
+
+    A copy runs in a worker thread that task cancellation cannot stop: were the drain
+    cancelled mid-copy, the core would revoke the new replica while the thread still
+    writes into its (freed, perhaps reallocated) space. So stops are cooperative: no
+    copy starts after a stop, and the drain is cancelled only once none is running.
+    """
+
+    def __init__(self, inner: ReplicaCopier, stop: threading.Event) -> None:
+        self._inner = inner
+        self._stop = stop
+        self._idle = threading.Event()
+        self._idle.set()
+
+    def set_segments(self, segments: Iterable[SegmentSnapshot]) -> None:
+        self._inner.set_segments(segments)
+
+    def copy(self, size: int, source: Replica, target: Replica) -> None:
+        if self._stop.is_set():
+            raise _Stopped("drain stopped")
+        self._idle.clear()
+        try:
+            self._inner.copy(size, source, target)
+        finally:
+            self._idle.set()
+
+    def idle(self) -> bool:
+        """No copy is running."""
+        return self._idle.is_set()
+
+
 class DrainJobs:
     """The drains of this dashboard process, newest state per node.
 
@@ -89,6 +143,8 @@ class DrainJobs:
         self._wait_s = wait_s
         self._poll_s = poll_s
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._stops: dict[str, threading.Event] = {}
+        self._copiers: dict[str, _StoppableCopier] = {}
 
     def get(self, node: str) -> DrainJob | None:
         """The last drain of ``node`` (``None``: never drained from here)."""
@@ -112,6 +168,7 @@ class DrainJobs:
         segs = await drain_node(mc, node)
         job = DrainJob(node=node, state="running", started_at=now, segments=tuple(segs))
         self.jobs[node] = job
+        self._stops[node] = threading.Event()
         task = asyncio.get_running_loop().create_task(self._run(mc, node))
         self._tasks[node] = task
         task.add_done_callback(lambda t: self._forget(node, t))
@@ -121,8 +178,13 @@ class DrainJobs:
         if self._tasks.get(node) is task:
             del self._tasks[node]
 
-    async def cancel(self, node: str) -> bool:
-        """Stop a running drain of ``node`` (a copy in flight is revoked by the core).
+    async def cancel(self, node: str, timeout_s: float = 60.0) -> bool:
+        """Stop a running drain of ``node`` between objects: a copy in flight finishes
+        (or fails) first, no new one starts; objects already moved stay moved.
+
+        Args:
+            node: Store node.
+            timeout_s: Longest wait for the copy in flight (one transfer batch).
 
         Returns:
             Whether one was running.
@@ -130,9 +192,15 @@ class DrainJobs:
         task = self._tasks.get(node)
         if task is None or task.done():
             return False
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
+        self._stops[node].set()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not task.done():
+            copier = self._copiers.get(node)
+            if copier is None or copier.idle() or loop.time() >= deadline:
+                task.cancel()  # between objects, waiting for leases, or long overdue
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(asyncio.shield(task), 0.1)
         self._set(node, state="cancelled")
         return True
 
@@ -144,20 +212,30 @@ class DrainJobs:
             await self._move_and_wait(mc, node)
         except asyncio.CancelledError:
             raise
+        except _Stopped:
+            self._set(node, state="cancelled")
         except Exception as exc:  # shown on the page; the dashboard keeps running
             self._set(node, state="failed", error=f"{type(exc).__name__}: {exc}"[:300])
 
     async def _move_and_wait(self, mc: MasterClient, node: str) -> None:
         from mooncake_core.cluster.drain import move_off, node_segments
 
+        stop = self._stops[node]
+
         def progress(done: int, total: int) -> None:
             self._set(node, done=done, total=total)
+            if stop.is_set():
+                raise _Stopped("drain stopped")  # called between objects: a clean point
 
-        copier = await asyncio.to_thread(self._copier)
+        inner = await _build(self._copier)
+        copier = self._copiers[node] = _StoppableCopier(inner, stop)
         try:
             report = await move_off(mc, node, copier, progress)
         finally:
-            await asyncio.to_thread(copier.close)
+            self._copiers.pop(node, None)
+            await asyncio.to_thread(inner.close)
+        if stop.is_set():
+            raise _Stopped("drain stopped")
         self._set(
             node,
             phase="waiting",
@@ -181,10 +259,6 @@ class DrainJobs:
         self._set(node, state="done" if drained else "incomplete")
 
     async def close(self) -> None:
-        """Cancel running drains."""
-        tasks = list(self._tasks.values())
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        """Stop running drains (as :meth:`cancel`); their nodes stay DRAINING."""
+        for node in list(self._tasks):
+            await self.cancel(node)

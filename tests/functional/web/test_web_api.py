@@ -335,3 +335,31 @@ def test_drain_moves_everything_then_undrain(
     assert r.json()["states"] == ["MOUNTED"] and r.json()["drain_cancelled"] is False
     assert c.get("/api/nodes/store-b").json()["segments"][0]["state"] == "MOUNTED"
     assert c.get("/api/nodes/store-b/drain").json()["state"] == "done"
+
+
+def test_undrain_stops_a_running_drain(logged: tuple[TestClient, str], backend: WebBackend) -> None:
+    """Undrain while store-a's drain runs (moving objects, or waiting for leases; which
+    one depends on timing): the job is cancelled, the node is MOUNTED again and no object
+    is lost or changed."""
+    c, csrf = logged
+    h = {"X-CSRF-Token": csrf}
+    assert c.get("/api/nodes/store-a").json()["keys"] > 0
+    assert c.post("/api/nodes/store-a/drain", headers=h).status_code == 202
+    # Once objects are moving (or moved and the drain waits for leases): still running.
+    job = _wait(c, "/api/nodes/store-a/drain", lambda d: d["done"] > 0 or d["state"] != "running")
+    assert job["state"] == "running", job
+    r = c.post("/api/nodes/store-a/undrain", headers=h)
+    assert r.status_code == 200, r.text
+    assert r.json()["drain_cancelled"] is True and r.json()["states"] == ["MOUNTED"]
+    assert c.get("/api/nodes/store-a/drain").json()["state"] == "cancelled"
+    got = read_back(backend.master, backend.cfg, OBJECTS)
+    assert all(got[k] == value_of(k) for k in OBJECTS)
+    # Moved objects stay moved, the rest stay on store-a; once the drain's read leases
+    # are over, each object has exactly one replica again.
+    deadline = time.monotonic() + 30
+    while True:
+        total = sum(c.get(f"/api/nodes/{n}").json()["keys"] for n in ("store-a", "store-b"))
+        if total == len(OBJECTS) or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert total == len(OBJECTS)

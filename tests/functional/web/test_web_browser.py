@@ -233,12 +233,22 @@ def _cli_get(b: WebBackend, key: str) -> bytes:
     return r.stdout
 
 
-def test_drain_and_undrain_from_nodes_page(page, backend: WebBackend, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """Drain store-a through the confirmation dialog to DRAINED with nothing left on it,
-    objects still readable (``mooncake store get``), then undrain it back to MOUNTED."""
+def test_drain_and_undrain_from_nodes_page(
+    page, backend: WebBackend, base_url: str, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """Drain the store node holding objects through the confirmation dialog to DRAINED
+    with nothing left on it, objects still readable (``mooncake store get``), then
+    undrain it back to MOUNTED."""
+    import httpx
+
+    # Earlier drains (API tests) may have moved every object to either node.
+    nodes = httpx.get(f"{base_url}/api/nodes", timeout=10).json()["store_nodes"]
+    full = max(nodes, key=lambda n: n["keys"])
+    node, before = full["node"], full["keys"]
+    assert before > 0
     _login(page)
     page.goto("/nodes")
-    row = "#store-nodes tr[data-key='store-a']"
+    row = f"#store-nodes tr[data-key='{node}']"
     page.wait_for_selector(f"{row} button.undrain[disabled]")  # MOUNTED: nothing to undo
     page.click(f"{row} button.drain")
     page.wait_for_selector("dialog#confirm[open]")
@@ -251,7 +261,8 @@ def test_drain_and_undrain_from_nodes_page(page, backend: WebBackend, tmp_path: 
     # Lease-bound: the last copied object's old replica goes when its read lease ends.
     page.wait_for_selector(f"{row} .drain-progress[data-state='done']", timeout=60_000)
     text = page.locator(f"{row}").text_content()
-    assert "DRAINED:" in text and "failed" not in text and "store-a (dram) DRAINED" in text
+    assert "DRAINED:" in text and "failed" not in text and f"{node} (dram) DRAINED" in text
+    assert f"{before} replicas dropped" in text
     cells = page.locator(f"{row} td")
     assert cells.nth(5).text_content() == "0"  # objects on the node
     page.screenshot(path=str(_shots_dir(tmp_path) / "web-nodes-drain.png"), full_page=True)
@@ -262,4 +273,4 @@ def test_drain_and_undrain_from_nodes_page(page, backend: WebBackend, tmp_path: 
     page.wait_for_selector("dialog#confirm[open]")
     page.click("#confirm-ok")
     page.wait_for_selector(f"{row} button.undrain[disabled]")
-    assert "store-a (dram) MOUNTED" in page.locator(f"{row}").text_content()
+    assert f"{node} (dram) MOUNTED" in page.locator(f"{row}").text_content()

@@ -1,0 +1,49 @@
+"""The dashboard's drain jobs: stops are cooperative (no copy starts after one)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from mooncake_web.drains import DrainJobs, _StoppableCopier, _Stopped
+
+
+class _Recorder:
+    """Stands in for the Transfer Engine copier: records what it was asked to copy."""
+
+    def __init__(self) -> None:
+        self.copies: list[int] = []
+        self.segments: list[Any] = []
+
+    def set_segments(self, segments: Any) -> None:
+        self.segments = list(segments)
+
+    def copy(self, size: int, source: Any, target: Any) -> None:
+        self.copies.append(size)
+
+    def close(self) -> None:
+        pass
+
+
+def test_no_copy_starts_after_a_stop() -> None:
+    inner, stop = _Recorder(), threading.Event()
+    c = _StoppableCopier(inner, stop)  # type: ignore[arg-type]
+    c.set_segments(["seg"])
+    c.copy(7, (), ())
+    assert inner.copies == [7] and inner.segments == ["seg"] and c.idle()
+    stop.set()
+    with pytest.raises(_Stopped):
+        c.copy(8, (), ())
+    assert inner.copies == [7] and c.idle()
+
+
+def test_bad_wait_and_unknown_node() -> None:
+    with pytest.raises(ValueError, match="wait_s must be >= 0, got -1"):
+        DrainJobs(_Recorder, wait_s=-1)  # type: ignore[arg-type]
+    assert DrainJobs(_Recorder).get("store-0") is None  # type: ignore[arg-type]
+
+
+async def test_cancel_of_a_node_never_drained() -> None:
+    assert await DrainJobs(_Recorder).cancel("store-0") is False  # type: ignore[arg-type]
