@@ -25,7 +25,11 @@ app = typer.Typer(
 
 MasterOption = Annotated[
     str | None,
-    typer.Option("--master", "-m", help="Master host:port (default: from the config)."),
+    typer.Option(
+        "--master",
+        "-m",
+        help="Master host:port, or etcd://HOST:PORT[/CLUSTER] to follow the HA leader (default: from the config).",
+    ),
 ]
 SecretOption = Annotated[
     Path | None,

@@ -81,7 +81,15 @@ class Heartbeat:
 
     async def _start(self) -> None:
         master, client_id, secret, timeout_s = self._args
-        self._mc = MasterClient(master, client_id=client_id, secret=secret, timeout_s=timeout_s)
+        from .client_master import split_master_url
+
+        endpoint, cluster = split_master_url(master)
+        if endpoint is None:
+            self._mc = MasterClient(master, client_id=client_id, secret=secret, timeout_s=timeout_s)
+        else:  # HA: mounts and heartbeats follow the leader through etcd
+            self._mc = await MasterClient.from_etcd(
+                endpoint, cluster=cluster, client_id=client_id, secret=secret, timeout_s=timeout_s
+            )
         for m in self.mounts:
             await self._mc.mount_segment(
                 m.name, m.size, transport_address=m.transport_address, location=m.location

@@ -9,13 +9,23 @@ only mounting and heartbeats go through ``MasterClient`` on the background loop.
 
 Replies are converted with the master's own converters (``convert.py``), so errors are
 the same :class:`StoreError` classes the core raises.
+
+With an HA master group the address is ``etcd://host:port[/cluster]``: the leader is read
+from etcd's leader key and followed on change, like ``MasterClient.from_etcd`` does (a
+follower's NOT_LEADER refusal names the leader in ``mooncake-leader`` trailing metadata;
+a dead leader is replaced by asking etcd again), with backoff for up to the call timeout.
 """
 
 from __future__ import annotations
 
+import base64
+import json
+import logging
+import threading
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 
@@ -31,51 +41,189 @@ from .results import GetResult, ListKeysResult, MasterSnapshot, RemoveManyResult
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
+ETCD_SCHEME = "etcd://"
+
+
+def split_master_url(master: str) -> tuple[str | None, str]:
+    """Split ``etcd://host:port[/cluster]`` into the etcd URL and the cluster name.
+
+    Args:
+        master: ``host:port`` (a fixed master) or ``etcd://host:port[/cluster]``.
+
+    Returns:
+        ``(None, master)`` for a fixed address, else ``("http://host:port", cluster)``
+        (cluster ``default`` when not given).
+
+    Raises:
+        ValueError: an ``etcd://`` URL without a host.
+    """
+    if not master.startswith(ETCD_SCHEME):
+        return None, master
+    rest = master[len(ETCD_SCHEME) :].strip("/")
+    host, _, cluster = rest.partition("/")
+    if not host:
+        raise ValueError(f"master URL {master!r} has no etcd host (want etcd://HOST:PORT)")
+    return f"http://{host}", cluster.strip("/") or "default"
+
+
+class SyncLeaderResolver:
+    """Blocking read of the HA leader's gRPC address from etcd (its JSON gateway).
+
+    Args:
+        endpoint: etcd client URL (``http://host:port``).
+        cluster: the masters' cluster name.
+        timeout_s: deadline of one etcd request.
+    """
+
+    def __init__(self, endpoint: str, cluster: str = "default", timeout_s: float = 2.0) -> None:
+        from .ha.replication import HaKeys
+
+        self.endpoint = endpoint
+        self._key = base64.b64encode(HaKeys(cluster).leader).decode()
+        self._timeout = timeout_s
+
+    def __call__(self) -> str:
+        """The leader's ``host:port``.
+
+        Raises:
+            UnavailableError: etcd unreachable or no leader elected right now.
+        """
+        body = json.dumps({"key": self._key}).encode()
+        req = urllib.request.Request(self.endpoint + "/v3/kv/range", data=body)
+        try:
+            with urllib.request.urlopen(req, timeout=self._timeout) as r:
+                data = json.loads(r.read())
+        except (OSError, ValueError) as exc:
+            raise UnavailableError(
+                ErrorCode.UNAVAILABLE, f"leader lookup at {self.endpoint}: {exc}"
+            ) from None
+        kvs = data.get("kvs") or []
+        if not kvs:
+            raise UnavailableError(ErrorCode.UNAVAILABLE, "no master leader elected (yet)")
+        return str(json.loads(base64.b64decode(kvs[0]["value"]))["address"])
+
 
 class SyncMaster:
     """Blocking wrapper over the MasterService stubs (thread-safe: gRPC channels are).
 
     Args:
-        address: ``host:port`` of the master.
+        address: ``host:port`` of the master, or ``etcd://host:port[/cluster]`` to find
+            the HA leader through etcd and follow it on change.
         client_id: identity sent with writes (placement, ownership).
         secret: cluster secret; the derived bearer token is sent when set.
-        timeout_s: deadline of each call.
+        timeout_s: deadline of each call; a call that meets a dead or deposed leader
+            follows the new one for up to this long before raising.
     """
 
     def __init__(
         self, address: str, client_id: str, secret: bytes | None, timeout_s: float = 10.0
     ) -> None:
-        self.address = address
+        endpoint, cluster = split_master_url(address)
+        self._resolver = SyncLeaderResolver(endpoint, cluster) if endpoint else None
         self.client_id = client_id
         self._md = auth_metadata(secret)
         self._timeout = timeout_s
+        self._lock = threading.Lock()
+        self._tls = threading.local()
+        self.leader_changes = 0
+        """How many times calls moved to a new leader."""
+        self.address = "" if self._resolver is not None else address
+        self._channel: grpc.Channel | None = None
+        if self._resolver is None:
+            self._open(address)
+
+    def _open(self, address: str) -> None:
+        self.address = address
         self._channel = grpc.insecure_channel(address, options=cv.GRPC_OPTIONS)
         self._stub = pb_grpc.MasterServiceStub(self._channel)
 
     def close(self) -> None:
         """Close the channel."""
-        self._channel.close()
+        if self._channel is not None:
+            self._channel.close()
+
+    def _switch(self, address: str) -> None:
+        # Several user threads may fail over at once: only the first one swaps channels.
+        with self._lock:
+            if address == self.address:
+                return
+            old = self._channel
+            log.info("store client %s: following the leader to %s", self.client_id, address)
+            self._open(address)
+            self.leader_changes += 1
+        if old is not None:
+            old.close()
 
     def _call(self, fn: Callable[..., T], req: object) -> T:
-        try:
-            return fn(req, metadata=self._md, timeout=self._timeout)
-        except grpc.RpcError as exc:
-            code = exc.code() if hasattr(exc, "code") else None
-            details = exc.details() if hasattr(exc, "details") else str(exc)
-            name = code.name if code is not None else "ERROR"
-            text = f"master at {self.address}: {name}: {details}"
-            if code == grpc.StatusCode.UNAUTHENTICATED:
-                raise AuthError(ErrorCode.UNAUTHENTICATED, text) from None
-            raise UnavailableError(ErrorCode.UNAVAILABLE, text) from None
+        """One unary call; on UNAVAILABLE follow the leader (the NOT_LEADER hint, else
+        etcd) with backoff until ``timeout_s`` has passed. A fixed address does not retry.
+
+        ``fn`` is a method of the current stub; after a switch the same method of the new
+        stub is used. ``self._tls.retried`` tells the caller whether a retry happened.
+        """
+        name = next((n for n, v in vars(self._stub).items() if v is fn), "")
+        self._tls.retried = False
+        deadline: float | None = None
+        delay = 0.05
+        while True:
+            try:
+                return fn(req, metadata=self._md, timeout=self._timeout)
+            except grpc.RpcError as exc:
+                code = exc.code() if hasattr(exc, "code") else None
+                details = exc.details() if hasattr(exc, "details") else str(exc)
+                text = f"master at {self.address}: {getattr(code, 'name', 'ERROR')}: {details}"
+                if code == grpc.StatusCode.UNAUTHENTICATED:
+                    raise AuthError(ErrorCode.UNAUTHENTICATED, text) from None
+                hint = _leader_hint(exc)
+                if code != grpc.StatusCode.UNAVAILABLE or (self._resolver is None and not hint):
+                    raise UnavailableError(ErrorCode.UNAVAILABLE, text) from None
+                now = time.monotonic()
+                deadline = deadline or now + self._timeout
+                if now >= deadline:
+                    raise UnavailableError(ErrorCode.UNAVAILABLE, text) from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+            address = hint
+            if address is None and self._resolver is not None:
+                try:
+                    address = self._resolver()
+                except UnavailableError:
+                    continue
+            if address and address != self.address:
+                self._switch(address)
+            if name:
+                fn = getattr(self._stub, name)
+            self._tls.retried = True
 
     def wait_ready(self, timeout_s: float) -> None:
-        """Block until the channel connects.
+        """Block until the channel (to the leader, with etcd) connects.
 
         Raises:
             UnavailableError: the master did not answer within ``timeout_s``.
         """
+        deadline = time.monotonic() + timeout_s
+        if self._resolver is not None:
+            while True:
+                try:
+                    self._switch(self._resolver())
+                    break
+                except UnavailableError as exc:
+                    if time.monotonic() >= deadline:
+                        raise UnavailableError(
+                            ErrorCode.UNAVAILABLE,
+                            f"no master leader via {self._resolver.endpoint} within "
+                            f"{timeout_s:g}s: {exc.message}",
+                        ) from None
+                    time.sleep(0.1)
+        channel = self._channel
+        if channel is None:  # unreachable: _open ran in __init__ or in the loop above
+            raise UnavailableError(ErrorCode.UNAVAILABLE, "master channel not opened")
         try:
-            grpc.channel_ready_future(self._channel).result(timeout=timeout_s)
+            grpc.channel_ready_future(channel).result(
+                timeout=max(0.01, deadline - time.monotonic())
+            )
         except grpc.FutureTimeoutError:
             raise UnavailableError(
                 ErrorCode.UNAVAILABLE,
@@ -117,9 +265,19 @@ class SyncMaster:
         return out
 
     def put_end(self, key: str) -> None:
-        """PutEnd: the object becomes readable."""
+        """PutEnd: the object becomes readable.
+
+        A PutEnd retried across a failover may have been applied by the old leader (its
+        reply lost): the new leader then answers INVALID_STATE "already complete", which
+        is success here. Safe because nobody else can complete a key this client holds
+        in PROCESSING (PutStart refuses it) before ``put_timeout_s`` discards it, far
+        longer than one call's retry window.
+        """
         req = pb.KeyRequest(client_id=self.client_id, key=key)
-        cv.raise_for(self._call(self._stub.PutEnd, req).error)
+        err = cv.error_from_pb(self._call(self._stub.PutEnd, req).error)
+        if err is None or (self._tls.retried and err.code == ErrorCode.INVALID_STATE):
+            return
+        raise err
 
     def put_revoke(self, key: str) -> None:
         """PutRevoke: abandon a write and free its space."""
@@ -127,9 +285,15 @@ class SyncMaster:
         cv.raise_for(self._call(self._stub.PutRevoke, req).error)
 
     def batch_put_end(self, keys: Sequence[str]) -> list[StoreError | None]:
-        """BatchPutEnd; ``None`` where it succeeded."""
+        """BatchPutEnd; ``None`` where it succeeded (INVALID_STATE after a failover retry
+        counts as success, as in :meth:`put_end`)."""
         req = pb.BatchKeysRequest(client_id=self.client_id, keys=list(keys))
-        return [cv.error_from_pb(e) for e in self._call(self._stub.BatchPutEnd, req).errors]
+        errs = [cv.error_from_pb(e) for e in self._call(self._stub.BatchPutEnd, req).errors]
+        if self._tls.retried:
+            errs = [
+                None if e is not None and e.code == ErrorCode.INVALID_STATE else e for e in errs
+            ]
+        return errs
 
     def batch_put_revoke(self, keys: Sequence[str]) -> list[StoreError | None]:
         """BatchPutRevoke; ``None`` where it succeeded."""
@@ -221,6 +385,15 @@ class SyncMaster:
     def snapshot(self) -> MasterSnapshot:
         """The master's read-model (segments with their transport addresses)."""
         return cv.snapshot_from_pb(self._call(self._stub.GetSnapshot, pb.SnapshotRequest()))
+
+
+def _leader_hint(exc: grpc.RpcError) -> str | None:
+    # A follower's NOT_LEADER refusal carries the leader's address in trailing metadata.
+    trailing: Any = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
+    for key, value in trailing or ():
+        if key == "mooncake-leader" and value:
+            return value if isinstance(value, str) else bytes(value).decode()
+    return None
 
 
 def _many(r: pb.RemoveManyResponse) -> RemoveManyResult:

@@ -37,7 +37,8 @@ class ClientOptions:
     """How a :class:`~mooncake_core.store.client.Client` connects and what it hosts.
 
     Attributes:
-        master: ``host:port`` of the master.
+        master: ``host:port`` of the master, or ``etcd://host:port[/cluster]`` to find
+            the HA leader through etcd and follow it on change.
         secret: cluster secret (control-plane token and data-plane handshake), or None.
         client_id: identity at the master (default: host-pid-random).
         segments: segments to host and mount; empty: a pure user (reads and writes
