@@ -31,6 +31,7 @@ from mooncake_core.conductor.predictors import DecodeStepModel, PrefillTimeModel
 from mooncake_core.conductor.scheduler import Conductor
 from mooncake_core.conductor.service.frontdoor import FrontDoor
 from mooncake_core.conductor.service.links import WorkerLink
+from mooncake_core.conductor.service.resync import StoreResync
 from mooncake_core.conductor.snapshot import ConductorSnapshot
 from mooncake_core.config.models import ClusterConfig
 from mooncake_core.telemetry import ComponentInfo, TelemetryRegistry
@@ -68,7 +69,9 @@ class ConductorServiceOptions:
             prefill workers (needs 2 or more); 0 disables CPP.
         cpp_chunk_tokens: CPP chunk size in tokens.
         store_events: follow the store master's events so the index knows which
-            blocks the Store holds (tier DRAM at each store segment).
+            blocks the Store holds (tier DRAM at each store segment), and resync that
+            view from the master's key listing at start and every ``resync_interval_s``.
+        resync_start_wait_s: how long start() waits for the first store resync.
     """
 
     secret: bytes | None = None
@@ -83,6 +86,7 @@ class ConductorServiceOptions:
     cpp_threshold: int = 1024
     cpp_chunk_tokens: int = 256
     store_events: bool = True
+    resync_start_wait_s: float = 10.0
 
 
 def _profile_models(cluster: ClusterConfig) -> tuple[PrefillTimeModel, DecodeStepModel]:
@@ -122,6 +126,8 @@ class ConductorService:
         self.front: FrontDoor | None = None
         self.started_at = 0.0
         self._store_task: asyncio.Task[None] | None = None
+        self._resync_task: asyncio.Task[None] | None = None
+        self.store_resync: StoreResync | None = None
         self.telemetry = TelemetryRegistry(ComponentInfo("conductor", "conductor", __version__))
         """Served as ``/telemetry`` and ``/metrics`` by the front door (docs/metrics.md).
         Read it from the event loop's thread: the Conductor has no lock."""
@@ -163,17 +169,28 @@ class ConductorService:
             from mooncake_core.conductor.store_feed import StoreFeed
 
             master = f"{cl.host(cl.master.host).address}:{cl.master.port}"
+            feed = StoreFeed(cl.model.name)
             self._store_task = asyncio.create_task(
                 follow_store(
                     master,
                     opts.secret,
-                    StoreFeed(cl.model.name),
+                    feed,
                     self.conductor.index,
                     self.conductor.apply,
                     cl.model.layers,
                 ),
                 name="store-events",
             )
+            # Blocks stored before this process started are in no event: list them now
+            # (bounded, a dead master only delays start) and again every resync interval.
+            self.store_resync = StoreResync(
+                self.conductor, master, opts.secret, feed, cl.model.layers
+            )
+            try:
+                await asyncio.wait_for(self.store_resync.try_once(), opts.resync_start_wait_s)
+            except TimeoutError:
+                log.warning("store resync at start took over %.0fs", opts.resync_start_wait_s)
+            self._resync_task = asyncio.create_task(self.store_resync.loop(), name="store-resync")
         self.front = FrontDoor(
             self.conductor,
             self.links,
@@ -280,6 +297,20 @@ class ConductorService:
                 "decode_instances": [d.name for d in snap.decode],
                 "decode": [repr(d) for d in snap.decode],
                 "index_blocks": {f"{loc}/{tier}": n for loc, tier, n in snap.index.per_holder},
+                "index_drift": {
+                    "added": snap.index.drift_added,
+                    "removed": snap.index.drift_removed,
+                },
+            }
+        if self.store_resync is not None:
+            rs = self.store_resync.stats
+            out["store_resync"] = {
+                "runs": rs.runs,
+                "errors": rs.errors,
+                "last_age_s": None if rs.last_at is None else round(now - rs.last_at, 3),
+                "last_blocks": rs.last_blocks,
+                "last_added": rs.last_added,
+                "last_removed": rs.last_removed,
             }
         if self.front is not None:
             st = self.front.stats
@@ -301,9 +332,10 @@ class ConductorService:
 
     async def stop(self) -> None:
         """Close the worker links and flush the audit."""
-        if self._store_task is not None:
-            self._store_task.cancel()
-            await asyncio.gather(self._store_task, return_exceptions=True)
+        for task in (self._store_task, self._resync_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         for link in self.links.values():
             await link.close()
         if self.audit is not None:
