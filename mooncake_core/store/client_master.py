@@ -61,8 +61,7 @@ def split_master_url(master: str) -> tuple[str | None, str]:
     """
     if not master.startswith(ETCD_SCHEME):
         return None, master
-    rest = master[len(ETCD_SCHEME) :].strip("/")
-    host, _, cluster = rest.partition("/")
+    host, _, cluster = master[len(ETCD_SCHEME) :].partition("/")
     if not host:
         raise ValueError(f"master URL {master!r} has no etcd host (want etcd://HOST:PORT)")
     return f"http://{host}", cluster.strip("/") or "default"
