@@ -282,3 +282,25 @@ class StageForwardReply(_message.Message):
     activations: bytes
     rows: int
     def __init__(self, activations: _Optional[bytes] = ..., rows: _Optional[int] = ...) -> None: ...
+
+class ListCachedBlocksRequest(_message.Message):
+    __slots__ = ("start_after", "has_start", "limit")
+    START_AFTER_FIELD_NUMBER: _ClassVar[int]
+    HAS_START_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    start_after: int
+    has_start: bool
+    limit: int
+    def __init__(self, start_after: _Optional[int] = ..., has_start: _Optional[bool] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListCachedBlocksReply(_message.Message):
+    __slots__ = ("keys", "more", "location", "tier")
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    LOCATION_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedScalarFieldContainer[int]
+    more: bool
+    location: str
+    tier: str
+    def __init__(self, keys: _Optional[_Iterable[int]] = ..., more: _Optional[bool] = ..., location: _Optional[str] = ..., tier: _Optional[str] = ...) -> None: ...

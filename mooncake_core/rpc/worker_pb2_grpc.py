@@ -74,6 +74,11 @@ class WorkerStub:
                 request_serializer=mooncake__core_dot_rpc_dot_worker__pb2.StageForwardRequest.SerializeToString,
                 response_deserializer=mooncake__core_dot_rpc_dot_worker__pb2.StageForwardReply.FromString,
                 _registered_method=True)
+        self.ListCachedBlocks = channel.unary_unary(
+                '/mooncake.worker.Worker/ListCachedBlocks',
+                request_serializer=mooncake__core_dot_rpc_dot_worker__pb2.ListCachedBlocksRequest.SerializeToString,
+                response_deserializer=mooncake__core_dot_rpc_dot_worker__pb2.ListCachedBlocksReply.FromString,
+                _registered_method=True)
 
 
 class WorkerServicer:
@@ -138,6 +143,13 @@ class WorkerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListCachedBlocks(self, request, context):
+        """Prefill: one page of the block keys its prefix cache holds (conductor index resync).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -180,6 +192,11 @@ def add_WorkerServicer_to_server(servicer, server):
                     servicer.StageForward,
                     request_deserializer=mooncake__core_dot_rpc_dot_worker__pb2.StageForwardRequest.FromString,
                     response_serializer=mooncake__core_dot_rpc_dot_worker__pb2.StageForwardReply.SerializeToString,
+            ),
+            'ListCachedBlocks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCachedBlocks,
+                    request_deserializer=mooncake__core_dot_rpc_dot_worker__pb2.ListCachedBlocksRequest.FromString,
+                    response_serializer=mooncake__core_dot_rpc_dot_worker__pb2.ListCachedBlocksReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -398,6 +415,33 @@ class Worker:
             '/mooncake.worker.Worker/StageForward',
             mooncake__core_dot_rpc_dot_worker__pb2.StageForwardRequest.SerializeToString,
             mooncake__core_dot_rpc_dot_worker__pb2.StageForwardReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCachedBlocks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake.worker.Worker/ListCachedBlocks',
+            mooncake__core_dot_rpc_dot_worker__pb2.ListCachedBlocksRequest.SerializeToString,
+            mooncake__core_dot_rpc_dot_worker__pb2.ListCachedBlocksReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -145,6 +145,10 @@ class PagedKVCache:
             n += 1
         return n
 
+    def cached_keys(self) -> list[int]:
+        """Every block key the prefix cache holds, ascending (what ``match`` can find)."""
+        return sorted(self._block_of)
+
     def lookup(self, key: int) -> int | None:
         """Return the block holding ``key``, or None."""
         return self._block_of.get(key)

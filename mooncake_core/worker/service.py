@@ -18,6 +18,7 @@ A decode worker exposes its whole KV pool as the Transfer Engine segment
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -624,6 +625,20 @@ class WorkerService(pbg.WorkerServicer):
                 ],
             )
             await asyncio.sleep(interval)
+
+    async def ListCachedBlocks(
+        self, request: pb.ListCachedBlocksRequest, context: Any
+    ) -> pb.ListCachedBlocksReply:
+        """One ascending page of the prefix cache's block keys (conductor index resync)."""
+        limit = request.limit or 4096
+        cache = self.engine.cache
+        # Read on the engine thread: the cache is only mutated there.
+        keys = await self._call(cache.cached_keys)
+        if request.has_start:
+            keys = keys[bisect.bisect_right(keys, request.start_after) :]
+        return pb.ListCachedBlocksReply(
+            keys=keys[:limit], more=len(keys) > limit, location=cache.location, tier="hbm"
+        )
 
 
 def probe_worker(address: str, timeout: float = 1.0, secret: bytes | None = None) -> bool:

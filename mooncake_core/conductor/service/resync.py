@@ -29,10 +29,11 @@ from mooncake_core.store import ObjectState
 
 if TYPE_CHECKING:
     from mooncake_core.conductor.scheduler import Conductor
+    from mooncake_core.conductor.service.links import WorkerLink
     from mooncake_core.conductor.store_feed import StoreFeed
     from mooncake_core.store.master_client import MasterClient
 
-__all__ = ["ResyncStats", "StoreResync", "list_store_blocks"]
+__all__ = ["ResyncStats", "StoreResync", "list_store_blocks", "list_worker_blocks"]
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,26 @@ async def _complete_keys(mc: MasterClient, prefix: str, page: int) -> AsyncItera
         after = res.next_start_after
 
 
+async def list_worker_blocks(
+    link: WorkerLink, page: int = 4096, timeout: float = 10.0
+) -> tuple[str, set[int]]:
+    """The block keys a prefill worker's prefix cache holds: ``(location, keys)``.
+
+    Raises:
+        grpc.RpcError: the worker did not answer (or predates ``ListCachedBlocks``).
+    """
+    from mooncake_core.rpc import worker_pb2 as pb
+
+    keys: set[int] = set()
+    req = pb.ListCachedBlocksRequest(limit=page)
+    while True:
+        rep = await link.stub.ListCachedBlocks(req, timeout=timeout, metadata=link.metadata)
+        keys.update(rep.keys)
+        if not rep.more or not rep.keys:
+            return rep.location or link.name, keys
+        req = pb.ListCachedBlocksRequest(start_after=rep.keys[-1], has_start=True, limit=page)
+
+
 class StoreResync:
     """Resyncs the Conductor's store tier on start and every ``resync_interval_s``.
 
@@ -126,6 +147,7 @@ class StoreResync:
         feed: the store feed (model name, tier, segment to location).
         layers: model layers.
         page: ListKeys page size.
+        links: prefill worker links whose HBM tier is resynced too (``ListCachedBlocks``).
     """
 
     def __init__(
@@ -136,6 +158,7 @@ class StoreResync:
         feed: StoreFeed,
         layers: int,
         page: int = 1000,
+        links: dict[str, WorkerLink] | None = None,
     ) -> None:
         self.conductor = conductor
         self.address = address
@@ -143,6 +166,10 @@ class StoreResync:
         self.feed = feed
         self.layers = layers
         self.page = page
+        self.links = links or {}
+        self.worker_runs = 0
+        """Completed worker HBM resyncs (all workers together)."""
+        self.worker_errors = 0
         self._runs = 0
         self._errors = 0
         self._last_at: float | None = None
@@ -197,6 +224,25 @@ class StoreResync:
         stores = {loc for loc, t in self.conductor.index.holders() if t == tier}
         return bool(stores & set(self.conductor.resync_due(now)))
 
+    async def resync_workers(self, names: list[str]) -> None:
+        """Resync the HBM tier of the named prefill workers that are up (failures counted)."""
+        from mooncake_core.conductor.events import Tier
+
+        for name in names:
+            link = self.links.get(name)
+            if link is None or link.role != "prefill" or not link.up:
+                continue
+            try:
+                location, keys = await list_worker_blocks(link)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # worker down: its Watch handles membership
+                self.worker_errors += 1
+                log.debug("HBM resync of %s: %s", name, exc)
+                continue
+            self.conductor.resync(location, Tier.HBM, keys, time.time())
+            self.worker_runs += 1
+
     async def try_once(self) -> None:
         """:meth:`run_once`, counting (not raising) a failure."""
         try:
@@ -210,6 +256,9 @@ class StoreResync:
     async def loop(self, tick_s: float = 1.0) -> None:
         """Run a round whenever one is due, until cancelled."""
         while True:
-            if self.due(time.time()):
+            now = time.time()
+            if self.due(now):
                 await self.try_once()
+            if self.links:
+                await self.resync_workers(self.conductor.resync_due(now))
             await asyncio.sleep(tick_s)

@@ -184,7 +184,7 @@ class ConductorService:
             # Blocks stored before this process started are in no event: list them now
             # (bounded, a dead master only delays start) and again every resync interval.
             self.store_resync = StoreResync(
-                self.conductor, master, opts.secret, feed, cl.model.layers
+                self.conductor, master, opts.secret, feed, cl.model.layers, links=self.links
             )
             try:
                 await asyncio.wait_for(self.store_resync.try_once(), opts.resync_start_wait_s)
@@ -311,6 +311,8 @@ class ConductorService:
                 "last_blocks": rs.last_blocks,
                 "last_added": rs.last_added,
                 "last_removed": rs.last_removed,
+                "worker_runs": self.store_resync.worker_runs,
+                "worker_errors": self.store_resync.worker_errors,
             }
         if self.front is not None:
             st = self.front.stats

@@ -103,3 +103,15 @@ def test_serving_restarted_conductor_resyncs_store_blocks(tmp_path: Path) -> Non
         # Scheduled with a store hit at once (kvcache_centric may fetch only part of the
         # prefix when recomputing the rest is predicted cheaper; without resync it is 0).
         assert _matched_blocks(cl, r.json()["id"]) > 0
+
+        # The prefill worker's own cache (tier hbm) is resynced too (ListCachedBlocks).
+        end = time.monotonic() + 10
+        hbm = 0
+        while time.monotonic() < end:
+            health = httpx.get(cl.url + "/health").json()
+            hbm = health["scheduler"]["index_blocks"].get("prefill-0/hbm", 0)
+            if hbm >= stored and health["store_resync"]["worker_runs"] >= 1:
+                break
+            time.sleep(0.2)
+        assert hbm >= stored
+        assert health["store_resync"]["worker_errors"] == 0
