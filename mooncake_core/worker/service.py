@@ -30,7 +30,7 @@ import grpc
 
 from mooncake_core import __version__
 from mooncake_core.conductor.events import BlockStored
-from mooncake_core.config.models import ClusterConfig, WorkerConfig
+from mooncake_core.config.models import ClusterConfig, ModelConfig, WorkerConfig
 from mooncake_core.rpc import worker_pb2 as pb
 from mooncake_core.rpc import worker_pb2_grpc as pbg
 from mooncake_core.store.auth import TokenAuthInterceptor, auth_metadata
@@ -504,6 +504,9 @@ class WorkerService(pbg.WorkerServicer):
         stages = self._stages
         assert stages is not None
         hidden = self.cluster.model.hidden
+        problem = _stage_request_problem(request, self.cluster.model)
+        if problem is not None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         if len(request.activations) != request.rows * hidden * 4:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -630,6 +633,8 @@ class WorkerService(pbg.WorkerServicer):
         self, request: pb.ListCachedBlocksRequest, context: Any
     ) -> pb.ListCachedBlocksReply:
         """One ascending page of the prefix cache's block keys (conductor index resync)."""
+        if self._prefill is None:  # decode caches are private: not in the index
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "not a prefill worker")
         limit = request.limit or 4096
         cache = self.engine.cache
         # Read on the engine thread: the cache is only mutated there.
@@ -654,3 +659,20 @@ def probe_worker(address: str, timeout: float = 1.0, secret: bytes | None = None
         return True
     except grpc.RpcError:
         return False
+
+
+def _stage_request_problem(request: pb.StageForwardRequest, model: ModelConfig) -> str | None:
+    """Why a StageForward request cannot be run, checked before any tensor is built."""
+    if request.rows < 1:
+        return f"rows must be >= 1, got {request.rows}"
+    if not 0 <= request.layer_start < request.layer_stop <= model.layers:
+        return (
+            f"layer range [{request.layer_start}, {request.layer_stop}) is not inside "
+            f"the model's {model.layers} layers"
+        )
+    if not 0 <= request.start < request.start + request.rows <= request.total <= model.max_seq_len:
+        return (
+            f"chunk [{request.start}, {request.start + request.rows}) of a {request.total}-token "
+            f"prompt does not fit (max_seq_len {model.max_seq_len})"
+        )
+    return None
