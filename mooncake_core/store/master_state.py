@@ -56,6 +56,10 @@ from .strategies import (
 from .validation import check_key, check_name, each, pin_expiry, validate_put
 
 MAX_LIST_LIMIT = 100_000
+MAX_SEGMENT_CAPACITY = 1 << 48
+"""Largest segment accepted (256 TiB): capacities are summed into uint64 totals."""
+MAX_TOTAL_CAPACITY = 1 << 62
+"""Largest sum of mounted capacities; keeps every total and ratio inside uint64."""
 
 
 class MasterState:
@@ -137,9 +141,10 @@ class MasterState:
         """
         check_name("segment name", name)
         check_name("client_id", client_id)
-        if not isinstance(capacity, int) or capacity <= 0:
+        if not isinstance(capacity, int) or not 0 < capacity <= MAX_SEGMENT_CAPACITY:
             raise InvalidArgumentError(
-                ErrorCode.INVALID_PARAMS, f"segment capacity must be positive, got {capacity!r}"
+                ErrorCode.INVALID_PARAMS,
+                f"segment capacity must be in 1..{MAX_SEGMENT_CAPACITY} bytes, got {capacity!r}",
             )
         seg = self._segments.find(name)
         if seg is not None:
@@ -154,6 +159,11 @@ class MasterState:
                 ErrorCode.SEGMENT_ALREADY_EXISTS,
                 f"segment {name!r} is already mounted by client {seg.client_id!r} "
                 f"({seg.state.name}, {seg.capacity} bytes)",
+            )
+        if self._segments.capacity() + capacity > MAX_TOTAL_CAPACITY:
+            raise InvalidArgumentError(
+                ErrorCode.INVALID_PARAMS,
+                f"mounting {capacity} bytes would take the store past {MAX_TOTAL_CAPACITY} bytes",
             )
         seg = self._segments.add(name, client_id, capacity, transport_address, location)
         self._segments.touch_client(client_id, now)

@@ -374,6 +374,17 @@ class WorkerService(pbg.WorkerServicer):
         except ValueError as exc:
             await _abort(context, exc)
         if request.cpp_peer:
+            # Only a configured prefill worker may be the second stage: the address comes
+            # from the request, and a worker must not dial whatever it is told to.
+            peers = {
+                f"{self.cluster.host(w.host).address}:{w.rpc_port}"
+                for w in self.cluster.prefill_workers
+            }
+            if request.cpp_peer not in peers:
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"cpp_peer {request.cpp_peer!r} is not a configured prefill worker",
+                )
             return await self._prefill_cpp(request, job, context)
         t0 = time.perf_counter()
         self._queued += 1

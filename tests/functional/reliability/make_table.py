@@ -124,11 +124,11 @@ ROWS = (
         "hypothesis: 400 requests of every unary MasterService RPC with random field values "
         "(generated from the proto descriptors), authenticated, to a real master",
         "every answer is a known error code with a message, never UNKNOWN/INTERNAL; master healthy after. "
-        "Found: huge MountSegment capacities overflow GetSnapshot (known bug, strict xfail)",
+        "Found and fixed: huge MountSegment capacities overflowed GetSnapshot's totals; now refused",
         (
             R + "test_rel_master_secure.py::test_rel_fuzzed_master_rpcs_answer_with_clear_codes",
             R + "test_rel_master_secure.py::test_rel_master_healthy_after_fuzzing",
-            R + "test_rel_master_secure.py::test_rel_huge_capacities_break_snapshot",
+            R + "test_rel_master_secure.py::test_rel_huge_capacities_are_refused",
         ),
     ),
     Row(
@@ -136,8 +136,8 @@ ROWS = (
         "worker gRPC handlers",
         "hypothesis: 60 authenticated requests of every Worker RPC (unary and streaming) with random "
         "field values to the live prefill/decode workers of a serving cluster",
-        "a known status with a message, the worker stays up. Found: StageForward answers UNKNOWN "
-        "(numpy ValueError) to a malformed request (known bug, strict xfail; left out of the fuzz)",
+        "a known status with a message, the worker stays up. Found and fixed: StageForward "
+        "answered UNKNOWN (numpy ValueError) to an empty request; now INVALID_ARGUMENT",
         (
             R + "test_rel_serving_faults.py::test_rel_fuzzed_worker_rpcs_answer_with_clear_codes",
             R + "test_rel_serving_faults.py::test_rel_worker_stage_forward_validates_its_request",

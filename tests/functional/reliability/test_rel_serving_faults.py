@@ -171,13 +171,8 @@ def _worker_call(ch: grpc.Channel, name: str, req: Any) -> list[Any]:
     return [ch.unary_unary(path, **kw)(req, metadata=md, timeout=10)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="worker bug: StageForward does not validate its request; an empty one (no "
-    'activations, rows 0) reaches numpy.frombuffer and answers UNKNOWN "ValueError: both '
-    'buffer length (0) and count (-1) must not be 0" instead of INVALID_ARGUMENT',
-)
 def test_rel_worker_stage_forward_validates_its_request(cluster: Cluster) -> None:
+    """Found by the fuzzer: an empty request used to reach numpy.frombuffer (UNKNOWN)."""
     w = cluster.config["prefill_workers"][0]
     addr = f"127.0.0.1:{w['rpc_port']}"
     with grpc.insecure_channel(addr) as ch, pytest.raises(grpc.RpcError) as ei:
@@ -203,8 +198,8 @@ def test_rel_fuzzed_worker_rpcs_answer_with_clear_codes(
         if cluster.procs[w["name"]].poll() is None  # the kill test took one decode worker
     ]
     w = data.draw(st.sampled_from(live), label="worker")
-    # StageForward is left out: it crashes on the first malformed request (known bug,
-    # test_rel_worker_stage_forward_validates_its_request); the rest is still fuzzed.
+    # StageForward has its own validation test (test_rel_worker_stage_forward_validates_its_request);
+    # random activation bytes never match rows * hidden, so fuzzing it only repeats that check.
     names = sorted(m.name for m in _WSVC.methods if m.name != "StageForward")
     name = data.draw(st.sampled_from(names), label="rpc")
     # Small token ids and counts: the point is the handlers' validation, not a 2**32-token
@@ -213,6 +208,9 @@ def test_rel_fuzzed_worker_rpcs_answer_with_clear_codes(
         "tokens": st.integers(0, 300) | st.integers(0, 2**32 - 1),
         "max_tokens": st.integers(0, 8),
         "num_tokens": st.integers(0, 64) | st.integers(0, 2**32 - 1),
+        # Watch streams three reports `interval_s` apart; longer would only hit the test's
+        # own 10 s deadline.
+        "interval_s": st.floats(0.0, 1.0),
     }
     req = data.draw(message(_WSVC.methods_by_name[name].input_type, over=over), label="request")
     with grpc.insecure_channel(f"127.0.0.1:{w['rpc_port']}") as ch:
