@@ -223,6 +223,11 @@ def plan(
                 {
                     f"{role}_workers.{i}.rpc_port": w.rpc_port,
                     f"{role}_workers.{i}.data_port": w.data_port,
+                    **(
+                        {f"{role}_workers.{i}.metrics_port": w.metrics_port}
+                        if w.metrics_port is not None
+                        else {}
+                    ),
                 },
             )
     add(

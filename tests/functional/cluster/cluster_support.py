@@ -40,7 +40,7 @@ def make_config(
     cfg["state_dir"] = str(tmp_path / "state")
     cfg["hosts"] = [{"name": "local", "address": address}]
     # Free on loopback here; a fresh namespace has every port free anyway.
-    ports = _unique_ports("127.0.0.1", 16)
+    ports = _unique_ports("127.0.0.1", 18)
     cfg["master"]["port"], cfg["master"]["metrics_port"] = ports.pop(), ports.pop()
     for node in cfg["store_nodes"]:
         node["data_port"], node["metrics_port"] = ports.pop(), ports.pop()
@@ -50,6 +50,7 @@ def make_config(
         if workers:
             for w in cfg[role]:
                 w["rpc_port"], w["data_port"] = ports.pop(), ports.pop()
+                w["metrics_port"] = ports.pop()
         else:
             cfg[role] = []
     cfg["dashboard"]["port"] = ports.pop()
