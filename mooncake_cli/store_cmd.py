@@ -28,7 +28,7 @@ MasterOption = Annotated[
     typer.Option(
         "--master",
         "-m",
-        help="Master host:port, or etcd://HOST:PORT[/CLUSTER] to follow the HA leader (default: from the config).",
+        help="Master host:port, or etcd://HOST:PORT/CLUSTER (cluster optional) to follow the HA leader (default: from the config).",
     ),
 ]
 SecretOption = Annotated[
