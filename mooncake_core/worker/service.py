@@ -194,6 +194,8 @@ class WorkerService(pbg.WorkerServicer):
         self._inflight: dict[str, asyncio.Future[Any]] = {}
         self.kv_segment = ""
         self._telemetry: TelemetryServer | None = None
+        self.auth_failures: dict[str, int] = {}
+        """Calls refused for a missing or wrong cluster token, by RPC method."""
         self.metrics_port: int | None = None
 
     # ---- lifecycle ------------------------------------------------------------------------
@@ -211,7 +213,11 @@ class WorkerService(pbg.WorkerServicer):
         if opts.role == "decode":
             self._decode = DecodeRunner(self._engine, self._executor, opts.max_batch)
             self._decode_task = asyncio.create_task(self._decode.run(), name="decode-loop")
-        interceptors = [TokenAuthInterceptor(opts.secret)] if opts.secret else []
+        interceptors = (
+            [TokenAuthInterceptor(opts.secret, on_refused=self._count_refusal)]
+            if opts.secret
+            else []
+        )
         self._server = grpc.aio.server(
             interceptors=interceptors,
             options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 64 << 20)],
@@ -279,8 +285,18 @@ class WorkerService(pbg.WorkerServicer):
         reg = TelemetryRegistry(ComponentInfo(opts.name, opts.role, __version__))
         reg.register("engine", self._engine_snapshot)
         reg.register("transfer", self._transfer_snapshot)
+        reg.register(
+            "auth",
+            lambda: {
+                "auth_failures_total": sum(self.auth_failures.values()),
+                "auth_failures": dict(self.auth_failures),
+            },
+        )
         self._telemetry = serve_telemetry(reg, opts.host, port)
         self.metrics_port = self._telemetry.port
+
+    def _count_refusal(self, method: str) -> None:
+        self.auth_failures[method] = self.auth_failures.get(method, 0) + 1
 
     def _engine_snapshot(self) -> EngineSnapshot:
         # Called from the telemetry server's threads while the engine thread may add or

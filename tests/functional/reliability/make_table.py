@@ -177,8 +177,11 @@ ROWS = (
         "security",
         "worker gRPC without / with a wrong token",
         "secured serving cluster; Health probes to prefill and decode workers",
-        "UNAUTHENTICATED (workers expose no counter of refusals: see known gaps)",
-        (R + "test_rel_serving_faults.py::test_rel_worker_rpc_refuses_missing_and_wrong_token",),
+        "UNAUTHENTICATED; each refusal counted by RPC on the worker's /telemetry and /metrics",
+        (
+            R + "test_rel_serving_faults.py::test_rel_worker_rpc_refuses_missing_and_wrong_token",
+            "tests/functional/telemetry_live/test_telemetry_worker.py::test_worker_counts_refused_calls",
+        ),
     ),
     Row(
         "security",

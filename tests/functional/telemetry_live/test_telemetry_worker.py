@@ -54,3 +54,34 @@ async def test_worker_metrics_port_in_use_fails_start() -> None:
                 await svc.start()
         finally:
             await svc.stop()
+
+
+async def test_worker_counts_refused_calls() -> None:
+    import dataclasses
+
+    import grpc
+
+    from mooncake_core.rpc import worker_pb2 as wpb
+    from mooncake_core.rpc import worker_pb2_grpc as wpbg
+    from mooncake_core.store.auth import auth_metadata
+
+    secret = b"s3cret-for-the-test"
+    svc = WorkerService(_cluster(), dataclasses.replace(_options(0), secret=secret))
+    await svc.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{svc.rpc_port}") as ch:
+            stub = wpbg.WorkerStub(ch)
+            for md in ((), auth_metadata(b"wrong"), auth_metadata(b"wrong")):
+                with pytest.raises(grpc.aio.AioRpcError) as ei:
+                    await stub.Health(wpb.HealthRequest(), metadata=md, timeout=5)
+                assert ei.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            await stub.Health(wpb.HealthRequest(), metadata=auth_metadata(secret), timeout=5)
+        assert svc.auth_failures == {"/mooncake.worker.Worker/Health": 3}
+        async with httpx.AsyncClient(timeout=5) as c:
+            doc = (await c.get(f"http://127.0.0.1:{svc.metrics_port}/telemetry")).json()
+            metrics = (await c.get(f"http://127.0.0.1:{svc.metrics_port}/metrics")).text
+        assert doc["snapshots"]["auth"]["data"]["auth_failures_total"] == 3
+        assert "auth_failures_total" in metrics
+        assert secret.decode() not in metrics and secret.decode() not in str(doc)
+    finally:
+        await svc.stop()
