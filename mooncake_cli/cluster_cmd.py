@@ -275,6 +275,13 @@ def logs(
         known = ", ".join(r.name for r in sup.state.all()) or "none"
         fail(f"no run record for {name!r} (recorded: {known})")
     launcher = sup.launcher(rec.host)
+    if follow:
+        import signal
+
+        # Stop on Ctrl-C or SIGTERM even when started with SIGINT ignored (a shell's
+        # background job inherits SIG_IGN, and Python then installs no handler).
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.default_int_handler)
     try:
         if follow:
             for line in launcher.follow(rec, lines):
