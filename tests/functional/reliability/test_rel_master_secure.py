@@ -80,7 +80,10 @@ def test_rel_fuzzed_master_rpcs_answer_with_clear_codes(
     secure: Cluster, channel: grpc.Channel, data: st.DataObject
 ) -> None:
     name = data.draw(st.sampled_from(sorted(UNARY)), label="rpc")
-    req = data.draw(message(UNARY[name]), label="request")
+    # Capacities stay below 2**40: a fuzzed MountSegment with a bogus transport_address is
+    # accepted (known gap, docs/reliability.md), and a huge one would draw the later tests'
+    # puts onto it. Huge capacities have their own test (test_rel_huge_capacities_are_refused).
+    req = data.draw(message(UNARY[name], over={"capacity": st.integers(0, 2**40)}), label="request")
     try:
         resp = _rpc(channel, name)(req, metadata=auth_metadata(SECRET), timeout=10)
     except grpc.RpcError as e:
