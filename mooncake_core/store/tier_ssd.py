@@ -19,6 +19,11 @@ Space: a byte ``capacity``; when a write would take usage above
 rebuilt from the directory on start (recency from file mtimes), so the tier survives a
 node restart.
 
+Evicted keys: every file the tier deletes to make room is remembered by key until
+:meth:`SsdTier.take_evicted` collects them (a store node reports them to the master, which
+then stops counting on those copies). Keys of files found by the start-up scan are read
+from their headers.
+
 Promotion: :meth:`SsdTier.get` counts hits per key; the ``promote`` flag of the result
 turns true on the ``promote_after``-th hit, telling the caller to copy the object back
 to DRAM (the tier keeps its copy until evicted or removed).
@@ -83,6 +88,18 @@ class SsdRead:
 
 
 @dataclass(frozen=True, slots=True)
+class SsdMiss:
+    """Why :meth:`SsdTier.fetch` returned no bytes: no file, or a damaged one (deleted)."""
+
+    corrupt: bool
+
+    @property
+    def reason(self) -> str:
+        """``corrupt`` or ``miss`` (the words the node sends to the master)."""
+        return "corrupt" if self.corrupt else "miss"
+
+
+@dataclass(frozen=True, slots=True)
 class SsdTierSnapshot:
     """Read-model of the tier."""
 
@@ -112,6 +129,8 @@ class SsdTier:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._index: OrderedDict[str, int] = OrderedDict()  # file name -> bytes; LRU first
+        self._keys: dict[str, str] = {}  # file name -> key, where known
+        self._evicted: list[str] = []  # keys evicted and not yet collected
         self._hits: dict[str, int] = {}
         self._used = 0
         self._offloads = self._hit_count = self._misses = 0
@@ -152,6 +171,7 @@ class SsdTier:
             self._make_room(size)
             os.replace(tmp, path)
             self._index[name] = size
+            self._keys[name] = key
             self._used += size
             self._hits.pop(name, None)
             self._offloads += 1
@@ -159,19 +179,36 @@ class SsdTier:
 
     def get(self, key: str) -> SsdRead | None:
         """The object's bytes, verified; None on a miss or a corrupt file (counted)."""
+        got = self.fetch(key)
+        return None if isinstance(got, SsdMiss) else got
+
+    def fetch(self, key: str) -> SsdRead | SsdMiss:
+        """Like :meth:`get`, but a miss says whether the file was missing or damaged.
+
+        Returns:
+            The verified bytes, or :class:`SsdMiss` (``corrupt``: the file failed a check,
+            was counted and deleted).
+        """
         name = self._name(key)
         with self._lock:
             if name not in self._index:
                 self._misses += 1
-                return None
+                return SsdMiss(corrupt=False)
             self._index.move_to_end(name)
-        data = self._read(self._path(name), key)
+        try:
+            data = self._read(self._path(name), key)
+        except FileNotFoundError:
+            # Evicted or removed by another thread between the lookup and the open:
+            # an ordinary miss (the index no longer has it, or has a newer file).
+            with self._lock:
+                self._misses += 1
+            return SsdMiss(corrupt=False)
         with self._lock:
             if data is None:
                 self._corrupt += 1
                 self._misses += 1
                 self._forget(name)
-                return None
+                return SsdMiss(corrupt=True)
             self._hit_count += 1
             hits = self._hits.get(name, 0) + 1
             self._hits[name] = hits
@@ -189,6 +226,21 @@ class SsdTier:
         """Delete ``key``'s file. Returns whether there was one."""
         with self._lock:
             return self._forget(self._name(key))
+
+    def take_evicted(self) -> list[str]:
+        """Keys whose files were evicted to make room since the last call (then cleared).
+
+        Files of unknown key (an unreadable header found by the start-up scan) are not
+        listed.
+        """
+        with self._lock:
+            out, self._evicted = self._evicted, []
+            return out
+
+    def keys(self) -> list[str]:
+        """Keys of the indexed files, least recently used first (where known)."""
+        with self._lock:
+            return [self._keys[n] for n in self._index if n in self._keys]
 
     def snapshot(self) -> SsdTierSnapshot:
         """Counters and usage."""
@@ -218,6 +270,7 @@ class SsdTier:
         return self.directory / name[:2] / f"{name}.obj"
 
     def _read(self, path: Path, key: str) -> bytes | None:
+        # None: damaged. FileNotFoundError propagates (not damage: the file went away).
         # Header first, then the data straight into its own bytes object (no slicing copy).
         try:
             with open(path, "rb") as f:
@@ -233,6 +286,8 @@ class SsdTier:
                 if f.read(klen) != key.encode():
                     return None  # another key with the same hash, or a damaged key
                 data = f.read(dlen)
+        except FileNotFoundError:
+            raise
         except OSError:
             return None
         if len(data) != dlen or xxhash.xxh3_64_intdigest(data) != digest:
@@ -242,6 +297,7 @@ class SsdTier:
     def _forget(self, name: str) -> bool:
         size = self._index.pop(name, None)
         self._hits.pop(name, None)
+        self._keys.pop(name, None)
         with contextlib.suppress(FileNotFoundError):
             self._path(name).unlink()
         if size is None:
@@ -256,6 +312,9 @@ class SsdTier:
         target = o.low_watermark * o.capacity - incoming
         while self._index and self._used > target:
             name = next(iter(self._index))
+            key = self._keys.get(name)
+            if key is not None:
+                self._evicted.append(key)
             self._forget(name)
             self._evictions += 1
 
@@ -270,3 +329,22 @@ class SsdTier:
         for _, name, size in sorted(found):
             self._index[name] = size
             self._used += size
+            key = _read_key(self._path(name))
+            if key is not None:
+                self._keys[name] = key
+
+
+def _read_key(path: Path) -> str | None:
+    """The key stored in a file's header, or None when the header is unreadable."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(HEADER_SIZE)
+            if len(head) < HEADER_SIZE:
+                return None
+            magic, klen, _, _ = _HDR.unpack_from(head, 0)
+            (crc,) = _CRC.unpack_from(head, _HDR.size)
+            if magic != MAGIC or crc != zlib.crc32(head[: _HDR.size]):
+                return None
+            return f.read(klen).decode()
+    except (OSError, UnicodeDecodeError):
+        return None
