@@ -119,6 +119,27 @@ class MasterConfig(_Strict):
     """Objects larger than this are cut into slices placed on several segments."""
     data_dir: Path | None = None
     """Where the master keeps its journal and snapshots; ``None``: in the state dir."""
+    offload_watermark: Annotated[float, Field(gt=0, le=1)] | None = None
+    """SSD tier: DRAM usage ratio of a segment (with an SSD tier) at which its least
+    recently used objects are copied to SSD ahead of eviction; ``None``:
+    ``eviction_high_watermark - 0.10``."""
+    offload_retry_s: PositiveSeconds = 5.0
+    """SSD tier: an offload neither confirmed nor refused in this time is asked again."""
+    offload_batch: Annotated[int, Field(ge=1, le=100_000)] = 64
+    """SSD tier: most offloads requested per segment per upkeep tick."""
+    stage_timeout_s: PositiveSeconds = 10.0
+    """SSD tier: a read of an SSD-only object waits this long for the node to stage it
+    back into DRAM before the next SSD copy is tried."""
+    promote_after: Annotated[int, Field(ge=1, le=1_000_000)] = 2
+    """SSD tier: the n-th staging of an object keeps it in DRAM (promotion); earlier
+    stage copies are dropped once their read lease ends."""
+
+    @property
+    def effective_offload_watermark(self) -> float:
+        """``offload_watermark``, or ``eviction_high_watermark - 0.10`` (at least 0.01)."""
+        if self.offload_watermark is not None:
+            return self.offload_watermark
+        return max(0.01, self.eviction_high_watermark - 0.10)
 
 
 class StoreNodeConfig(_Strict):

@@ -29,6 +29,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     UNAVAILABLE: _ClassVar[ErrorCode]
     INTERNAL: _ClassVar[ErrorCode]
     UNAUTHENTICATED: _ClassVar[ErrorCode]
+    STALE: _ClassVar[ErrorCode]
 
 class ObjectState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -66,6 +67,7 @@ PIN_NOT_FOUND: ErrorCode
 UNAVAILABLE: ErrorCode
 INTERNAL: ErrorCode
 UNAUTHENTICATED: ErrorCode
+STALE: ErrorCode
 OBJECT_STATE_UNSPECIFIED: ObjectState
 PROCESSING: ObjectState
 COMPLETE: ObjectState
@@ -119,21 +121,23 @@ class ReplicateConfig(_message.Message):
     def __init__(self, replica_num: _Optional[int] = ..., soft_pin: _Optional[bool] = ..., hard_pin: _Optional[bool] = ..., soft_pin_ttl_s: _Optional[float] = ..., preferred_segments: _Optional[_Iterable[str]] = ..., local_first: _Optional[bool] = ...) -> None: ...
 
 class MountSegmentRequest(_message.Message):
-    __slots__ = ("client_id", "name", "capacity", "transport_address", "location")
+    __slots__ = ("client_id", "name", "capacity", "transport_address", "location", "ssd_capacity")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     TRANSPORT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     LOCATION_FIELD_NUMBER: _ClassVar[int]
+    SSD_CAPACITY_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     name: str
     capacity: int
     transport_address: str
     location: str
-    def __init__(self, client_id: _Optional[str] = ..., name: _Optional[str] = ..., capacity: _Optional[int] = ..., transport_address: _Optional[str] = ..., location: _Optional[str] = ...) -> None: ...
+    ssd_capacity: int
+    def __init__(self, client_id: _Optional[str] = ..., name: _Optional[str] = ..., capacity: _Optional[int] = ..., transport_address: _Optional[str] = ..., location: _Optional[str] = ..., ssd_capacity: _Optional[int] = ...) -> None: ...
 
 class SegmentInfo(_message.Message):
-    __slots__ = ("name", "client_id", "state", "capacity", "used", "keys", "transport_address", "location", "free_blocks", "largest_free")
+    __slots__ = ("name", "client_id", "state", "capacity", "used", "keys", "transport_address", "location", "free_blocks", "largest_free", "ssd_capacity", "ssd_keys")
     NAME_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -144,6 +148,8 @@ class SegmentInfo(_message.Message):
     LOCATION_FIELD_NUMBER: _ClassVar[int]
     FREE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     LARGEST_FREE_FIELD_NUMBER: _ClassVar[int]
+    SSD_CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    SSD_KEYS_FIELD_NUMBER: _ClassVar[int]
     name: str
     client_id: str
     state: SegmentState
@@ -154,7 +160,9 @@ class SegmentInfo(_message.Message):
     location: str
     free_blocks: int
     largest_free: int
-    def __init__(self, name: _Optional[str] = ..., client_id: _Optional[str] = ..., state: _Optional[_Union[SegmentState, str]] = ..., capacity: _Optional[int] = ..., used: _Optional[int] = ..., keys: _Optional[int] = ..., transport_address: _Optional[str] = ..., location: _Optional[str] = ..., free_blocks: _Optional[int] = ..., largest_free: _Optional[int] = ...) -> None: ...
+    ssd_capacity: int
+    ssd_keys: int
+    def __init__(self, name: _Optional[str] = ..., client_id: _Optional[str] = ..., state: _Optional[_Union[SegmentState, str]] = ..., capacity: _Optional[int] = ..., used: _Optional[int] = ..., keys: _Optional[int] = ..., transport_address: _Optional[str] = ..., location: _Optional[str] = ..., free_blocks: _Optional[int] = ..., largest_free: _Optional[int] = ..., ssd_capacity: _Optional[int] = ..., ssd_keys: _Optional[int] = ...) -> None: ...
 
 class MountSegmentResponse(_message.Message):
     __slots__ = ("error", "segment")
@@ -316,7 +324,7 @@ class StatRequest(_message.Message):
     def __init__(self, key: _Optional[str] = ...) -> None: ...
 
 class StatResponse(_message.Message):
-    __slots__ = ("error", "key", "size", "state", "replicas", "lease_remaining_s", "idle_s", "pin", "pin_remaining_s")
+    __slots__ = ("error", "key", "size", "state", "replicas", "lease_remaining_s", "idle_s", "pin", "pin_remaining_s", "ssd_segments")
     ERROR_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -326,6 +334,7 @@ class StatResponse(_message.Message):
     IDLE_S_FIELD_NUMBER: _ClassVar[int]
     PIN_FIELD_NUMBER: _ClassVar[int]
     PIN_REMAINING_S_FIELD_NUMBER: _ClassVar[int]
+    SSD_SEGMENTS_FIELD_NUMBER: _ClassVar[int]
     error: Error
     key: str
     size: int
@@ -335,7 +344,8 @@ class StatResponse(_message.Message):
     idle_s: float
     pin: PinLevel
     pin_remaining_s: float
-    def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ..., key: _Optional[str] = ..., size: _Optional[int] = ..., state: _Optional[_Union[ObjectState, str]] = ..., replicas: _Optional[_Iterable[_Union[Replica, _Mapping]]] = ..., lease_remaining_s: _Optional[float] = ..., idle_s: _Optional[float] = ..., pin: _Optional[_Union[PinLevel, str]] = ..., pin_remaining_s: _Optional[float] = ...) -> None: ...
+    ssd_segments: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ..., key: _Optional[str] = ..., size: _Optional[int] = ..., state: _Optional[_Union[ObjectState, str]] = ..., replicas: _Optional[_Iterable[_Union[Replica, _Mapping]]] = ..., lease_remaining_s: _Optional[float] = ..., idle_s: _Optional[float] = ..., pin: _Optional[_Union[PinLevel, str]] = ..., pin_remaining_s: _Optional[float] = ..., ssd_segments: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListKeysRequest(_message.Message):
     __slots__ = ("prefix", "start_after", "limit")
@@ -490,7 +500,7 @@ class Readiness(_message.Message):
     def __init__(self, state: _Optional[str] = ..., serving: _Optional[bool] = ..., durable: _Optional[bool] = ..., journal_seq: _Optional[int] = ..., ha: _Optional[bool] = ..., member_id: _Optional[str] = ..., applied_seq: _Optional[int] = ..., caught_up: _Optional[bool] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ...) -> None: ...
 
 class Snapshot(_message.Message):
-    __slots__ = ("key_count", "complete_count", "processing_count", "allocated_bytes", "total_capacity_bytes", "client_count", "segments", "key_pins", "prefix_pins", "evicted_objects_total", "evicted_bytes_total", "eviction_rounds_total", "removed_objects_total", "expired_puts_total", "lost_objects_total")
+    __slots__ = ("key_count", "complete_count", "processing_count", "allocated_bytes", "total_capacity_bytes", "client_count", "segments", "key_pins", "prefix_pins", "evicted_objects_total", "evicted_bytes_total", "eviction_rounds_total", "removed_objects_total", "expired_puts_total", "lost_objects_total", "offloaded_evictions_total", "ssd_offloads_total", "ssd_stages_total", "ssd_stage_failures_total", "ssd_promotions_total", "ssd_only_count", "ssd_lost_objects_total")
     KEY_COUNT_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_COUNT_FIELD_NUMBER: _ClassVar[int]
     PROCESSING_COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -506,6 +516,13 @@ class Snapshot(_message.Message):
     REMOVED_OBJECTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     EXPIRED_PUTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     LOST_OBJECTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    OFFLOADED_EVICTIONS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SSD_OFFLOADS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SSD_STAGES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SSD_STAGE_FAILURES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SSD_PROMOTIONS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SSD_ONLY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SSD_LOST_OBJECTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     key_count: int
     complete_count: int
     processing_count: int
@@ -521,14 +538,21 @@ class Snapshot(_message.Message):
     removed_objects_total: int
     expired_puts_total: int
     lost_objects_total: int
-    def __init__(self, key_count: _Optional[int] = ..., complete_count: _Optional[int] = ..., processing_count: _Optional[int] = ..., allocated_bytes: _Optional[int] = ..., total_capacity_bytes: _Optional[int] = ..., client_count: _Optional[int] = ..., segments: _Optional[_Iterable[_Union[SegmentInfo, _Mapping]]] = ..., key_pins: _Optional[int] = ..., prefix_pins: _Optional[int] = ..., evicted_objects_total: _Optional[int] = ..., evicted_bytes_total: _Optional[int] = ..., eviction_rounds_total: _Optional[int] = ..., removed_objects_total: _Optional[int] = ..., expired_puts_total: _Optional[int] = ..., lost_objects_total: _Optional[int] = ...) -> None: ...
+    offloaded_evictions_total: int
+    ssd_offloads_total: int
+    ssd_stages_total: int
+    ssd_stage_failures_total: int
+    ssd_promotions_total: int
+    ssd_only_count: int
+    ssd_lost_objects_total: int
+    def __init__(self, key_count: _Optional[int] = ..., complete_count: _Optional[int] = ..., processing_count: _Optional[int] = ..., allocated_bytes: _Optional[int] = ..., total_capacity_bytes: _Optional[int] = ..., client_count: _Optional[int] = ..., segments: _Optional[_Iterable[_Union[SegmentInfo, _Mapping]]] = ..., key_pins: _Optional[int] = ..., prefix_pins: _Optional[int] = ..., evicted_objects_total: _Optional[int] = ..., evicted_bytes_total: _Optional[int] = ..., eviction_rounds_total: _Optional[int] = ..., removed_objects_total: _Optional[int] = ..., expired_puts_total: _Optional[int] = ..., lost_objects_total: _Optional[int] = ..., offloaded_evictions_total: _Optional[int] = ..., ssd_offloads_total: _Optional[int] = ..., ssd_stages_total: _Optional[int] = ..., ssd_stage_failures_total: _Optional[int] = ..., ssd_promotions_total: _Optional[int] = ..., ssd_only_count: _Optional[int] = ..., ssd_lost_objects_total: _Optional[int] = ...) -> None: ...
 
 class WatchEventsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ("seq", "unix_time", "stored", "removed", "replica_dropped", "pinned", "unpinned", "segment_mounted", "segment_state", "segment_unmounted", "client_expired", "started", "replica_added")
+    __slots__ = ("seq", "unix_time", "stored", "removed", "replica_dropped", "pinned", "unpinned", "segment_mounted", "segment_state", "segment_unmounted", "client_expired", "started", "replica_added", "offload_requested", "stage_requested", "ssd_added", "ssd_dropped")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     UNIX_TIME_FIELD_NUMBER: _ClassVar[int]
     STORED_FIELD_NUMBER: _ClassVar[int]
@@ -542,6 +566,10 @@ class Event(_message.Message):
     CLIENT_EXPIRED_FIELD_NUMBER: _ClassVar[int]
     STARTED_FIELD_NUMBER: _ClassVar[int]
     REPLICA_ADDED_FIELD_NUMBER: _ClassVar[int]
+    OFFLOAD_REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    STAGE_REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    SSD_ADDED_FIELD_NUMBER: _ClassVar[int]
+    SSD_DROPPED_FIELD_NUMBER: _ClassVar[int]
     seq: int
     unix_time: float
     stored: ObjectStoredEvent
@@ -555,7 +583,11 @@ class Event(_message.Message):
     client_expired: ClientExpiredEvent
     started: WatchStartedEvent
     replica_added: ReplicaAddedEvent
-    def __init__(self, seq: _Optional[int] = ..., unix_time: _Optional[float] = ..., stored: _Optional[_Union[ObjectStoredEvent, _Mapping]] = ..., removed: _Optional[_Union[ObjectRemovedEvent, _Mapping]] = ..., replica_dropped: _Optional[_Union[ReplicaDroppedEvent, _Mapping]] = ..., pinned: _Optional[_Union[PinEvent, _Mapping]] = ..., unpinned: _Optional[_Union[UnpinEvent, _Mapping]] = ..., segment_mounted: _Optional[_Union[SegmentMountedEvent, _Mapping]] = ..., segment_state: _Optional[_Union[SegmentStateEvent, _Mapping]] = ..., segment_unmounted: _Optional[_Union[SegmentUnmountedEvent, _Mapping]] = ..., client_expired: _Optional[_Union[ClientExpiredEvent, _Mapping]] = ..., started: _Optional[_Union[WatchStartedEvent, _Mapping]] = ..., replica_added: _Optional[_Union[ReplicaAddedEvent, _Mapping]] = ...) -> None: ...
+    offload_requested: OffloadRequestedEvent
+    stage_requested: StageRequestedEvent
+    ssd_added: SsdCopyEvent
+    ssd_dropped: SsdCopyEvent
+    def __init__(self, seq: _Optional[int] = ..., unix_time: _Optional[float] = ..., stored: _Optional[_Union[ObjectStoredEvent, _Mapping]] = ..., removed: _Optional[_Union[ObjectRemovedEvent, _Mapping]] = ..., replica_dropped: _Optional[_Union[ReplicaDroppedEvent, _Mapping]] = ..., pinned: _Optional[_Union[PinEvent, _Mapping]] = ..., unpinned: _Optional[_Union[UnpinEvent, _Mapping]] = ..., segment_mounted: _Optional[_Union[SegmentMountedEvent, _Mapping]] = ..., segment_state: _Optional[_Union[SegmentStateEvent, _Mapping]] = ..., segment_unmounted: _Optional[_Union[SegmentUnmountedEvent, _Mapping]] = ..., client_expired: _Optional[_Union[ClientExpiredEvent, _Mapping]] = ..., started: _Optional[_Union[WatchStartedEvent, _Mapping]] = ..., replica_added: _Optional[_Union[ReplicaAddedEvent, _Mapping]] = ..., offload_requested: _Optional[_Union[OffloadRequestedEvent, _Mapping]] = ..., stage_requested: _Optional[_Union[StageRequestedEvent, _Mapping]] = ..., ssd_added: _Optional[_Union[SsdCopyEvent, _Mapping]] = ..., ssd_dropped: _Optional[_Union[SsdCopyEvent, _Mapping]] = ...) -> None: ...
 
 class ObjectStoredEvent(_message.Message):
     __slots__ = ("key", "size", "replicas")
@@ -656,6 +688,72 @@ class ReplicaAddedEvent(_message.Message):
     replica: Replica
     replicas: int
     def __init__(self, key: _Optional[str] = ..., replica: _Optional[_Union[Replica, _Mapping]] = ..., replicas: _Optional[int] = ...) -> None: ...
+
+class OffloadRequestedEvent(_message.Message):
+    __slots__ = ("key", "segment", "replica", "size", "token")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    segment: str
+    replica: Replica
+    size: int
+    token: int
+    def __init__(self, key: _Optional[str] = ..., segment: _Optional[str] = ..., replica: _Optional[_Union[Replica, _Mapping]] = ..., size: _Optional[int] = ..., token: _Optional[int] = ...) -> None: ...
+
+class StageRequestedEvent(_message.Message):
+    __slots__ = ("key", "segment", "replica", "size", "request_id")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    segment: str
+    replica: Replica
+    size: int
+    request_id: int
+    def __init__(self, key: _Optional[str] = ..., segment: _Optional[str] = ..., replica: _Optional[_Union[Replica, _Mapping]] = ..., size: _Optional[int] = ..., request_id: _Optional[int] = ...) -> None: ...
+
+class SsdCopyEvent(_message.Message):
+    __slots__ = ("key", "segment", "ssd_copies", "replicas")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    SSD_COPIES_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    segment: str
+    ssd_copies: int
+    replicas: int
+    def __init__(self, key: _Optional[str] = ..., segment: _Optional[str] = ..., ssd_copies: _Optional[int] = ..., replicas: _Optional[int] = ...) -> None: ...
+
+class TierDoneRequest(_message.Message):
+    __slots__ = ("client_id", "key", "segment", "token", "ok", "reason")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    OK_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    key: str
+    segment: str
+    token: int
+    ok: bool
+    reason: str
+    def __init__(self, client_id: _Optional[str] = ..., key: _Optional[str] = ..., segment: _Optional[str] = ..., token: _Optional[int] = ..., ok: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class TierDroppedRequest(_message.Message):
+    __slots__ = ("client_id", "segment", "keys")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    segment: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, client_id: _Optional[str] = ..., segment: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AddReplicaStartRequest(_message.Message):
     __slots__ = ("key", "exclude_segments", "target_segment")

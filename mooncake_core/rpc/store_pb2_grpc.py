@@ -79,6 +79,21 @@ class MasterServiceStub:
                 request_serializer=mooncake__core_dot_rpc_dot_store__pb2.DropReplicaRequest.SerializeToString,
                 response_deserializer=mooncake__core_dot_rpc_dot_store__pb2.DropReplicaResponse.FromString,
                 _registered_method=True)
+        self.TierOffloadDone = channel.unary_unary(
+                '/mooncake.store.v1.MasterService/TierOffloadDone',
+                request_serializer=mooncake__core_dot_rpc_dot_store__pb2.TierDoneRequest.SerializeToString,
+                response_deserializer=mooncake__core_dot_rpc_dot_store__pb2.KeyResponse.FromString,
+                _registered_method=True)
+        self.TierStageDone = channel.unary_unary(
+                '/mooncake.store.v1.MasterService/TierStageDone',
+                request_serializer=mooncake__core_dot_rpc_dot_store__pb2.TierDoneRequest.SerializeToString,
+                response_deserializer=mooncake__core_dot_rpc_dot_store__pb2.KeyResponse.FromString,
+                _registered_method=True)
+        self.TierDropped = channel.unary_unary(
+                '/mooncake.store.v1.MasterService/TierDropped',
+                request_serializer=mooncake__core_dot_rpc_dot_store__pb2.TierDroppedRequest.SerializeToString,
+                response_deserializer=mooncake__core_dot_rpc_dot_store__pb2.RemoveManyResponse.FromString,
+                _registered_method=True)
         self.Heartbeat = channel.unary_unary(
                 '/mooncake.store.v1.MasterService/Heartbeat',
                 request_serializer=mooncake__core_dot_rpc_dot_store__pb2.HeartbeatRequest.SerializeToString,
@@ -264,6 +279,26 @@ class MasterServiceServicer:
 
     def DropReplica(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TierOffloadDone(self, request, context):
+        """SSD tier, called by the node hosting the segment (client_id must own it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TierStageDone(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TierDropped(self, request, context):
+        """removed = objects that lost their last copy
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -472,6 +507,21 @@ def add_MasterServiceServicer_to_server(servicer, server):
                     servicer.DropReplica,
                     request_deserializer=mooncake__core_dot_rpc_dot_store__pb2.DropReplicaRequest.FromString,
                     response_serializer=mooncake__core_dot_rpc_dot_store__pb2.DropReplicaResponse.SerializeToString,
+            ),
+            'TierOffloadDone': grpc.unary_unary_rpc_method_handler(
+                    servicer.TierOffloadDone,
+                    request_deserializer=mooncake__core_dot_rpc_dot_store__pb2.TierDoneRequest.FromString,
+                    response_serializer=mooncake__core_dot_rpc_dot_store__pb2.KeyResponse.SerializeToString,
+            ),
+            'TierStageDone': grpc.unary_unary_rpc_method_handler(
+                    servicer.TierStageDone,
+                    request_deserializer=mooncake__core_dot_rpc_dot_store__pb2.TierDoneRequest.FromString,
+                    response_serializer=mooncake__core_dot_rpc_dot_store__pb2.KeyResponse.SerializeToString,
+            ),
+            'TierDropped': grpc.unary_unary_rpc_method_handler(
+                    servicer.TierDropped,
+                    request_deserializer=mooncake__core_dot_rpc_dot_store__pb2.TierDroppedRequest.FromString,
+                    response_serializer=mooncake__core_dot_rpc_dot_store__pb2.RemoveManyResponse.SerializeToString,
             ),
             'Heartbeat': grpc.unary_unary_rpc_method_handler(
                     servicer.Heartbeat,
@@ -847,6 +897,87 @@ class MasterService:
             '/mooncake.store.v1.MasterService/DropReplica',
             mooncake__core_dot_rpc_dot_store__pb2.DropReplicaRequest.SerializeToString,
             mooncake__core_dot_rpc_dot_store__pb2.DropReplicaResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TierOffloadDone(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake.store.v1.MasterService/TierOffloadDone',
+            mooncake__core_dot_rpc_dot_store__pb2.TierDoneRequest.SerializeToString,
+            mooncake__core_dot_rpc_dot_store__pb2.KeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TierStageDone(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake.store.v1.MasterService/TierStageDone',
+            mooncake__core_dot_rpc_dot_store__pb2.TierDoneRequest.SerializeToString,
+            mooncake__core_dot_rpc_dot_store__pb2.KeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TierDropped(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake.store.v1.MasterService/TierDropped',
+            mooncake__core_dot_rpc_dot_store__pb2.TierDroppedRequest.SerializeToString,
+            mooncake__core_dot_rpc_dot_store__pb2.RemoveManyResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -102,6 +102,8 @@ def segment_to_pb(s: SegmentSnapshot) -> pb.SegmentInfo:
         location=s.location,
         free_blocks=s.free_blocks,
         largest_free=s.largest_free,
+        ssd_capacity=s.ssd_capacity,
+        ssd_keys=s.ssd_keys,
     )
 
 
@@ -118,6 +120,8 @@ def segment_from_pb(m: pb.SegmentInfo) -> SegmentSnapshot:
         location=m.location,
         free_blocks=m.free_blocks,
         largest_free=m.largest_free,
+        ssd_capacity=m.ssd_capacity,
+        ssd_keys=m.ssd_keys,
     )
 
 
@@ -136,6 +140,13 @@ _SNAP_FIELDS = (
     "removed_objects_total",
     "expired_puts_total",
     "lost_objects_total",
+    "offloaded_evictions_total",
+    "ssd_offloads_total",
+    "ssd_stages_total",
+    "ssd_stage_failures_total",
+    "ssd_promotions_total",
+    "ssd_only_count",
+    "ssd_lost_objects_total",
 )
 
 
@@ -176,6 +187,7 @@ def stat_to_pb(i: ObjectInfo) -> pb.StatResponse:
         lease_remaining_s=i.lease_remaining_s,
         idle_s=i.idle_s,
         pin="PIN_" + i.pin.name,
+        ssd_segments=list(i.ssd_segments),
     )
     if i.pin_remaining_s is not None:
         msg.pin_remaining_s = i.pin_remaining_s
@@ -194,6 +206,7 @@ def stat_from_pb(m: pb.StatResponse) -> ObjectInfo:
         idle_s=m.idle_s,
         pin=PinLevel(m.pin),
         pin_remaining_s=m.pin_remaining_s if m.HasField("pin_remaining_s") else None,
+        ssd_segments=tuple(m.ssd_segments),
     )
 
 
@@ -270,6 +283,30 @@ def event_to_pb(e: ev.Event, seq: int, unix_time: float) -> pb.Event:
         msg.segment_unmounted.CopyFrom(pb.SegmentUnmountedEvent(name=e.name, reason=e.reason.value))
     elif isinstance(e, ev.ClientExpired):
         msg.client_expired.CopyFrom(pb.ClientExpiredEvent(client_id=e.client_id))
+    elif isinstance(e, ev.OffloadRequested):
+        msg.offload_requested.CopyFrom(
+            pb.OffloadRequestedEvent(
+                key=e.key,
+                segment=e.segment,
+                replica=replicas_to_pb((e.replica,))[0],
+                size=e.size,
+                token=e.token,
+            )
+        )
+    elif isinstance(e, ev.StageRequested):
+        msg.stage_requested.CopyFrom(
+            pb.StageRequestedEvent(
+                key=e.key,
+                segment=e.segment,
+                replica=replicas_to_pb((e.replica,))[0],
+                size=e.size,
+                request_id=e.request_id,
+            )
+        )
+    elif isinstance(e, ev.SsdCopyAdded):
+        msg.ssd_added.CopyFrom(_ssd_copy_to_pb(e))
+    elif isinstance(e, ev.SsdCopyDropped):
+        msg.ssd_dropped.CopyFrom(_ssd_copy_to_pb(e))
     else:  # pragma: no cover - every Event member is handled above
         raise TypeError(f"unknown event type {type(e).__name__}")
     return msg
@@ -310,7 +347,29 @@ def event_from_pb(m: pb.Event) -> ev.Event:
         return ev.SegmentUnmounted(at, su.name, ev.UnmountReason(su.reason))
     if kind == "client_expired":
         return ev.ClientExpired(at, m.client_expired.client_id)
+    if kind == "offload_requested":
+        o = m.offload_requested
+        return ev.OffloadRequested(
+            at, o.key, o.segment, replicas_from_pb([o.replica])[0], o.size, o.token
+        )
+    if kind == "stage_requested":
+        q = m.stage_requested
+        return ev.StageRequested(
+            at, q.key, q.segment, replicas_from_pb([q.replica])[0], q.size, q.request_id
+        )
+    if kind == "ssd_added":
+        c = m.ssd_added
+        return ev.SsdCopyAdded(at, c.key, c.segment, c.ssd_copies, c.replicas)
+    if kind == "ssd_dropped":
+        c = m.ssd_dropped
+        return ev.SsdCopyDropped(at, c.key, c.segment, c.ssd_copies, c.replicas)
     raise ValueError(f"event {m.seq} has no known kind ({kind!r})")
+
+
+def _ssd_copy_to_pb(e: ev.SsdCopyAdded | ev.SsdCopyDropped) -> pb.SsdCopyEvent:
+    return pb.SsdCopyEvent(
+        key=e.key, segment=e.segment, ssd_copies=e.ssd_copies, replicas=e.replicas
+    )
 
 
 def batch_errors_to_pb(results: Sequence[object]) -> list[pb.Error]:

@@ -29,6 +29,8 @@ class ErrorCode(IntEnum):
     UNAVAILABLE = 14
     INTERNAL = 15
     UNAUTHENTICATED = 16
+    STALE = 17
+    """SSD tier: a confirmation names an object version (token) that is gone."""
 
 
 class StoreError(Exception):
@@ -95,6 +97,7 @@ _FAMILY: dict[ErrorCode, type[StoreError]] = {
     ErrorCode.OBJECT_LEASED: ConflictError,
     ErrorCode.SEGMENT_ALREADY_EXISTS: ConflictError,
     ErrorCode.INVALID_STATE: ConflictError,
+    ErrorCode.STALE: ConflictError,
     ErrorCode.INVALID_KEY: InvalidArgumentError,
     ErrorCode.INVALID_PARAMS: InvalidArgumentError,
     ErrorCode.OBJECT_TOO_LARGE: InvalidArgumentError,

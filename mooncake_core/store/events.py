@@ -29,6 +29,8 @@ class RemoveReason(StrEnum):
     """Overwritten by Upsert."""
     REVOKED = "revoked"
     """The writer called PutRevoke."""
+    SSD_LOST = "ssd_lost"
+    """An SSD-only object whose last SSD copy was dropped, missing or corrupt."""
 
 
 class UnmountReason(StrEnum):
@@ -138,6 +140,58 @@ class ClientExpired:
     client_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class OffloadRequested:
+    """The node hosting ``segment`` should copy ``replica`` (wholly on that segment) to
+    its SSD tier and confirm with TierOffloadDone carrying ``token``."""
+
+    at: float
+    key: str
+    segment: str
+    replica: Replica
+    size: int
+    token: int
+    """Identifies this version of the object (a rewrite gets a new token)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StageRequested:
+    """The node hosting ``segment`` should read its SSD copy of ``key`` into ``replica``
+    (freshly allocated on that segment) and confirm with TierStageDone(``request_id``)."""
+
+    at: float
+    key: str
+    segment: str
+    replica: Replica
+    size: int
+    request_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class SsdCopyAdded:
+    """The node hosting ``segment`` confirmed an SSD copy of ``key``."""
+
+    at: float
+    key: str
+    segment: str
+    ssd_copies: int
+    """SSD copies the object has now."""
+    replicas: int
+    """DRAM replicas the object has now."""
+
+
+@dataclass(frozen=True, slots=True)
+class SsdCopyDropped:
+    """``key`` lost its SSD copy on ``segment`` (disk eviction, miss, corruption, unmount);
+    when nothing is left an ``ObjectRemoved`` follows."""
+
+    at: float
+    key: str
+    segment: str
+    ssd_copies: int
+    replicas: int
+
+
 Event = (
     ObjectStored
     | ObjectRemoved
@@ -149,5 +203,9 @@ Event = (
     | SegmentStateChanged
     | SegmentUnmounted
     | ClientExpired
+    | OffloadRequested
+    | StageRequested
+    | SsdCopyAdded
+    | SsdCopyDropped
 )
 """Every event type the master emits."""

@@ -201,15 +201,32 @@ class MasterClient:
 
     # ------------------------------------------------------- segments, clients
     async def mount_segment(
-        self, name: str, capacity: int, *, transport_address: str = "", location: str = "cpu:0"
+        self,
+        name: str,
+        capacity: int,
+        *,
+        transport_address: str = "",
+        location: str = "cpu:0",
+        ssd_capacity: int = 0,
     ) -> SegmentSnapshot:
-        """Lend a segment this client hosts. Raises ConflictError if the name is taken."""
+        """Lend a segment this client hosts. Raises ConflictError if the name is taken.
+
+        Args:
+            name: cluster-unique segment name.
+            capacity: DRAM bytes lent.
+            transport_address: where the Transfer Engine reaches the segment.
+            location: memory location (topology matrix key).
+            ssd_capacity: bytes of SSD tier this client keeps behind the segment (0: no
+                SSD tier). With it the master sends this client OffloadRequested and
+                StageRequested events for the segment.
+        """
         req = pb.MountSegmentRequest(
             client_id=self.client_id,
             name=name,
             capacity=capacity,
             transport_address=transport_address,
             location=location,
+            ssd_capacity=ssd_capacity,
         )
         r = await self._call(lambda: self._stub.MountSegment(req, **self._kw))
         cv.raise_for(r.error)
@@ -276,6 +293,71 @@ class MasterClient:
         r = await self._call(lambda: self._stub.DropReplica(req, **self._kw))
         cv.raise_for(r.error)
         return r.freed
+
+    # ---------------------------------------------------------------- SSD tier
+    async def tier_offload_done(
+        self, key: str, segment: str, token: int, ok: bool, reason: str = ""
+    ) -> None:
+        """Report the outcome of an ``OffloadRequested`` for one of this client's segments.
+
+        Args:
+            key: the object.
+            segment: the segment named in the request (this client must own it).
+            token: the request's token (the object version that was copied).
+            ok: whether the SSD file was written.
+            reason: why not, when ``ok`` is False (for the master's log and counters).
+
+        Raises:
+            ConflictError: STALE, the object was rewritten or lost its replica on
+                ``segment`` meanwhile (delete the file); INVALID_STATE, the segment is
+                not this client's or has no SSD tier.
+            NotFoundError: no such object (delete the file) or segment.
+        """
+        req = pb.TierDoneRequest(
+            client_id=self.client_id, key=key, segment=segment, token=token, ok=ok, reason=reason
+        )
+        r = await self._call(lambda: self._stub.TierOffloadDone(req, **self._kw))
+        cv.raise_for(r.error)
+
+    async def tier_stage_done(
+        self, key: str, segment: str, request_id: int, ok: bool, reason: str = ""
+    ) -> None:
+        """Report the outcome of a ``StageRequested`` (bytes copied into the replica, or
+        ``ok=False`` with ``reason`` ``miss`` / ``corrupt``).
+
+        Raises:
+            ConflictError: STALE, no such stage is pending any more (it timed out, or
+                the object went away): the range is no longer the node's to fill;
+                INVALID_STATE, the segment is not this client's.
+            NotFoundError: no such object or segment.
+        """
+        req = pb.TierDoneRequest(
+            client_id=self.client_id,
+            key=key,
+            segment=segment,
+            token=request_id,
+            ok=ok,
+            reason=reason,
+        )
+        r = await self._call(lambda: self._stub.TierStageDone(req, **self._kw))
+        cv.raise_for(r.error)
+
+    async def tier_dropped(self, segment: str, keys: Sequence[str]) -> int:
+        """Tell the master this client's SSD tier no longer holds ``keys`` for ``segment``
+        (evicted for room, or found corrupt). Keys the master does not know, or knows
+        without an SSD copy there, are ignored.
+
+        Returns:
+            Objects removed because that was their last copy.
+
+        Raises:
+            NotFoundError: no such segment.
+            ConflictError: INVALID_STATE, the segment is not this client's.
+        """
+        req = pb.TierDroppedRequest(client_id=self.client_id, segment=segment, keys=list(keys))
+        r = await self._call(lambda: self._stub.TierDropped(req, **self._kw))
+        cv.raise_for(r.error)
+        return r.removed
 
     async def heartbeat(self) -> bool:
         """Tell the master this client is alive; False: it forgot us, remount segments."""

@@ -41,6 +41,7 @@ from mooncake_core.config.models import MasterConfig
 from mooncake_core.rpc import store_pb2_grpc as pb_grpc
 
 from . import convert
+from . import events as ev
 from .auth import TokenAuthInterceptor
 from .errors import ErrorCode, StoreError
 from .master_state import MasterState
@@ -56,6 +57,9 @@ Record = dict[str, Any]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+_SETTLING = (ev.ReplicaAdded, ev.StageRequested, ev.SsdCopyDropped, ev.ObjectRemoved)
+"""Events that may settle a pending SSD stage of their key."""
 
 _OVERFLOW = object()
 _CLOSED = object()
@@ -207,6 +211,9 @@ class MasterService:
         self._started = clock()
         self._lock = asyncio.Lock()
         self._watchers: set[asyncio.Queue[object]] = set()
+        # key -> future resolved at the next event about the key (readers waiting for
+        # an SSD stage share it); created only while someone waits.
+        self._key_waiters: dict[str, asyncio.Future[None]] = {}
         self._seq = 0
         self._snapshot = self.state.snapshot()
         self.metrics = MasterMetrics(self._current_snapshot, lambda: len(self._watchers))
@@ -432,6 +439,8 @@ class MasterService:
             The journal seq the reply must wait for (0: nothing, -1: the write failed).
         """
         events = self.state.take_events()
+        if self._key_waiters and events:
+            self._wake_key_waiters(events)
         if not events and not extra:
             return 0
         seq = self._journal(events, extra or [])
@@ -452,6 +461,26 @@ class MasterService:
                 else:
                     q.put_nowait(msg)
         return seq
+
+    def key_changed(self, key: str) -> asyncio.Future[None]:
+        """A future resolved at the next published event about ``key`` that can settle
+        an SSD stage (replica added, stage requested again, SSD copy dropped, object
+        removed); every caller waiting on the same key gets the same future.
+
+        Call it from inside a core call (under the lock) so no event is missed.
+        """
+        fut = self._key_waiters.get(key)
+        if fut is None or fut.done():
+            fut = asyncio.get_running_loop().create_future()
+            self._key_waiters[key] = fut
+        return fut
+
+    def _wake_key_waiters(self, events: list[Any]) -> None:
+        for e in events:
+            if isinstance(e, _SETTLING):
+                fut = self._key_waiters.pop(e.key, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(None)
 
     def _journal(self, events: list[Any], extra: list[Record]) -> int:
         if self.sink is None:

@@ -6,6 +6,7 @@ walk every key), encode. Errors from the core travel in the response's ``Error``
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -15,9 +16,10 @@ from mooncake_core.rpc import store_pb2 as pb
 from mooncake_core.rpc import store_pb2_grpc as pb_grpc
 
 from . import convert as cv
-from .errors import StoreError
+from .errors import ErrorCode, StoreError
 from .ha.image import started_record
 from .ha.readiness import Readiness
+from .master_tier import StagePending
 from .results import GetResult
 
 if TYPE_CHECKING:
@@ -51,6 +53,7 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
                 now,
                 transport_address=request.transport_address,
                 location=request.location or "cpu:0",
+                ssd_capacity=request.ssd_capacity,
             ),
         )
         if isinstance(r, StoreError):
@@ -129,6 +132,47 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
         if isinstance(r, StoreError):
             return pb.DropReplicaResponse(error=cv.error_to_pb(r))
         return pb.DropReplicaResponse(error=cv.OK, freed=r)
+
+    # ---------------------------------------------------------------- SSD tier
+    async def TierOffloadDone(self, request: pb.TierDoneRequest, context: Ctx) -> pb.KeyResponse:
+        r = await self._svc.call(
+            "TierOffloadDone",
+            lambda now: self._st.tier_offload_done(
+                request.client_id,
+                request.key,
+                request.segment,
+                request.token,
+                request.ok,
+                now,
+                request.reason,
+            ),
+        )
+        return pb.KeyResponse(error=_err(r))
+
+    async def TierStageDone(self, request: pb.TierDoneRequest, context: Ctx) -> pb.KeyResponse:
+        r = await self._svc.call(
+            "TierStageDone",
+            lambda now: self._st.tier_stage_done(
+                request.client_id,
+                request.key,
+                request.segment,
+                request.token,
+                request.ok,
+                now,
+                request.reason,
+            ),
+        )
+        return pb.KeyResponse(error=_err(r))
+
+    async def TierDropped(
+        self, request: pb.TierDroppedRequest, context: Ctx
+    ) -> pb.RemoveManyResponse:
+        keys = list(request.keys)
+        r = await self._svc.call(
+            "TierDropped",
+            lambda now: self._st.tier_dropped(request.client_id, request.segment, keys, now),
+        )
+        return _many(r)
 
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: Ctx) -> pb.HeartbeatResponse:
         r = self._svc.call_heartbeat(request.client_id)
@@ -222,22 +266,72 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
     async def GetReplicaList(
         self, request: pb.GetReplicaListRequest, context: Ctx
     ) -> pb.GetReplicaListResponse:
-        r = await self._svc.call(
-            "GetReplicaList", lambda now: self._st.get_replica_list(request.key, now)
-        )
-        return _get_response(r)
+        r = await self._read("GetReplicaList", [request.key])
+        return _get_response(r[0])
 
     async def BatchGetReplicaList(
         self, request: pb.BatchKeysRequest, context: Ctx
     ) -> pb.BatchGetReplicaListResponse:
         keys = list(request.keys)
-        r = await self._svc.call(
-            "BatchGetReplicaList", lambda now: self._st.batch_get_replica_list(keys, now)
-        )
-        if isinstance(r, StoreError):
-            return pb.BatchGetReplicaListResponse(results=[_get_response(r) for _ in keys])
+        r = await self._read("BatchGetReplicaList", keys)
         self._svc.count_item_failures("BatchGetReplicaList", r)
         return pb.BatchGetReplicaListResponse(results=[_get_response(x) for x in r])
+
+    async def _read(self, rpc: str, keys: list[str]) -> list[GetResult | StoreError]:
+        """Replica lists of ``keys``, waiting for SSD-only objects to be staged.
+
+        A read of an SSD-only object makes the core start (or join) a stage; the handler
+        then waits on the key's shared future, resolved by the service at the next event
+        about the key (stage done, next SSD copy tried, object removed), and reads
+        again. The future is taken inside the core call, under the service lock, so a
+        stage that settles before this coroutine waits is not missed.
+        """
+        results: list[GetResult | StoreError | None] = [None] * len(keys)
+        todo = list(range(len(keys)))
+        # Each stage settles within stage_timeout_s (the upkeep fails it after that):
+        # a key with no news for longer than this is reported, not waited for forever.
+        patience = self._svc.config.stage_timeout_s + 4 * self._svc.options.tick_interval_s + 1
+        while todo:
+            sub = [keys[i] for i in todo]
+
+            def fn(now: float, sub: list[str] = sub) -> tuple[list[Any], list[Any]]:
+                out = self._st.batch_read(sub, now)
+                waits = [
+                    self._svc.key_changed(k)
+                    for k, x in zip(sub, out, strict=True)
+                    if isinstance(x, StagePending)
+                ]
+                return out, waits
+
+            r = await self._svc.call(rpc, fn)
+            if isinstance(r, StoreError):
+                for i in todo:
+                    results[i] = r
+                break
+            out, waits = r
+            pending = []
+            for i, x in zip(todo, out, strict=True):
+                if isinstance(x, StagePending):
+                    pending.append(i)
+                else:
+                    results[i] = x
+            if not pending:
+                break
+            done, _ = await asyncio.wait(
+                set(waits), timeout=patience, return_when=asyncio.FIRST_COMPLETED
+            )
+            if not done:
+                for i in pending:
+                    results[i] = StoreError(
+                        ErrorCode.UNAVAILABLE,
+                        f"object {keys[i]!r} is being staged from SSD and the stage did "
+                        f"not settle within {patience:.1f} s",
+                    )
+                break
+            todo = pending
+        return [
+            x if x is not None else StoreError(ErrorCode.INTERNAL, "no result") for x in results
+        ]
 
     async def Exist(self, request: pb.ExistRequest, context: Ctx) -> pb.ExistResponse:
         r = await self._svc.call("Exist", lambda now: self._st.exist(request.key, now))

@@ -15,6 +15,8 @@ move a key to the end; Exist and Stat do not, so probing cannot keep objects ali
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import math
 import random
 import re
@@ -33,6 +35,7 @@ from .errors import (
 )
 from .eviction import EvictionPolicy, LruEviction
 from .keyindex import SortedKeys
+from .master_tier import PendingStage, StagePending, TierBook
 from .objects import ObjectInfo, ObjectMeta, ObjectState, PinLevel, Replica
 from .pins import Pin, PinTable
 from .placement import place_replicas, slice_lengths
@@ -60,6 +63,8 @@ MAX_SEGMENT_CAPACITY = 1 << 48
 """Largest segment accepted (256 TiB): capacities are summed into uint64 totals."""
 MAX_TOTAL_CAPACITY = 1 << 62
 """Largest sum of mounted capacities; keeps every total and ratio inside uint64."""
+MAX_SSD_CAPACITY = 1 << 56
+"""Largest SSD tier behind one segment (64 PiB)."""
 
 
 class MasterState:
@@ -102,6 +107,17 @@ class MasterState:
         self._removed = 0
         self._expired_puts = 0
         self._lost = 0
+        # SSD tier (see master_tier.py): work in flight, SSD-only keys, counters.
+        self._tier = TierBook()
+        self._ssd_only: set[str] = set()
+        self._tier_changes = 0  # bumped when new offload candidates may exist
+        self._offload_idle: dict[str, tuple[int, float]] = {}  # seg -> (changes, when)
+        self._offloaded_evictions = 0
+        self._ssd_offloads = 0
+        self._ssd_stages = 0
+        self._ssd_stage_failures = 0
+        self._ssd_promotions = 0
+        self._ssd_lost = 0
 
     # ----------------------------------------------------------------- events
     def take_events(self) -> list[ev.Event]:
@@ -129,14 +145,20 @@ class MasterState:
         *,
         transport_address: str = "",
         location: str = "cpu:0",
+        ssd_capacity: int = 0,
     ) -> SegmentSnapshot:
         """Add a segment hosted by ``client_id`` (also counts as its heartbeat).
 
-        Mounting the same segment again from the same client with the same capacity is
-        a no-op (a client re-mounting after a master restart or a lost reply).
+        Mounting the same segment again from the same client with the same capacities
+        is a no-op (a client re-mounting after a master restart or a lost reply).
+
+        Args:
+            ssd_capacity: bytes of SSD tier the client keeps behind the segment; 0: none.
+                With it, the master offloads objects of this segment to that tier.
 
         Raises:
-            InvalidArgumentError: empty/long names, capacity not positive.
+            InvalidArgumentError: empty/long names, capacity not positive, ssd_capacity
+                negative or too large.
             ConflictError: the name is taken by another client or is still unmounting.
         """
         check_name("segment name", name)
@@ -146,11 +168,17 @@ class MasterState:
                 ErrorCode.INVALID_PARAMS,
                 f"segment capacity must be in 1..{MAX_SEGMENT_CAPACITY} bytes, got {capacity!r}",
             )
+        if not isinstance(ssd_capacity, int) or not 0 <= ssd_capacity <= MAX_SSD_CAPACITY:
+            raise InvalidArgumentError(
+                ErrorCode.INVALID_PARAMS,
+                f"ssd_capacity must be in 0..{MAX_SSD_CAPACITY} bytes, got {ssd_capacity!r}",
+            )
         seg = self._segments.find(name)
         if seg is not None:
             if (
                 seg.client_id == client_id
                 and seg.capacity == capacity
+                and seg.ssd_capacity == ssd_capacity
                 and seg.state == SegmentState.MOUNTED
             ):
                 self._segments.touch_client(client_id, now)
@@ -165,7 +193,9 @@ class MasterState:
                 ErrorCode.INVALID_PARAMS,
                 f"mounting {capacity} bytes would take the store past {MAX_TOTAL_CAPACITY} bytes",
             )
-        seg = self._segments.add(name, client_id, capacity, transport_address, location)
+        seg = self._segments.add(
+            name, client_id, capacity, transport_address, location, ssd_capacity
+        )
         self._segments.touch_client(client_id, now)
         self._events.append(ev.SegmentMounted(now, name, client_id, capacity))
         return seg.snapshot()
@@ -363,9 +393,13 @@ class MasterState:
             raise ConflictError(ErrorCode.INVALID_STATE, f"object {key!r} is already complete")
         obj.state = ObjectState.COMPLETE
         obj.last_access = now
+        obj.token = self._tier.new_token()
         del self._processing[key]
         self._touch(key, obj)
+        self._tier_changes += 1
         self._events.append(ev.ObjectStored(now, key, obj.size, obj.replicas))
+        if self._pins.level(key, now)[0] != PinLevel.NONE:
+            self._write_through(key, obj, now)
 
     def put_revoke(self, key: str, now: float) -> None:
         """Abandon a write: the object and its space are released.
@@ -438,6 +472,11 @@ class MasterState:
             raise ConflictError(
                 ErrorCode.INVALID_STATE, f"a replica of {key!r} is already being added"
             )
+        if not obj.replicas:
+            raise ConflictError(
+                ErrorCode.INVALID_STATE,
+                f"object {key!r} is only on SSD ({', '.join(obj.ssd)}); read it to stage it first",
+            )
         used = {sl.segment for r in obj.replicas for sl in r}
         if target_segment is not None:
             seg = self._segments.get(target_segment)
@@ -489,6 +528,7 @@ class MasterState:
         del self._adding[key]
         obj = self._objects[key]
         obj.replicas = (*obj.replicas, replica)
+        self._tier_changes += 1
         self._events.append(ev.ReplicaAdded(now, key, replica, len(obj.replicas)))
         return replica
 
@@ -582,19 +622,60 @@ class MasterState:
     def get_replica_list(self, key: str, now: float) -> GetResult:
         """Where to read ``key``; grants or renews a read lease and counts as an access.
 
+        For callers that cannot wait: an SSD-only object is staged (as :meth:`read`
+        does) but the call raises OBJECT_NOT_READY; read again once it settled.
+
+        Raises:
+            NotFoundError: no such object.
+            ConflictError: OBJECT_NOT_READY, the object is still being written or is
+                being staged from SSD.
+            CapacityError: an SSD-only object found no DRAM to be staged into.
+        """
+        r = self.read(key, now)
+        if isinstance(r, StagePending):
+            raise ConflictError(
+                ErrorCode.OBJECT_NOT_READY,
+                f"object {key!r} is only on SSD; staging it into segment {r.segment!r} "
+                f"(request {r.request_id})",
+            )
+        return r
+
+    def read(self, key: str, now: float) -> GetResult | StagePending:
+        """Where to read ``key`` (lease and access as :meth:`get_replica_list`), or, for
+        an object that is only on SSD, the stage that will bring it into DRAM.
+
+        An SSD-only object without a pending stage gets one: a DRAM range on one of its
+        SSD segments (evicting other objects if needed, as PutStart does) and a
+        ``StageRequested`` event for the node. Wait for :meth:`tier_stage_done` (or the
+        stage timeout in :meth:`tick`) and call again; concurrent readers share the one
+        pending stage. This call may evict objects even when it raises.
+
         Raises:
             NotFoundError: no such object.
             ConflictError: OBJECT_NOT_READY, the object is still being written.
+            CapacityError: no SSD segment of the object is MOUNTED
+                (NO_AVAILABLE_SEGMENT) or none has room even after eviction (STORE_FULL).
         """
         obj = self._object(key)
         if not obj.complete:
             raise ConflictError(
                 ErrorCode.OBJECT_NOT_READY, f"object {key!r} is still being written"
             )
+        if not obj.replicas:
+            pending = self._tier.stages.get(key)
+            if pending is None:
+                pending = self._start_stage(key, obj, now)
+            return StagePending(key, pending.request_id, pending.segment)
         obj.lease_expiry = max(obj.lease_expiry, now + self.config.lease_ttl_s)
         obj.last_access = now
         self._touch(key, obj)
         return GetResult(key, obj.size, obj.replicas, obj.lease_expiry - now)
+
+    def batch_read(
+        self, keys: Sequence[str], now: float
+    ) -> list[GetResult | StagePending | StoreError]:
+        """:meth:`read` for each key; each item succeeds or fails alone."""
+        return each(keys, lambda k: self.read(k, now))
 
     def exist(self, key: str, now: float) -> bool:
         """Whether ``key`` is readable. Neither renews a lease nor counts as an access."""
@@ -618,6 +699,7 @@ class MasterState:
             idle_s=now - obj.last_access,
             pin=level,
             pin_remaining_s=None if until is None else until - now,
+            ssd_segments=tuple(sorted(obj.ssd)),
         )
 
     def list_keys(
@@ -727,6 +809,10 @@ class MasterState:
         expires = pin_expiry(self.config, hard, ttl_s, now)
         pin = self._pins.set(target, is_prefix=prefix, hard=hard, expires_at=expires)
         self._events.append(ev.ObjectPinned(now, target, prefix, hard, expires))
+        if not prefix:
+            obj = self._objects[target]
+            if obj.complete:
+                self._write_through(target, obj, now)
         return pin
 
     def unpin(self, target: str, now: float, *, prefix: bool = False) -> Pin:
@@ -771,6 +857,261 @@ class MasterState:
         if not self._over_watermark():
             return 0
         return self._evict_round(now, (), self._over_watermark)
+
+    # --------------------------------------------------------------- SSD tier
+    def tier_offload_done(
+        self,
+        client_id: str,
+        key: str,
+        segment: str,
+        token: int,
+        ok: bool,
+        now: float,
+        reason: str = "",
+    ) -> None:
+        """The node of ``segment`` reports an offload it was asked for.
+
+        ``ok``: ``segment`` joins the object's SSD set (event ``SsdCopyAdded``; a
+        repeated confirmation is a no-op). Not ok: the offload is asked again after
+        ``offload_retry_s``.
+
+        Args:
+            client_id: the caller; must own ``segment``.
+            key: the object.
+            segment: the segment named in ``OffloadRequested``.
+            token: the token of that request (the object version that was copied).
+            ok: whether the node wrote its file.
+            now: master clock.
+            reason: the node's words when not ok (unused by the core).
+
+        Raises:
+            NotFoundError: no such segment (SEGMENT_NOT_FOUND) or object (the node
+                deletes its file).
+            InvalidArgumentError: bad key, token 0.
+            ConflictError: the segment is another client's or has no SSD tier
+                (INVALID_STATE); STALE: the object was rewritten (other token), is not
+                complete, or has no replica on ``segment`` any more (the node deletes
+                its file).
+        """
+        seg = self._owned_segment(segment, client_id)
+        if seg.ssd_capacity <= 0:
+            raise ConflictError(
+                ErrorCode.INVALID_STATE, f"segment {segment!r} was mounted without an SSD tier"
+            )
+        obj = self._tier_object(key, token, "token")
+        if obj.token != token or not obj.complete:
+            raise ConflictError(
+                ErrorCode.STALE,
+                f"object {key!r} is now version {obj.token}, the offload to {segment!r} "
+                f"copied version {token}; delete the file",
+            )
+        if segment not in obj.ssd and not any(_wholly_on(r, segment) for r in obj.replicas):
+            raise ConflictError(
+                ErrorCode.STALE,
+                f"object {key!r} (version {token}) has no replica on {segment!r} any more; "
+                "delete the file",
+            )
+        if not ok:
+            self._tier.note_offload(key, segment, now)  # asked again after the retry time
+            return
+        self._tier.clear_offload(key, segment)
+        if segment in obj.ssd:
+            return
+        obj.ssd = (*obj.ssd, segment)
+        seg.ssd_keys.add(key)
+        self._ssd_offloads += 1
+        self._events.append(ev.SsdCopyAdded(now, key, segment, len(obj.ssd), len(obj.replicas)))
+
+    def tier_stage_done(
+        self,
+        client_id: str,
+        key: str,
+        segment: str,
+        request_id: int,
+        ok: bool,
+        now: float,
+        reason: str = "",
+    ) -> None:
+        """The node of ``segment`` reports a stage it was asked for.
+
+        ``ok``: the staged range becomes a readable replica (event ``ReplicaAdded``)
+        with a fresh read lease for the waiting readers; it is a *stage copy*, dropped
+        again once its lease ends, unless this was the object's ``promote_after``-th
+        stage (then it stays: promoted). Not ok (``miss``, ``corrupt``): the range is
+        freed, ``segment`` leaves the SSD set and the next SSD copy is staged; with
+        none left the object is removed (reason ``ssd_lost``).
+
+        Raises:
+            NotFoundError: no such segment or object.
+            InvalidArgumentError: bad key, request_id 0.
+            ConflictError: the segment is another client's (INVALID_STATE); STALE: no
+                stage of ``key`` on ``segment`` with this request id is pending (it
+                timed out, or the object changed).
+        """
+        self._owned_segment(segment, client_id)
+        obj = self._tier_object(key, request_id, "request_id")
+        st = self._tier.stages.get(key)
+        if st is None or st.request_id != request_id or st.segment != segment:
+            now_pending = "none" if st is None else f"request {st.request_id} on {st.segment!r}"
+            raise ConflictError(
+                ErrorCode.STALE,
+                f"no stage of {key!r} on {segment!r} with request {request_id} is pending "
+                f"(pending: {now_pending})",
+            )
+        del self._tier.stages[key]
+        if not ok:
+            self._stage_failed(key, obj, st, now)
+            return
+        obj.replicas = (*obj.replicas, st.replica)
+        obj.stages += 1
+        # The readers that asked are about to read: protect the copy for them.
+        obj.lease_expiry = max(obj.lease_expiry, now + self.config.lease_ttl_s)
+        self._ssd_stages += 1
+        self._ssd_only.discard(key)
+        if obj.stages >= self.config.promote_after:
+            self._ssd_promotions += 1
+        else:
+            self._tier.stage_copies[key] = st.replica
+        self._tier_changes += 1
+        self._events.append(ev.ReplicaAdded(now, key, st.replica, len(obj.replicas)))
+
+    def tier_dropped(
+        self, client_id: str, segment: str, keys: Sequence[str], now: float
+    ) -> RemoveManyResult:
+        """The node of ``segment`` no longer holds SSD files of ``keys`` (evicted for
+        room, or found corrupt).
+
+        Keys the master does not know, or knows without an SSD copy on ``segment``, are
+        skipped (the node may report a file of an object removed meanwhile). A pending
+        stage from that file fails (the next copy is tried). Objects left with no copy
+        at all are removed (reason ``ssd_lost``).
+
+        Returns:
+            ``removed``: objects removed; ``skipped``: keys that changed nothing.
+
+        Raises:
+            NotFoundError: no such segment.
+            ConflictError: the segment is another client's (INVALID_STATE).
+            InvalidArgumentError: a malformed key (nothing is changed then).
+        """
+        self._owned_segment(segment, client_id)
+        for key in keys:
+            check_key(key, self.config.max_key_length)
+        removed = skipped = 0
+        for key in keys:
+            obj = self._objects.get(key)
+            if obj is None or segment not in obj.ssd:
+                skipped += 1
+                continue
+            st = self._tier.stages.get(key)
+            if st is not None and st.segment == segment:
+                del self._tier.stages[key]
+                gone = self._stage_failed(key, obj, st, now)
+            else:
+                self._drop_ssd(key, obj, segment, now)
+                gone = self._after_ssd_loss(key, obj, now)
+            removed += gone
+        return RemoveManyResult(removed, skipped)
+
+    def expire_stages(self, now: float) -> list[str]:
+        """Fail stages pending longer than ``stage_timeout_s`` (the next SSD copy is
+        tried, or the object is removed); returns their keys."""
+        limit = self.config.stage_timeout_s
+        late = [k for k, st in self._tier.stages.items() if now - st.started >= limit]
+        for key in late:
+            st = self._tier.stages.pop(key)
+            self._stage_failed(key, self._objects[key], st, now)
+        return late
+
+    def drop_stage_copies(self, now: float) -> int:
+        """Drop stage copies whose read lease has ended (their SSD files stay).
+
+        Returns:
+            How many were dropped.
+        """
+        dropped = 0
+        for key in list(self._tier.stage_copies):
+            obj = self._objects[key]
+            if obj.leased(now):
+                continue
+            replica = self._tier.stage_copies.pop(key)
+            if replica not in obj.replicas:
+                continue
+            if not obj.ssd:
+                continue  # the SSD copies went meanwhile: this is the only copy now
+            obj.replicas = tuple(r for r in obj.replicas if r != replica)
+            self._free_replica(key, replica, now)
+            if not obj.replicas:
+                self._ssd_only.add(key)
+            self._events.append(ev.ReplicaDropped(now, key, replica[0].segment, len(obj.replicas)))
+            dropped += 1
+        return dropped
+
+    def request_offloads(self, now: float) -> int:
+        """Ask nodes to copy least recently used objects to SSD ahead of eviction.
+
+        For every MOUNTED segment with an SSD tier whose DRAM use is at or above the
+        offload watermark: up to ``offload_batch`` complete objects with a replica
+        wholly on it, no SSD copy there yet and no offload asked within
+        ``offload_retry_s``, least recently used first (event ``OffloadRequested``).
+
+        Returns:
+            Offloads requested.
+        """
+        wm = self.config.effective_offload_watermark
+        retry = self.config.offload_retry_s
+        quota: dict[str, int] = {}
+        for seg in self._segments:
+            if seg.ssd_capacity <= 0 or seg.state != SegmentState.MOUNTED:
+                continue
+            if seg.used < wm * seg.capacity or not seg.keys:
+                continue
+            idle = self._offload_idle.get(seg.name)
+            if idle is not None and idle[0] == self._tier_changes and now - idle[1] < retry:
+                continue  # nothing new since a scan found no candidate
+            quota[seg.name] = self.config.offload_batch
+        if not quota:
+            return 0
+        asked = 0
+        left = dict(quota)
+        for key, obj in self._objects.items():
+            if not obj.complete:
+                continue
+            for r in obj.replicas:
+                name = r[0].segment
+                if name not in left or name in obj.ssd or not _wholly_on(r, name):
+                    continue
+                if not self._tier.offload_due(key, name, now, retry):
+                    continue
+                self._request_offload(key, obj, name, r, now)
+                asked += 1
+                left[name] -= 1
+                if not left[name]:
+                    del left[name]
+            if not left:
+                break
+        for name in left:
+            self._offload_idle[name] = (self._tier_changes, now)
+        return asked
+
+    def restore_ssd_copies(self, key: str, segments: Iterable[str]) -> None:
+        """Record SSD copies of a restored object (master rebuild; emits no event).
+
+        Segments that are not mounted are ignored. An object left with neither a
+        replica nor an SSD copy is not touched (the caller drops it).
+
+        Raises:
+            NotFoundError: no such object.
+        """
+        obj = self._object(key)
+        for name in segments:
+            seg = self._segments.find(name)
+            if seg is None or name in obj.ssd:
+                continue
+            obj.ssd = (*obj.ssd, name)
+            seg.ssd_keys.add(key)
+        if obj.complete and not obj.replicas and obj.ssd:
+            self._ssd_only.add(key)
 
     # ------------------------------------------------------------------ batch
     def batch_put_start(
@@ -821,7 +1162,8 @@ class MasterState:
     def tick(self, now: float) -> None:
         """Periodic upkeep, in this order: client expiry, unmount grace, stale puts,
         stale replica additions, dropped replicas whose lease ended, pin TTLs, drain
-        completion, watermark eviction."""
+        completion, SSD tier (stage timeouts, stage copies whose lease ended, offloads
+        ahead of eviction), watermark eviction."""
         self.expire_clients(now)
         self.finish_unmounts(now)
         self.discard_stale_puts(now)
@@ -830,6 +1172,9 @@ class MasterState:
         self.expire_pins(now)
         for seg in self._segments:
             self._update_drain(seg, now)
+        self.expire_stages(now)
+        self.drop_stage_copies(now)
+        self.request_offloads(now)
         self.evict_if_needed(now)
 
     def snapshot(self) -> MasterSnapshot:
@@ -851,6 +1196,13 @@ class MasterState:
             removed_objects_total=self._removed,
             expired_puts_total=self._expired_puts,
             lost_objects_total=self._lost,
+            offloaded_evictions_total=self._offloaded_evictions,
+            ssd_offloads_total=self._ssd_offloads,
+            ssd_stages_total=self._ssd_stages,
+            ssd_stage_failures_total=self._ssd_stage_failures,
+            ssd_promotions_total=self._ssd_promotions,
+            ssd_only_count=len(self._ssd_only),
+            ssd_lost_objects_total=self._ssd_lost,
         )
 
     # --------------------------------------------------------------- private
@@ -876,6 +1228,9 @@ class MasterState:
         if key in self._adding:
             reps.append(self._adding[key][0])
         reps.extend(r for _, r in self._dropping.get(key, ()))
+        st = self._tier.stages.get(key)
+        if st is not None:
+            reps.append(st.replica)
         return {sl.segment for r in reps for sl in r}
 
     def _free_replica(self, key: str, replica: Replica, now: float) -> None:
@@ -1001,6 +1356,7 @@ class MasterState:
     ) -> None:
         if key in self._adding or key in self._dropping:
             self._forget_moves(key, now)
+        self._forget_tier(key, obj)
         self._release(key, obj.replicas)
         del self._objects[key]
         self._processing.pop(key, None)
@@ -1041,10 +1397,10 @@ class MasterState:
     def _evict_round(
         self, now: float, protected: Collection[str], still_needed: Callable[[], bool]
     ) -> int:
-        complete = len(self._objects) - len(self._processing)
-        target = max(1, math.ceil(self.config.eviction_ratio * complete))
+        in_dram = len(self._objects) - len(self._processing) - len(self._ssd_only)
+        target = max(1, math.ceil(self.config.eviction_ratio * in_dram))
         plan = self._eviction.plan(
-            self._objects.items(),
+            self._victim_order(),
             now,
             target,
             self.pin_level,
@@ -1063,26 +1419,69 @@ class MasterState:
             self._eviction_rounds += 1
         return evicted
 
+    def _victim_order(self) -> Iterable[tuple[str, ObjectMeta]]:
+        """Objects in the order eviction considers them: least recently used first,
+        those with an SSD copy (evicting them loses nothing) before the others; SSD-only
+        objects hold no DRAM and are left out."""
+        items = self._objects.items()
+        if not self._ssd_any():
+            return items
+        offloaded = ((k, o) for k, o in items if o.ssd and o.replicas)
+        others = ((k, o) for k, o in items if not o.ssd and o.replicas)
+        return itertools.chain(offloaded, others)
+
+    def _ssd_any(self) -> bool:
+        return any(s.ssd_keys for s in self._segments)
+
     def _evict(self, key: str, now: float) -> None:
         obj = self._objects[key]
+        if obj.ssd and obj.replicas:
+            self._evict_to_ssd(key, obj, now)
+            return
         self._evicted_objects += 1
         self._evicted_bytes += obj.size * len(obj.replicas)
         self._drop(key, obj, ev.RemoveReason.EVICTED, now)
 
     def _remove_segment(self, seg: Segment, reason: ev.UnmountReason, now: float) -> None:
         name = seg.name
+        self._offload_idle.pop(name, None)
+        # The node and its disk go with the segment: first its SSD copies, then its
+        # DRAM ranges (an object keeps living on other SSD copies if it has some).
+        for key in sorted(seg.ssd_keys):
+            obj = self._objects[key]
+            self._drop_ssd(key, obj, name, now)
+            st = self._tier.stages.get(key)
+            if st is not None and st.segment == name:
+                continue  # the pending stage is failed below, with the segment's ranges
+            if not obj.replicas and not obj.ssd and key not in self._tier.stages:
+                self._drop(key, obj, ev.RemoveReason.SEGMENT_LOST, now)
+                self._lost += 1
         for key in sorted(seg.keys):
+            obj_or_none = self._objects.get(key)
+            if obj_or_none is None:
+                continue  # removed above (its last SSD copy was here)
+            obj = obj_or_none
             if key in self._adding or key in self._dropping:
                 self._forget_moves(key, now, name)
-            obj = self._objects[key]
+            self._tier.clear_offload(key, name)
+            st = self._tier.stages.get(key)
+            if st is not None and st.segment == name:
+                del self._tier.stages[key]
+                self._stage_failed(key, obj, st, now)
+                continue
             if not any(sl.segment == name for r in obj.replicas for sl in r):
                 continue  # only a pending move touched this segment
             keep = tuple(r for r in obj.replicas if all(sl.segment != name for sl in r))
             lost = [r for r in obj.replicas if any(sl.segment == name for sl in r)]
-            if keep:
+            if keep or obj.ssd:
                 still = {sl.segment for r in keep for sl in r}
                 self._release(key, lost, keep=still)
                 obj.replicas = keep
+                copy = self._tier.stage_copies.get(key)
+                if copy is not None and copy in lost:
+                    del self._tier.stage_copies[key]
+                if not keep:
+                    self._ssd_only.add(key)
                 self._events.append(ev.ReplicaDropped(now, key, name, len(keep)))
             else:
                 self._drop(key, obj, ev.RemoveReason.SEGMENT_LOST, now)
@@ -1090,7 +1489,136 @@ class MasterState:
         self._segments.remove(name)
         self._events.append(ev.SegmentUnmounted(now, name, reason))
 
+    # ---------------------------------------------------------- SSD private
+    def _owned_segment(self, name: str, client_id: str) -> Segment:
+        check_name("client_id", client_id)
+        seg = self._segments.get(name)
+        if seg.client_id != client_id:
+            raise ConflictError(
+                ErrorCode.INVALID_STATE,
+                f"segment {name!r} belongs to client {seg.client_id!r}, not {client_id!r}",
+            )
+        return seg
+
+    def _tier_object(self, key: str, ident: int, what: str) -> ObjectMeta:
+        check_key(key, self.config.max_key_length)
+        if not isinstance(ident, int) or ident <= 0:
+            raise InvalidArgumentError(
+                ErrorCode.INVALID_PARAMS, f"{what} must be a positive integer, got {ident!r}"
+            )
+        return self._object(key)
+
+    def _write_through(self, key: str, obj: ObjectMeta, now: float) -> None:
+        """Pinned objects are copied to SSD at once (one copy is enough)."""
+        if obj.ssd:
+            return
+        retry = self.config.offload_retry_s
+        for r in obj.replicas:
+            name = r[0].segment
+            seg = self._segments.find(name)
+            if seg is None or seg.ssd_capacity <= 0 or seg.state != SegmentState.MOUNTED:
+                continue
+            if not _wholly_on(r, name) or not self._tier.offload_due(key, name, now, retry):
+                continue
+            self._request_offload(key, obj, name, r, now)
+            return
+
+    def _request_offload(
+        self, key: str, obj: ObjectMeta, segment: str, replica: Replica, now: float
+    ) -> None:
+        self._tier.note_offload(key, segment, now)
+        self._events.append(ev.OffloadRequested(now, key, segment, replica, obj.size, obj.token))
+
+    def _start_stage(self, key: str, obj: ObjectMeta, now: float) -> PendingStage:
+        """Allocate a DRAM range on one of the object's SSD segments and ask its node
+        to fill it. Tries the SSD segments in order; raises the last failure."""
+        names = [n for n in obj.ssd if (s := self._segments.find(n)) and s.allocatable]
+        if not names:
+            raise CapacityError(
+                ErrorCode.NO_AVAILABLE_SEGMENT,
+                f"object {key!r} is only on SSD ({', '.join(obj.ssd)}) and none of those "
+                "segments is MOUNTED; cannot stage it",
+            )
+        cfg = ReplicateConfig(replica_num=1)
+        failure: StoreError = CapacityError(ErrorCode.STORE_FULL, f"no room to stage {key!r}")
+        for name in names:
+            seg = self._segments.get(name)
+            try:
+                placed = self._allocate([seg], key, obj.size, 1, obj.client_id, cfg, now, (key,))
+            except CapacityError as exc:
+                failure = exc
+                continue
+            replica = placed[0]
+            for sl in replica:
+                self._segments.get(sl.segment).keys.add(key)
+            st = PendingStage(self._tier.new_request(), name, replica, now)
+            self._tier.stages[key] = st
+            self._events.append(ev.StageRequested(now, key, name, replica, obj.size, st.request_id))
+            return st
+        raise failure
+
+    def _stage_failed(self, key: str, obj: ObjectMeta, st: PendingStage, now: float) -> bool:
+        """A stage (already out of the pending table) failed: free its range, forget
+        the SSD copy it read, stage the next one. Returns True if the object is gone."""
+        self._free_replica(key, st.replica, now)
+        self._ssd_stage_failures += 1
+        if st.segment in obj.ssd:
+            self._drop_ssd(key, obj, st.segment, now)
+        if obj.ssd and not obj.replicas:
+            # When this fails the next read tries again and reports why.
+            with contextlib.suppress(StoreError):
+                self._start_stage(key, obj, now)
+        return self._after_ssd_loss(key, obj, now)
+
+    def _drop_ssd(self, key: str, obj: ObjectMeta, segment: str, now: float) -> None:
+        obj.ssd = tuple(s for s in obj.ssd if s != segment)
+        seg = self._segments.find(segment)
+        if seg is not None:
+            seg.ssd_keys.discard(key)
+        self._events.append(ev.SsdCopyDropped(now, key, segment, len(obj.ssd), len(obj.replicas)))
+
+    def _after_ssd_loss(self, key: str, obj: ObjectMeta, now: float) -> bool:
+        """Remove an object that has neither a replica nor an SSD copy left."""
+        if obj.replicas or obj.ssd or key in self._tier.stages:
+            return False
+        self._drop(key, obj, ev.RemoveReason.SSD_LOST, now)
+        self._ssd_lost += 1
+        return True
+
+    def _evict_to_ssd(self, key: str, obj: ObjectMeta, now: float) -> None:
+        """Free the DRAM of an object that has an SSD copy; it stays, SSD-only."""
+        if key in self._adding or key in self._dropping:
+            self._forget_moves(key, now)
+        replicas = obj.replicas
+        obj.replicas = ()
+        self._tier.stage_copies.pop(key, None)
+        self._tier.clear_offload(key)
+        self._release(key, replicas)
+        for left, r in enumerate(reversed(replicas)):
+            self._events.append(ev.ReplicaDropped(now, key, r[0].segment, left))
+        self._ssd_only.add(key)
+        self._offloaded_evictions += 1
+        self._evicted_bytes += obj.size * len(replicas)
+
+    def _forget_tier(self, key: str, obj: ObjectMeta) -> None:
+        """Forget an object's SSD copies and in-flight tier work (it is being dropped)."""
+        st = self._tier.stages.pop(key, None)
+        if st is not None:
+            self._release(key, (st.replica,))
+        self._tier.stage_copies.pop(key, None)
+        self._tier.clear_offload(key)
+        for name in obj.ssd:
+            seg = self._segments.find(name)
+            if seg is not None:
+                seg.ssd_keys.discard(key)
+        self._ssd_only.discard(key)
+
     def _update_drain(self, seg: Segment, now: float) -> None:
         if seg.state == SegmentState.DRAINING and not seg.keys:
             seg.state = SegmentState.DRAINED
             self._events.append(ev.SegmentStateChanged(now, seg.name, seg.state.name))
+
+
+def _wholly_on(replica: Replica, segment: str) -> bool:
+    """Whether every slice of ``replica`` lies in ``segment``."""
+    return all(sl.segment == segment for sl in replica)

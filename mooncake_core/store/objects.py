@@ -42,9 +42,25 @@ class ObjectMeta:
     """Master-side record of one object.
 
     Times are the master's monotonic clock (``now`` of the call that set them).
+
+    SSD tier: ``ssd`` names the segments whose node holds a checksummed file of this
+    version (an object with no replica but a non-empty ``ssd`` is *SSD-only*);
+    ``token`` identifies the version (0 until PutEnd); ``stages`` counts how often it
+    was staged back into DRAM (promotion after ``promote_after``).
     """
 
-    __slots__ = ("client_id", "last_access", "lease_expiry", "replicas", "size", "started", "state")
+    __slots__ = (
+        "client_id",
+        "last_access",
+        "lease_expiry",
+        "replicas",
+        "size",
+        "ssd",
+        "stages",
+        "started",
+        "state",
+        "token",
+    )
 
     def __init__(
         self, size: int, replicas: tuple[Replica, ...], client_id: str, now: float
@@ -56,6 +72,9 @@ class ObjectMeta:
         self.started = now
         self.last_access = now
         self.lease_expiry = 0.0
+        self.ssd: tuple[str, ...] = ()
+        self.token = 0
+        self.stages = 0
 
     def leased(self, now: float) -> bool:
         """Whether a reader's lease still protects this object."""
@@ -79,6 +98,8 @@ class ObjectInfo:
     idle_s: float
     pin: PinLevel
     pin_remaining_s: float | None
+    ssd_segments: tuple[str, ...] = ()
+    """Segments whose node holds an SSD copy (sorted)."""
 
 
 class PinLevel(IntEnum):

@@ -85,6 +85,20 @@ class MasterSnapshot:
     removed_objects_total: int
     expired_puts_total: int
     lost_objects_total: int
+    offloaded_evictions_total: int = 0
+    """Evictions that freed DRAM but kept the object on SSD."""
+    ssd_offloads_total: int = 0
+    """SSD copies confirmed by nodes."""
+    ssd_stages_total: int = 0
+    """SSD-only objects staged back into DRAM."""
+    ssd_stage_failures_total: int = 0
+    """Stages that failed (miss, corrupt file, timeout)."""
+    ssd_promotions_total: int = 0
+    """Stage copies kept as ordinary replicas (staged ``promote_after`` times)."""
+    ssd_only_count: int = 0
+    """Objects with no DRAM replica, readable from SSD (gauge)."""
+    ssd_lost_objects_total: int = 0
+    """Objects removed because their last SSD copy went (miss, corrupt, disk eviction)."""
 
     @property
     def usage(self) -> float:

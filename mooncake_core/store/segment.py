@@ -35,6 +35,7 @@ class Segment:
         transport_address: where the Transfer Engine reaches it (``host:port``).
         location: memory location, e.g. ``cpu:0`` (topology matrix key).
         alignment: allocation alignment.
+        ssd_capacity: bytes of SSD tier the node keeps behind this segment (0: none).
     """
 
     __slots__ = (
@@ -43,6 +44,8 @@ class Segment:
         "keys",
         "location",
         "name",
+        "ssd_capacity",
+        "ssd_keys",
         "state",
         "transport_address",
         "unmount_deadline",
@@ -56,6 +59,7 @@ class Segment:
         transport_address: str,
         location: str,
         alignment: int = 1,
+        ssd_capacity: int = 0,
     ) -> None:
         self.name = name
         self.client_id = client_id
@@ -66,6 +70,9 @@ class Segment:
         self.unmount_deadline = 0.0
         self.keys: set[str] = set()
         """Keys with at least one slice here (so losing the segment is O(its keys))."""
+        self.ssd_capacity = ssd_capacity
+        self.ssd_keys: set[str] = set()
+        """Keys with an SSD copy on this segment's node."""
 
     @property
     def capacity(self) -> int:
@@ -95,6 +102,8 @@ class Segment:
             location=self.location,
             free_blocks=self.allocator.free_blocks,
             largest_free=self.allocator.largest_free,
+            ssd_capacity=self.ssd_capacity,
+            ssd_keys=len(self.ssd_keys),
         )
 
 
@@ -112,3 +121,7 @@ class SegmentSnapshot:
     location: str
     free_blocks: int
     largest_free: int
+    ssd_capacity: int = 0
+    """SSD tier bytes behind the segment (0: none)."""
+    ssd_keys: int = 0
+    """Objects with an SSD copy on this segment's node."""

@@ -50,10 +50,24 @@ class SegmentTable:
         return [s for s in self._order if s.allocatable]
 
     def add(
-        self, name: str, client_id: str, capacity: int, transport_address: str, location: str
+        self,
+        name: str,
+        client_id: str,
+        capacity: int,
+        transport_address: str,
+        location: str,
+        ssd_capacity: int = 0,
     ) -> Segment:
         """Create and register a segment (the caller checked the name is free)."""
-        seg = Segment(name, client_id, capacity, transport_address, location, self.alignment)
+        seg = Segment(
+            name,
+            client_id,
+            capacity,
+            transport_address,
+            location,
+            self.alignment,
+            ssd_capacity=ssd_capacity,
+        )
         self._by_name[name] = seg
         self._order = sorted(self._by_name.values(), key=lambda s: s.name)
         return seg
