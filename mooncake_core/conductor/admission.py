@@ -13,13 +13,21 @@ Four strategies, selected by ``ConductorConfig.admission``:
     current load makes prefill and decode load swing in anti-phase.
 ``early_reject_predictive``
     Like ``early_reject`` but judges the decode load *at the time this request's
-    prefill would finish*, ``t_f = now + predicted TTFT``, system-wide, assuming every
-    request decodes for the same time ``D``::
+    prefill would finish*, ``t_f = now + predicted TTFT``, system-wide. Until enough
+    decodes have been observed it uses the paper's rule, every request decoding for the
+    same time ``D``::
 
         keep = max(0, 1 - (t_f - now) / D)               # decoding now, leaving at 1/D per s
         N(t_f) = N * keep + #{pending: finish <= t_f < finish + D} + 1
         C(t_f) = C * keep + sum(context of those pending) + this request's context
         reject if max(N(t_f) / slots, C(t_f) / kv_capacity) > load_threshold
+
+    Once the Conductor has a learned duration distribution (``durations``, see
+    :mod:`mooncake_core.conductor.durations`), each request counts with the probability
+    that it is still decoding at ``t_f``: ``S(age + h) / S(age)`` for one decoding for
+    ``age`` seconds now, ``S(t_f - finish)`` for a pending one that joins at ``finish``.
+    This removes the uniform model's length bias (the requests still decoding are the
+    long ones); docs/reproduction.md measures both forecasts' errors.
 
 Decode load is ``max(requests / slots, context tokens / KV capacity)`` summed over the
 pool: a decode instance runs out of batch slots or of KV memory, whichever comes first
@@ -35,7 +43,10 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
+
 from mooncake_core.conductor.decision import ADMIT, AdmissionResult
+from mooncake_core.conductor.durations import DecodeDurations
 from mooncake_core.conductor.state import DecodeInstanceState
 
 __all__ = [
@@ -71,6 +82,8 @@ class AdmissionContext:
             decode yet; when given, the predictive strategy counts their KV as well
             (empty: it counts ``prefill_finishes`` as requests only).
         request_tokens: context tokens this request will hold in decode (its prompt).
+        durations: learned decode-duration distribution; when given and ready, the
+            predictive strategy forecasts with it instead of the uniform ``D``.
     """
 
     now: float
@@ -86,6 +99,7 @@ class AdmissionContext:
     max_retry_s: float = 60.0
     pending_joins: Sequence[tuple[float, int]] = ()
     request_tokens: int = 0
+    durations: DecodeDurations | None = None
 
     def capacity(self) -> int:
         """Total decode batch slots."""
@@ -202,30 +216,18 @@ class PredictiveEarlyRejectAdmission(AdmissionStrategy):
     name = "early_reject_predictive"
 
     def before_prefill(self, ctx: AdmissionContext) -> AdmissionResult:
-        """Predict ``load(now + TTFT)`` with a uniform decode time and compare with capacity."""
+        """Forecast ``load(now + TTFT)`` (learned durations, else uniform ``D``) against capacity."""
         slo = _slo_check(ctx)
         if slo is not None and slo.reason == "ttft_slo":
             return slo
         d = ctx.decode_time_s
         horizon = max(ctx.predicted_ttft_s, 0.0)
-        t_f = ctx.now + horizon
-        active = sum(dec.batch for dec in ctx.decode)
-        # Departures by t_f from Little's law: N requests that each decode for D leave at
-        # N / D per second. Per-request "join + D" would call every request older than D
-        # finished, but the requests still decoding are the long ones (length bias), so
-        # that under-predicts load exactly when output lengths are skewed.
-        keep = max(0.0, 1.0 - horizon / d) if d > 0 else 0.0
-        load = active * keep
-        tokens = sum(dec.context_tokens for dec in ctx.decode) * keep
-        if ctx.pending_joins:
-            for f, ctx_tokens in ctx.pending_joins:
-                if f <= t_f < f + d:
-                    load += 1
-                    tokens += ctx_tokens
+        durations = ctx.durations
+        learned = durations is not None and durations.ready
+        if durations is not None and learned:
+            load, tokens = _survival_forecast(ctx, durations, horizon)
         else:
-            for f in ctx.prefill_finishes:
-                if f <= t_f < f + d:
-                    load += 1
+            load, tokens = _uniform_forecast(ctx, horizon)
         frac = ctx.load(load + 1, tokens + ctx.request_tokens)
         if frac > ctx.load_threshold:
             # Retry once the excess has drained at the departure rate of the load at t_f
@@ -237,9 +239,57 @@ class PredictiveEarlyRejectAdmission(AdmissionStrategy):
                 "decode_load_predicted",
                 ctx.retry(wait),
                 f"predicted decode load {frac:.3f} ({load:.1f} requests, {tokens:.0f} tokens) "
-                f"at t+{horizon:.3f}s, limit {ctx.load_threshold:g}",
+                f"at t+{horizon:.3f}s, limit {ctx.load_threshold:g} "
+                f"({'learned durations' if learned else f'uniform D={d:.1f}s'})",
             )
         return slo or ADMIT
+
+
+def _uniform_forecast(ctx: AdmissionContext, horizon: float) -> tuple[float, float]:
+    """Requests and tokens decoding at ``now + horizon``, every request decoding for ``D``."""
+    d = ctx.decode_time_s
+    t_f = ctx.now + horizon
+    active = sum(dec.batch for dec in ctx.decode)
+    # Departures by t_f from Little's law: N requests that each decode for D leave at
+    # N / D per second. Per-request "join + D" would call every request older than D
+    # finished, but the requests still decoding are the long ones (length bias), so
+    # that under-predicts load exactly when output lengths are skewed.
+    keep = max(0.0, 1.0 - horizon / d) if d > 0 else 0.0
+    load = active * keep
+    tokens = sum(dec.context_tokens for dec in ctx.decode) * keep
+    if ctx.pending_joins:
+        for f, ctx_tokens in ctx.pending_joins:
+            if f <= t_f < f + d:
+                load += 1
+                tokens += ctx_tokens
+    else:
+        for f in ctx.prefill_finishes:
+            if f <= t_f < f + d:
+                load += 1
+    return load, tokens
+
+
+def _survival_forecast(
+    ctx: AdmissionContext, durations: DecodeDurations, horizon: float
+) -> tuple[float, float]:
+    """Expected requests and tokens decoding at ``now + horizon`` from learned durations."""
+    t_f = ctx.now + horizon
+    active = [r for dec in ctx.decode for r in dec.active_requests()]
+    load = tokens = 0.0
+    if active:
+        a = np.array(active, dtype=np.float64)
+        keep = durations.keep(ctx.now - a[:, 0], horizon)
+        load += float(keep.sum())
+        tokens += float(keep @ a[:, 1])
+    pending = [(f, c) for f, c in ctx.pending_joins if f <= t_f]
+    if not pending and not ctx.pending_joins:
+        pending = [(f, 0) for f in ctx.prefill_finishes if f <= t_f]
+    if pending:
+        p = np.array(pending, dtype=np.float64)
+        stay = durations.survival(t_f - p[:, 0])
+        load += float(stay.sum())
+        tokens += float(stay @ p[:, 1])
+    return load, tokens
 
 
 ADMISSIONS: dict[str, type[AdmissionStrategy]] = {

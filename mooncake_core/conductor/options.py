@@ -36,6 +36,10 @@ class ConductorOptions:
         uniform_decode_time_s: starting estimate of one request's decode duration ``D``;
             ``None``: the first request's ``expected_output_len * predicted TBT``.
         decode_time_ewma: weight of each observed decode duration in ``D`` (0: keep fixed).
+        decode_duration_window: observed decode durations kept for the predictive
+            admission's learned forecast (0: never learn; always the paper's uniform ``D``).
+        decode_duration_min_samples: durations needed before the learned forecast
+            replaces the uniform one.
         min_retry_after_s: smallest retry hint.
         max_retry_after_s: largest retry hint.
         cache_on_prefill_done: the prefill instance holds the whole prompt's blocks once
@@ -50,6 +54,8 @@ class ConductorOptions:
     decode_load_threshold: float = 1.0
     uniform_decode_time_s: float | None = None
     decode_time_ewma: float = 0.05
+    decode_duration_window: int = 1024
+    decode_duration_min_samples: int = 32
     min_retry_after_s: float = 0.5
     max_retry_after_s: float = 60.0
     cache_on_prefill_done: bool = True
@@ -68,6 +74,17 @@ class ConductorOptions:
             raise ValueError(f"uniform_decode_time_s must be positive, got {d}")
         if not 0 <= self.decode_time_ewma <= 1:
             raise ValueError(f"decode_time_ewma must be in [0, 1], got {self.decode_time_ewma}")
+        if self.decode_duration_window < 0:
+            raise ValueError(
+                f"decode_duration_window must be >= 0, got {self.decode_duration_window}"
+            )
+        if self.decode_duration_window and not (
+            1 <= self.decode_duration_min_samples <= self.decode_duration_window
+        ):
+            raise ValueError(
+                f"decode_duration_min_samples must be in [1, decode_duration_window="
+                f"{self.decode_duration_window}], got {self.decode_duration_min_samples}"
+            )
         if not 0 <= self.min_retry_after_s <= self.max_retry_after_s:
             raise ValueError(
                 f"need 0 <= min_retry_after_s <= max_retry_after_s, got "

@@ -28,6 +28,7 @@ from mooncake_core.conductor.decision import (
     Migration,
     ScheduleRequest,
 )
+from mooncake_core.conductor.durations import DecodeDurations
 from mooncake_core.conductor.events import BlockStored, CacheEvent, Tier
 from mooncake_core.conductor.index import PrefixIndex
 from mooncake_core.conductor.network import NetworkModel
@@ -131,6 +132,12 @@ class Conductor:
         self._finishes: dict[str, float] = {}
         self._done: OrderedDict[str, tuple[float, float]] = OrderedDict()
         self._decode_time = self.options.uniform_decode_time_s
+        o = self.options
+        self._durations = (
+            DecodeDurations(o.decode_duration_window, o.decode_duration_min_samples)
+            if o.decode_duration_window
+            else None
+        )
         self._counts = {"decisions": 0, "admitted": 0, "migrations": 0, "join_rejected": 0}
         self._rejected: dict[str, int] = {}
         self._err = {"n_ttft": 0, "ttft_abs": 0.0, "ttft_signed": 0.0, "n_tbt": 0, "tbt_abs": 0.0}
@@ -346,6 +353,7 @@ class Conductor:
             self.options.max_retry_after_s,
             self._pending_joins(),
             request.input_len,
+            self._durations,
         )
         verdict = self.admission.before_prefill(adm_ctx)
         migration = None
@@ -581,6 +589,8 @@ class Conductor:
         if t.decode is not None:
             self._decode_by_name[t.decode].leave(request_id)
         w = self.options.decode_time_ewma
+        if t.joined_at is not None and self._durations is not None:
+            self._durations.add(max(now - t.joined_at, 0.0))
         if t.joined_at is not None and w > 0:
             observed = now - t.joined_at
             self._decode_time = (

@@ -210,6 +210,10 @@ class DecodeInstanceState:
         """Join times of the requests decoding now."""
         return [t for _, t in self._active.values()]
 
+    def active_requests(self) -> list[tuple[float, int]]:
+        """``(join time, context tokens)`` of each request decoding now."""
+        return [(t, c) for c, t in self._active.values()]
+
     def reserve(self, request_id: str, context: int) -> None:
         """Remember an admitted request that will join after its prefill."""
         self.unreserve(request_id)
