@@ -139,12 +139,32 @@ def node(
             help="/health port (0: any; default: its store_nodes entry, else none).",
         ),
     ] = None,
+    ssd_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--ssd-dir",
+            help="SSD tier directory: objects the master offloads are kept there as "
+            "checksummed files (its tier files are deleted at start; default: its "
+            "store_nodes entry, else no SSD tier).",
+        ),
+    ] = None,
+    ssd_size: Annotated[
+        str | None,
+        typer.Option(
+            "--ssd-size",
+            help="SSD tier size limit, e.g. 64GiB (needed with --ssd-dir; default: its "
+            "store_nodes entry).",
+        ),
+    ] = None,
     config: ConfigOption = None,
     secret_file: SecretOption = None,
 ) -> None:
     """Host a DRAM segment for the store until SIGTERM/SIGINT (a pure host: no objects).
 
-    Settings not given come from the config's ``store_nodes`` entry called NAME, if any.
+    With --ssd-dir and --ssd-size the node also keeps an SSD tier: it writes objects the
+    master offloads from its segment to files, and reads them back when a reader needs
+    them (docs/durability.md). Settings not given come from the config's
+    ``store_nodes`` entry called NAME, if any.
     """
     import asyncio
     import logging
@@ -166,6 +186,13 @@ def node(
         data_port = entry.data_port if entry is not None else 0
     if metrics_port is None and entry is not None:
         metrics_port = entry.metrics_port
+    if ssd_dir is None and entry is not None:
+        ssd_dir = entry.ssd_dir
+    ssd_bytes = parse_size(ssd_size) if ssd_size else int(entry.ssd_size) if entry else 0
+    if ssd_dir is not None and ssd_bytes <= 0:
+        fail(f"--ssd-dir {ssd_dir} needs --ssd-size (a size limit > 0)")
+    if ssd_dir is None and ssd_size:
+        fail("--ssd-size needs --ssd-dir")
     try:
         opts = ClientOptions.from_cluster(
             cfg, master=master, secret_file=secret_file, host=host, data_port=data_port
@@ -178,7 +205,17 @@ def node(
     bind = host
 
     async def run() -> None:
-        n = StoreNode(NodeOptions(name, nbytes, opts, bind, metrics_port))
+        n = StoreNode(
+            NodeOptions(
+                name,
+                nbytes,
+                opts,
+                bind,
+                metrics_port,
+                ssd_dir=ssd_dir,
+                ssd_size=ssd_bytes if ssd_dir is not None else 0,
+            )
+        )
         try:
             await n.start()
         except StoreError as exc:
@@ -189,9 +226,10 @@ def node(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         where = f" (health on {bind}:{n.metrics_port})" if n.metrics_port is not None else ""
+        ssd = f", SSD tier {ssd_dir} ({_human(ssd_bytes)})" if ssd_dir is not None else ""
         err.print(
             f"mooncake store node: serving segment {name} ({_human(nbytes)}) at "
-            f"{n.client.transfer_address}{where}, master {opts.master}",
+            f"{n.client.transfer_address}{where}, master {opts.master}{ssd}",
             highlight=False,
             markup=False,
             soft_wrap=True,

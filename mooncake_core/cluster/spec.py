@@ -207,6 +207,11 @@ def plan(
                 str(node.data_port),
                 "--metrics-port",
                 str(node.metrics_port),
+                *(
+                    ("--ssd-dir", str(node.ssd_dir), "--ssd-size", str(int(node.ssd_size)))
+                    if node.ssd_dir is not None
+                    else ()
+                ),
             ),
             {
                 f"store_nodes.{i}.data_port": node.data_port,

@@ -110,7 +110,10 @@ class Client(BatchOps):
                 eng, self._local, self._segment_table, timeout, o.heartbeat_interval_s
             )
             if o.segments:
-                mounts = [Mount(s.name, s.size, eng.segment_name, s.location) for s in o.segments]
+                mounts = [
+                    Mount(s.name, s.size, eng.segment_name, s.location, s.ssd_capacity)
+                    for s in o.segments
+                ]
                 self._heartbeat = Heartbeat(
                     o.master,
                     self.client_id,
@@ -157,6 +160,23 @@ class Client(BatchOps):
     def segments(self) -> tuple[str, ...]:
         """Names of the segments this client hosts."""
         return tuple(self._local)
+
+    def segment_memory(self, name: str) -> memoryview:
+        """The bytes of a segment this client hosts (the store node's SSD tier copies
+        objects out of it and stages them back into it).
+
+        Raises:
+            InvalidArgumentError: this client does not host ``name``.
+            UnavailableError: the client is not set up or is closed.
+        """
+        _ = self._eng  # raises when not set up or closed
+        region = self._local.get(name)
+        if region is None:
+            raise InvalidArgumentError(
+                ErrorCode.INVALID_PARAMS,
+                f"segment {name!r} is not hosted here (hosted: {sorted(self._local)})",
+            )
+        return region.view()
 
     def transfer_snapshot(self) -> TransferSnapshot:
         """Counters of this client's Transfer Engine (per NIC and per transport).

@@ -23,12 +23,14 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Mount:
-    """A segment to mount: name, bytes, Transfer Engine address, memory location."""
+    """A segment to mount: name, bytes, Transfer Engine address, memory location, and
+    the bytes of the SSD tier behind it (0: none)."""
 
     name: str
     size: int
     transport_address: str
     location: str
+    ssd_capacity: int = 0
 
 
 class Heartbeat:
@@ -91,9 +93,7 @@ class Heartbeat:
                 endpoint, cluster=cluster, client_id=client_id, secret=secret, timeout_s=timeout_s
             )
         for m in self.mounts:
-            await self._mc.mount_segment(
-                m.name, m.size, transport_address=m.transport_address, location=m.location
-            )
+            await _mount(self._mc, m)
         self._task = asyncio.get_running_loop().create_task(
             self._mc.keep_alive(self._interval, on_forgotten=self._remount)
         )
@@ -104,9 +104,7 @@ class Heartbeat:
         self.remounts += 1
         for m in self.mounts:
             try:
-                await self._mc.mount_segment(
-                    m.name, m.size, transport_address=m.transport_address, location=m.location
-                )
+                await _mount(self._mc, m)
                 log.warning("master forgot client %s: remounted %s", self._mc.client_id, m.name)
             except StoreError as exc:
                 log.warning("remount of %s failed: %s", m.name, exc)
@@ -138,3 +136,18 @@ class Heartbeat:
                 except StoreError as exc:
                     log.info("unmount of %s: %s", m.name, exc)
         await self._mc.close()
+
+
+async def _mount(mc: MasterClient, m: Mount) -> None:
+    if m.ssd_capacity:
+        await mc.mount_segment(
+            m.name,
+            m.size,
+            transport_address=m.transport_address,
+            location=m.location,
+            ssd_capacity=m.ssd_capacity,
+        )
+    else:  # the plain call, understood by masters without an SSD tier too
+        await mc.mount_segment(
+            m.name, m.size, transport_address=m.transport_address, location=m.location
+        )

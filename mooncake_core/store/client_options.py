@@ -25,11 +25,15 @@ class SegmentSpec:
             segment name under this client's ``host:port``).
         size: bytes.
         location: memory location (``cpu:N``).
+        ssd_capacity: bytes of the SSD tier behind this segment (0: none); announced
+            at mount so the master offloads this segment's objects to it. The tier
+            itself is run by the store node (``mooncake store node --ssd-dir``).
     """
 
     name: str
     size: int
     location: str = "cpu:0"
+    ssd_capacity: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +82,11 @@ class ClientOptions:
             if not isinstance(s.size, int) or s.size <= 0:
                 raise InvalidArgumentError(
                     ErrorCode.INVALID_PARAMS, f"segment {s.name!r}: size must be > 0, got {s.size}"
+                )
+            if not isinstance(s.ssd_capacity, int) or s.ssd_capacity < 0:
+                raise InvalidArgumentError(
+                    ErrorCode.INVALID_PARAMS,
+                    f"segment {s.name!r}: ssd_capacity must be >= 0, got {s.ssd_capacity}",
                 )
         if len(set(names)) != len(names):
             raise InvalidArgumentError(ErrorCode.INVALID_PARAMS, f"segment names repeat: {names}")

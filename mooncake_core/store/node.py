@@ -7,25 +7,39 @@ process's Transfer Engine (shm on the same host, tcp otherwise). The node runs u
 :meth:`StoreNode.stop` (SIGTERM/SIGINT in the CLI); then it unmounts the segment (the
 master keeps it readable for ``unmount_grace_s``, but the memory goes with the process, so
 readers fall back to other replicas).
+
+SSD tier (``ssd_dir`` + ``ssd_size``): the segment is mounted with ``ssd_capacity`` and the
+node follows the master's event stream with a :class:`~.tier_agent.TierWorker`: it copies
+objects the master asks to offload from the segment into checksummed files, stages files
+back into the ranges the master allocates for readers, deletes files of removed objects,
+and reports files its disk evicted (docs/durability.md, "SSD tier"). The directory's tier
+files are deleted at start: a new process is a new client, whose old copies the master
+has already dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import json
 import logging
 import os
 import secrets
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from mooncake_core import __version__
 from mooncake_core.telemetry import ComponentInfo, TelemetryRegistry, telemetry_routes
 
 from .client import Client
 from .client_options import ClientOptions, SegmentSpec
-from .errors import ConflictError, ErrorCode
+from .errors import ConflictError, ErrorCode, InvalidArgumentError
+from .master_client import MasterClient
 from .metrics_http import serve_http
+from .tier_agent import TierAgent, TierWorker, wipe_tier_dir
+from .tier_ssd import SsdTier, SsdTierOptions
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +55,9 @@ class NodeOptions:
             ``segments`` and ``client_id`` are replaced by this node's.
         metrics_host: address of the ``/health`` server.
         metrics_port: its port (0: any free port; None: no HTTP server).
+        ssd_dir: directory of the SSD tier (its tier files are deleted at start);
+            None: no SSD tier.
+        ssd_size: byte limit of the SSD tier (> 0 with ``ssd_dir``).
     """
 
     name: str
@@ -48,6 +65,16 @@ class NodeOptions:
     client: ClientOptions
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None
+    ssd_dir: Path | None = None
+    ssd_size: int = 0
+
+    def __post_init__(self) -> None:
+        if self.ssd_dir is not None and self.ssd_size <= 0:
+            raise InvalidArgumentError(
+                ErrorCode.INVALID_PARAMS,
+                f"node {self.name!r}: an SSD tier at {self.ssd_dir} needs ssd_size > 0, "
+                f"got {self.ssd_size}",
+            )
 
 
 class StoreNode:
@@ -63,6 +90,11 @@ class StoreNode:
         self.metrics_port: int | None = None
         self._started = time.monotonic()
         self._http: asyncio.Server | None = None
+        self.tier: TierAgent | None = None
+        """The SSD tier agent (after start, with ``ssd_dir``)."""
+        self._worker: TierWorker | None = None
+        self._tier_mc: MasterClient | None = None
+        self._tier_task: asyncio.Task[None] | None = None
 
     def _client_options(self) -> ClientOptions:
         o = self.options.client
@@ -73,7 +105,13 @@ class StoreNode:
             # previous process's segment (its memory is gone), so it waits for the master
             # to expire that incarnation instead (see start()).
             client_id=f"{self.options.name}-{os.getpid()}-{secrets.token_hex(3)}",
-            segments=(SegmentSpec(self.options.name, self.options.size),),
+            segments=(
+                SegmentSpec(
+                    self.options.name,
+                    self.options.size,
+                    ssd_capacity=self.options.ssd_size if self.options.ssd_dir else 0,
+                ),
+            ),
             host=o.host,
             data_port=o.data_port,
             transport=o.transport,
@@ -94,7 +132,14 @@ class StoreNode:
         Raises:
             StoreError: the master refused the mount or is unreachable.
         """
-        mc = self.options.client.master_config
+        o = self.options
+        tier: SsdTier | None = None
+        if o.ssd_dir is not None:
+            wiped = await asyncio.to_thread(wipe_tier_dir, o.ssd_dir)
+            if wiped:
+                log.info("SSD tier %s: deleted %d files of a previous process", o.ssd_dir, wiped)
+            tier = SsdTier(SsdTierOptions(o.ssd_dir, o.ssd_size))
+        mc = o.client.master_config
         deadline = time.monotonic() + mc.client_ttl_s + mc.unmount_grace_s + 5.0
         while True:
             try:
@@ -106,14 +151,42 @@ class StoreNode:
                 log.warning("%s; waiting for the master to expire the old holder", exc.message)
                 self.client = Client(self._client_options())
                 await asyncio.sleep(0.5)
-        o = self.options
+        if tier is not None:
+            await self._start_tier(tier)
         if o.metrics_port is not None:
             # /telemetry and /metrics read the same registry (docs/metrics.md).
             reg = TelemetryRegistry(ComponentInfo(o.name, "store", __version__))
             reg.register("transfer", self.client.transfer_snapshot)
+            if self.tier is not None:
+                reg.register("ssd_tier", self.tier.snapshot)
             routes = {"/health": self._health, **telemetry_routes(reg)}
             self._http = await serve_http(o.metrics_host, o.metrics_port, routes)
             self.metrics_port = int(self._http.sockets[0].getsockname()[1])
+
+    async def _start_tier(self, tier: SsdTier) -> None:
+        """Follow the master's tier events with the node's own client id (the master
+        checks that confirmations come from the segment's owner)."""
+        from .client_master import split_master_url
+
+        co = self.options.client
+        cid, secret, timeout = self.client.client_id, co.secret, co.rpc_timeout_s
+        endpoint, cluster = split_master_url(co.master)
+        if endpoint is None:
+            self._tier_mc = MasterClient(co.master, client_id=cid, secret=secret, timeout_s=timeout)
+        else:  # HA: confirmations and the event stream follow the leader
+            self._tier_mc = await MasterClient.from_etcd(
+                endpoint, cluster=cluster, client_id=cid, secret=secret, timeout_s=timeout
+            )
+        memory = self.client.segment_memory(self.options.name)
+        # Half the master's stage timeout: a copy that late is dropped rather than
+        # written into a range the master may have handed to a writer.
+        deadline = co.master_config.stage_timeout_s / 2
+        self.tier = TierAgent(self.options.name, tier, memory, stage_deadline_s=deadline)
+        self._worker = TierWorker(self.tier, self._tier_mc)
+        self._tier_task = asyncio.get_running_loop().create_task(self._worker.follow())
+        # Ready only once subscribed: the master's first offload requests are not missed.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._worker.subscribed.wait(), co.connect_timeout_s)
 
     def _health(self) -> tuple[int, str, bytes]:
         body = {
@@ -126,11 +199,29 @@ class StoreNode:
             "remounts": self.client.remounts,
             "uptime_s": round(time.monotonic() - self._started, 3),
         }
+        if self.tier is not None and self._worker is not None:
+            body["ssd"] = {
+                **dataclasses.asdict(self.tier.snapshot()),
+                "directory": str(self.options.ssd_dir),
+                "subscribed": self._worker.subscribed.is_set(),
+                "resubscribes": self._worker.resubscribes,
+                "confirm_errors": self._worker.errors,
+            }
         return 200, "application/json", json.dumps(body).encode() + b"\n"
 
     async def stop(self) -> None:
-        """Stop ``/health``, unmount the segment, close the engine."""
+        """Stop ``/health`` and the tier worker, unmount the segment, close the engine."""
         if self._http is not None:
             self._http.close()
             await self._http.wait_closed()
+        if self._tier_task is not None:
+            self._tier_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._tier_task
+        if self._worker is not None:
+            await self._worker.drain(5.0)
+        if self._tier_mc is not None:
+            await self._tier_mc.close()
+        if self.tier is not None:
+            self.tier.memory.release()  # the engine unmaps the segment next
         await asyncio.to_thread(self.client.close)
