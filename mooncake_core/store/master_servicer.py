@@ -267,6 +267,7 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
         self, request: pb.GetReplicaListRequest, context: Ctx
     ) -> pb.GetReplicaListResponse:
         r = await self._read("GetReplicaList", [request.key])
+        self._svc.count_item_failures("GetReplicaList", r)
         return _get_response(r[0])
 
     async def BatchGetReplicaList(

@@ -111,7 +111,8 @@ class MasterState:
         self._tier = TierBook()
         self._ssd_only: set[str] = set()
         self._tier_changes = 0  # bumped when new offload candidates may exist
-        self._offload_idle: dict[str, tuple[int, float]] = {}  # seg -> (changes, when)
+        # seg -> (changes, until): a scan found nothing to ask; skip it until then
+        self._offload_idle: dict[str, tuple[int, float]] = {}
         self._offloaded_evictions = 0
         self._ssd_offloads = 0
         self._ssd_stages = 0
@@ -913,6 +914,7 @@ class MasterState:
             )
         if not ok:
             self._tier.note_offload(key, segment, now)  # asked again after the retry time
+            self._tier_changes += 1
             return
         self._tier.clear_offload(key, segment)
         if segment in obj.ssd:
@@ -1067,13 +1069,14 @@ class MasterState:
             if seg.used < wm * seg.capacity or not seg.keys:
                 continue
             idle = self._offload_idle.get(seg.name)
-            if idle is not None and idle[0] == self._tier_changes and now - idle[1] < retry:
-                continue  # nothing new since a scan found no candidate
+            if idle is not None and idle[0] == self._tier_changes and now < idle[1]:
+                continue  # nothing new since a scan found no candidate due
             quota[seg.name] = self.config.offload_batch
         if not quota:
             return 0
         asked = 0
         left = dict(quota)
+        next_due = dict.fromkeys(quota, math.inf)  # earliest retry of a skipped candidate
         for key, obj in self._objects.items():
             if not obj.complete:
                 continue
@@ -1082,8 +1085,11 @@ class MasterState:
                 if name not in left or name in obj.ssd or not _wholly_on(r, name):
                     continue
                 if not self._tier.offload_due(key, name, now, retry):
+                    at = self._tier.offloads[key][name] + retry
+                    next_due[name] = min(next_due[name], at)
                     continue
                 self._request_offload(key, obj, name, r, now)
+                next_due[name] = min(next_due[name], now + retry)
                 asked += 1
                 left[name] -= 1
                 if not left[name]:
@@ -1091,7 +1097,7 @@ class MasterState:
             if not left:
                 break
         for name in left:
-            self._offload_idle[name] = (self._tier_changes, now)
+            self._offload_idle[name] = (self._tier_changes, next_due[name])
         return asked
 
     def restore_ssd_copies(self, key: str, segments: Iterable[str]) -> None:

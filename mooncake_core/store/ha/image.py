@@ -6,7 +6,9 @@ turns the events that matter after a restart into plain JSON records
 :class:`MetadataImage` folds records into the state a new master starts from:
 
     segments  name -> (client, capacity, transport address, location, state)
-    objects   key  -> (size, replicas), in write order (oldest first: the LRU order)
+    objects   key  -> (size, replicas), in write order (oldest first: the LRU order);
+              an SSD-only object has no replica
+    ssd       key  -> segments whose node holds an SSD copy of the object
     processing key -> (size, replicas) of writes started and not ended
     pins      (target, is_prefix) -> (hard, wall-clock expiry)
 
@@ -22,16 +24,21 @@ in another process.
 
 Record types (``s`` is the seq, set by the journal)::
 
-    {"t": "mount", "seg", "client", "cap", "addr", "loc"}
+    {"t": "mount", "seg", "client", "cap", "addr", "loc", "ssd"}   ssd: SSD tier bytes (absent: 0)
     {"t": "seg_state", "seg", "state"}        UNMOUNTING | DRAINING | DRAINED | MOUNTED
     {"t": "unmount", "seg"}                   the segment and its replicas are gone
     {"t": "started", "key", "size", "replicas": [[[seg, offset, length], ...], ...]}
     {"t": "stored", "key", "size", "replicas"}   PutEnd (replicas repeated: self-contained)
     {"t": "removed", "key"}                      complete or in progress
-    {"t": "replica_dropped", "key", "seg"}
+    {"t": "replica_dropped", "key", "seg"}       an object with SSD copies stays (SSD-only)
     {"t": "replica_added", "key", "replica": [[seg, offset, length], ...]}   AddReplicaEnd
     {"t": "pin", "target", "prefix", "hard", "expires_wall"}
     {"t": "unpin", "target", "prefix"}
+    {"t": "ssd_added", "key", "seg"}             the node of seg holds an SSD copy
+    {"t": "ssd_dropped", "key", "seg"}           ... no longer (an object left with no
+                                                 replica and no SSD copy is gone)
+
+Offloads and stages in flight are not durable: a restarted master asks again.
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ class SegmentRecord:
     transport_address: str
     location: str
     state: str = "MOUNTED"
+    ssd_capacity: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,20 +143,26 @@ def records_from_events(
             out.append({"t": "unpin", "target": e.target, "prefix": e.is_prefix})
         elif isinstance(e, ev.SegmentMounted):
             info = segment_info(e.name)
-            out.append(
-                {
-                    "t": "mount",
-                    "seg": e.name,
-                    "client": e.client_id,
-                    "cap": e.capacity,
-                    "addr": info.transport_address if info else "",
-                    "loc": info.location if info else "cpu:0",
-                }
-            )
+            rec: Record = {
+                "t": "mount",
+                "seg": e.name,
+                "client": e.client_id,
+                "cap": e.capacity,
+                "addr": info.transport_address if info else "",
+                "loc": info.location if info else "cpu:0",
+            }
+            if info is not None and info.ssd_capacity:
+                rec["ssd"] = info.ssd_capacity
+            out.append(rec)
         elif isinstance(e, ev.SegmentStateChanged):
             out.append({"t": "seg_state", "seg": e.name, "state": e.state})
         elif isinstance(e, ev.SegmentUnmounted):
             out.append({"t": "unmount", "seg": e.name})
+        elif isinstance(e, ev.SsdCopyAdded):
+            out.append({"t": "ssd_added", "key": e.key, "seg": e.segment})
+        elif isinstance(e, ev.SsdCopyDropped):
+            out.append({"t": "ssd_dropped", "key": e.key, "seg": e.segment})
+        # OffloadRequested, StageRequested: work in flight, asked again after a restart.
         # ClientExpired: its SegmentUnmounted records already say everything.
     return out
 
@@ -165,6 +179,7 @@ class MetadataImage:
         self.objects: dict[str, tuple[int, tuple[Replica, ...]]] = {}
         self.processing: dict[str, tuple[int, tuple[Replica, ...]]] = {}
         self.pins: dict[tuple[str, bool], PinRecord] = {}
+        self.ssd: dict[str, tuple[str, ...]] = {}
         self.applied_seq = 0
         self.ignored = 0
 
@@ -184,11 +199,13 @@ class MetadataImage:
             key = rec["key"]
             self.objects.pop(key, None)
             self.processing.pop(key, None)
+            self.ssd.pop(key, None)  # a new version has no SSD copy yet
             self.objects[key] = (int(rec["size"]), _replicas_from_json(rec["replicas"]))
         elif t == "started":
             self.processing[rec["key"]] = (int(rec["size"]), _replicas_from_json(rec["replicas"]))
         elif t == "removed":
             key = rec["key"]
+            self.ssd.pop(key, None)
             if self.objects.pop(key, None) is None and self.processing.pop(key, None) is None:
                 self.ignored += 1
         elif t == "replica_dropped":
@@ -209,8 +226,21 @@ class MetadataImage:
                 self.ignored += 1
         elif t == "mount":
             self.segments[rec["seg"]] = SegmentRecord(
-                rec["client"], int(rec["cap"]), rec.get("addr", ""), rec.get("loc", "cpu:0")
+                rec["client"],
+                int(rec["cap"]),
+                rec.get("addr", ""),
+                rec.get("loc", "cpu:0"),
+                ssd_capacity=int(rec.get("ssd", 0)),
             )
+        elif t == "ssd_added":
+            key, seg_name = rec["key"], rec["seg"]
+            have = self.ssd.get(key, ())
+            if key not in self.objects or seg_name not in self.segments:
+                self.ignored += 1
+            elif seg_name not in have:
+                self.ssd[key] = (*have, seg_name)
+        elif t == "ssd_dropped":
+            self._drop_ssd(rec["key"], rec["seg"])
         elif t == "seg_state":
             seg = self.segments.get(rec["seg"])
             if seg is None:
@@ -233,15 +263,33 @@ class MetadataImage:
             return
         size, replicas = found
         keep = tuple(r for r in replicas if all(s.segment != segment for s in r))
-        if keep:
-            table[key] = (size, keep)
+        if keep or (table is self.objects and self.ssd.get(key)):
+            table[key] = (size, keep)  # no replica left but SSD copies: SSD-only
         else:
             del table[key]
+
+    def _drop_ssd(self, key: str, segment: str, *, forget_empty: bool = False) -> None:
+        have = self.ssd.get(key)
+        if not have or segment not in have:
+            self.ignored += 1
+            return
+        rest = tuple(s for s in have if s != segment)
+        if rest:
+            self.ssd[key] = rest
+            return
+        del self.ssd[key]
+        found = self.objects.get(key)
+        # After an ssd_dropped record the core's "removed" follows when nothing is left;
+        # an unmount cleans up by itself.
+        if forget_empty and found is not None and not found[1]:
+            del self.objects[key]
 
     def _unmount(self, name: str) -> None:
         if self.segments.pop(name, None) is None:
             self.ignored += 1
             return
+        for key in [k for k, segs in self.ssd.items() if name in segs]:
+            self._drop_ssd(key, name, forget_empty=True)
         # The core reports lost replicas before the unmount; this catches any left over.
         for table in (self.objects, self.processing):
             for key in [k for k, (_, reps) in table.items() if _touches(reps, name)]:
@@ -250,7 +298,7 @@ class MetadataImage:
     def records(self) -> Iterator[Record]:
         """Records that rebuild this image from nothing (a snapshot's content)."""
         for name, seg in self.segments.items():
-            yield {
+            rec: Record = {
                 "t": "mount",
                 "seg": name,
                 "client": seg.client_id,
@@ -258,10 +306,15 @@ class MetadataImage:
                 "addr": seg.transport_address,
                 "loc": seg.location,
             }
+            if seg.ssd_capacity:
+                rec["ssd"] = seg.ssd_capacity
+            yield rec
             if seg.state != "MOUNTED":
                 yield {"t": "seg_state", "seg": name, "state": seg.state}
         for key, (size, replicas) in self.objects.items():
             yield {"t": "stored", "key": key, "size": size, "replicas": _replicas_to_json(replicas)}
+            for seg_name in self.ssd.get(key, ()):
+                yield {"t": "ssd_added", "key": key, "seg": seg_name}
         for key, (size, replicas) in self.processing.items():
             yield started_record(key, size, replicas)
         for (target, prefix), pin in self.pins.items():

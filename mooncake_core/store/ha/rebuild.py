@@ -86,6 +86,7 @@ def build_state(
             now,
             transport_address=seg.transport_address,
             location=seg.location,
+            ssd_capacity=seg.ssd_capacity,
         )
     ranges: dict[str, list[tuple[int, int]]] = defaultdict(list)
     restored: list[tuple[str, int, tuple[Replica, ...], bool]] = []
@@ -102,8 +103,10 @@ def build_state(
                     break
             if kept is not replicas:
                 break
-        if not kept or (not complete and len(kept) != len(replicas)):
+        if not complete and len(kept) != len(replicas):
             continue  # a write that lost a replica cannot complete as the writer expects
+        if not kept and not (complete and any(s in names for s in image.ssd.get(key, ()))):
+            continue  # no replica and no SSD copy left
         restored.append((key, size, kept, complete))
         for r in kept:
             for sl in r:
@@ -114,10 +117,16 @@ def build_state(
         _reserve(segs[name].allocator, rs, name)
     objects, processing, keys = st._objects, st._processing, st._keys
     complete_state = ObjectState.COMPLETE
+    # Version tokens start above any the previous master can have handed out (it
+    # counted from 0 in its own life), so a late TierOffloadDone for an old version
+    # is never taken for a new one.
+    tier = st._tier
+    tier.next_token = int(wall * 1e6)
     for key, size, replicas, complete in restored:
         meta = ObjectMeta(size, replicas, "", now)
         if complete:
             meta.state = complete_state
+            meta.token = tier.new_token()
         else:
             processing[key] = now  # put_timeout_s counts from the restart
         objects[key] = meta
@@ -125,6 +134,9 @@ def build_state(
         for r in replicas:
             for sl in r:
                 segs[sl.segment].keys.add(key)
+    for key, ssd in image.ssd.items():
+        if key in objects and objects[key].complete:
+            st.restore_ssd_copies(key, ssd)
     for name, seg in image.segments.items():
         if seg.state in ("DRAINING", "DRAINED"):
             st.drain_segment(name, now)
