@@ -545,8 +545,16 @@ class Conductor:
                 )
             )
 
-    def on_decode_join(self, request_id: str, now: float) -> JoinResult:
+    def on_decode_join(self, request_id: str, now: float, *, placed: bool = False) -> JoinResult:
         """The prefilled request reaches decode; it joins its instance, another with room, or is rejected.
+
+        Args:
+            request_id: the request.
+            now: join time.
+            placed: the KV already sits in memory the chosen decode instance reserved for
+                it (the live service: the worker's ``Prepare`` reserved the blocks), so the
+                request joins that instance whatever the Conductor's estimate says; moving
+                it would need the KV sent again, which the live path does not do.
 
         Raises:
             KeyError: unknown request.
@@ -558,8 +566,8 @@ class Conductor:
         context = t.decision.input_len
         streamed_to = t.decision.decode
         wanted = self._decode_by_name.get(t.decode) if t.decode else None
-        target = wanted if wanted is not None and wanted.has_room(context) else None
-        if target is None and self._decode:
+        target = wanted if wanted is not None and (placed or wanted.has_room(context)) else None
+        if target is None and self._decode and not placed:
             roomy = [d for d in self._decode if d.has_room(context)]
             if roomy:
                 target = min(roomy, key=lambda d: (d.load(d.reserved), d.expected_batch))

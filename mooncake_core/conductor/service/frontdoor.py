@@ -382,7 +382,9 @@ class FrontDoor:
             times = [now]
             first_done = req.max_tokens == 1 or (req.stop_at_eos and rep.first_token == 257)
             try:
-                join = c.on_decode_join(rid, now)
+                # The worker reserved the KV blocks at Prepare and the KV is in them now:
+                # the request decodes there (the Conductor's own estimate must not move it).
+                join = c.on_decode_join(rid, now, placed=True)
             except KeyError:
                 raise ServingError(f"request dropped: {d.decode} was removed") from None
             if not join.admitted:

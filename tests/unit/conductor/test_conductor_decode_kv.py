@@ -152,3 +152,15 @@ def test_join_elsewhere_says_the_kv_must_move() -> None:
     prefill(c, "c", 100, 1.0)
     r = c.on_decode_join("c", 1.1)
     assert (r.instance, r.streamed_to, r.moved) == (r.streamed_to, r.instance, False)
+
+
+def test_placed_kv_joins_its_instance_even_when_the_estimate_says_full() -> None:
+    # The live service: the worker reserved the blocks at Prepare, the KV is there.
+    c = make("baseline", {"d0": (4, 1000), "d1": (4, 1000)})
+    c.schedule(ScheduleRequest("b", (), 300, 5), 0.0)
+    c._decode_by_name["d0"].join("other", 800, 0.0)
+    c.on_prefill_start("b", 0.0)
+    c.on_prefill_done("b", 0.3)
+    r = c.on_decode_join("b", 0.31, placed=True)
+    assert (r.admitted, r.instance, r.streamed_to, r.moved) == (True, "d0", "d0", False)
+    assert {d.name: d.batch for d in c.snapshot().decode} == {"d0": 2, "d1": 0}
