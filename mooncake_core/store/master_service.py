@@ -138,6 +138,10 @@ class _SnapshotCollector:
             "master_pinned_key_count": ("Key pins.", s.key_pins),
             "master_prefix_pin_count": ("Prefix pins.", s.prefix_pins),
             "master_event_subscribers": ("WatchEvents streams open.", self._subscribers()),
+            "master_ssd_only_key_count": (
+                "Objects with no DRAM replica, readable from SSD.",
+                s.ssd_only_count,
+            ),
         }
         for name, (doc, value) in gauges.items():
             yield GaugeMetricFamily(name, doc, value=value)
@@ -148,6 +152,24 @@ class _SnapshotCollector:
             "master_removed_objects": ("Objects removed on request.", s.removed_objects_total),
             "master_expired_puts": ("Writes discarded after put_timeout.", s.expired_puts_total),
             "master_lost_objects": ("Objects lost with their segments.", s.lost_objects_total),
+            "master_offloaded_evictions": (
+                "Evictions that freed DRAM and kept the object on SSD.",
+                s.offloaded_evictions_total,
+            ),
+            "master_ssd_offloads": ("SSD copies confirmed by nodes.", s.ssd_offloads_total),
+            "master_ssd_stages": ("SSD-only objects staged into DRAM.", s.ssd_stages_total),
+            "master_ssd_stage_failures": (
+                "Stages that failed (missing or corrupt file, timeout).",
+                s.ssd_stage_failures_total,
+            ),
+            "master_ssd_promotions": (
+                "Staged objects kept in DRAM after promote_after stages.",
+                s.ssd_promotions_total,
+            ),
+            "master_ssd_lost_objects": (
+                "Objects removed because their last SSD copy went.",
+                s.ssd_lost_objects_total,
+            ),
         }
         for name, (doc, value) in counters.items():
             yield CounterMetricFamily(name, doc, value=value)
@@ -157,11 +179,19 @@ class _SnapshotCollector:
         cap = GaugeMetricFamily(
             "master_segment_capacity_bytes", "Capacity per segment.", labels=["segment", "state"]
         )
+        ssd = GaugeMetricFamily(
+            "master_segment_ssd_keys",
+            "Objects with an SSD copy on the segment's node (segments with an SSD tier).",
+            labels=["segment"],
+        )
         for g in s.segments:
             used.add_metric([g.name], g.used)
             cap.add_metric([g.name, g.state.name], g.capacity)
+            if g.ssd_capacity:
+                ssd.add_metric([g.name], g.ssd_keys)
         yield used
         yield cap
+        yield ssd
 
 
 class MasterService:
