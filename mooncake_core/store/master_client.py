@@ -23,7 +23,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -596,7 +596,7 @@ class MasterClient:
 
     async def watch_events(
         self, started: asyncio.Event | None = None
-    ) -> AsyncIterator[WatchedEvent]:
+    ) -> AsyncGenerator[WatchedEvent, None]:
         """Every event from now on, until the master stops (then the iterator ends).
 
         Args:
