@@ -399,7 +399,9 @@ class MasterState:
         self._touch(key, obj)
         self._tier_changes += 1
         self._events.append(ev.ObjectStored(now, key, obj.size, obj.replicas))
-        if self._pins.level(key, now)[0] != PinLevel.NONE:
+        # Cheap test first: most stores have no SSD tier, and the pin lookup walks the
+        # prefix pins.
+        if self._on_ssd_segment(obj) and self._pins.level(key, now)[0] != PinLevel.NONE:
             self._write_through(key, obj, now)
 
     def put_revoke(self, key: str, now: float) -> None:
@@ -1513,6 +1515,13 @@ class MasterState:
                 ErrorCode.INVALID_PARAMS, f"{what} must be a positive integer, got {ident!r}"
             )
         return self._object(key)
+
+    def _on_ssd_segment(self, obj: ObjectMeta) -> bool:
+        for r in obj.replicas:
+            seg = self._segments.find(r[0].segment)
+            if seg is not None and seg.ssd_capacity > 0:
+                return True
+        return False
 
     def _write_through(self, key: str, obj: ObjectMeta, now: float) -> None:
         """Pinned objects are copied to SSD at once (one copy is enough)."""
