@@ -38,6 +38,14 @@ InstanceOption = Annotated[
 ]
 PolicyOption = Annotated[str | None, typer.Option("--policy", help="Only this scheduling policy.")]
 RejectedOption = Annotated[bool, typer.Option("--rejected", help="Only rejected requests.")]
+OutcomeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--outcome",
+        help="Only requests that ended this way: completed, rejected, failed, cancelled, "
+        "or unknown (no outcome recorded: still running, or an older row).",
+    ),
+]
 
 
 def _open(url: str | None, config: Path | None) -> AuditReader:
@@ -61,6 +69,7 @@ def _filter(
     rejected: bool = False,
     limit: int | None = None,
     offset: int = 0,
+    outcome: str | None = None,
 ) -> DecisionFilter:
     from mooncake_core.conductor.audit import DecisionFilter, parse_when
 
@@ -75,6 +84,7 @@ def _filter(
             rejected_only=rejected,
             limit=limit,
             offset=offset,
+            outcome=outcome,
         )
     except ValueError as exc:
         fail(str(exc), code=2)
@@ -85,10 +95,11 @@ def _print(renderable: Any) -> None:
         out.print(renderable)
         return
     # A pipe or a test runner has no terminal width; rich would squeeze the table into
-    # 80 columns and cut instance names and numbers. Print it at its natural width.
+    # 80 columns and cut instance names and numbers. Print it at its natural width
+    # (tables do not expand, so a wide console only stops the squeezing).
     from rich.console import Console
 
-    Console(width=max(out.width, 200)).print(renderable)
+    Console(width=max(out.width, 260)).print(renderable)
 
 
 def _rate(x: float | None) -> str:
@@ -111,6 +122,7 @@ def ls(
     instance: InstanceOption = None,
     policy: PolicyOption = None,
     rejected: RejectedOption = False,
+    outcome: OutcomeOption = None,
     limit: Annotated[int, typer.Option("--limit", min=0, help="At most this many rows.")] = 50,
     offset: Annotated[int, typer.Option("--offset", min=0, help="Skip this many rows.")] = 0,
     as_json: JsonOption = False,
@@ -118,7 +130,7 @@ def ls(
     """List decisions, newest first."""
     from mooncake_core.conductor.audit import format_time
 
-    flt = _filter(since, until, request, instance, policy, rejected, limit, offset)
+    flt = _filter(since, until, request, instance, policy, rejected, limit, offset, outcome)
     with _open(url, config) as reader:
         rows = reader.find(flt)
         # Counting scans the whole selection; skip it when this page is the last one.
@@ -149,6 +161,7 @@ def ls(
         ("TTFT pred", "right"),
         ("TTFT actual", "right"),
         ("TBT pred", "right"),
+        ("outcome", "left"),
         ("result", "left"),
     ):
         table.add_column(name, justify=justify, no_wrap=name != "result")  # type: ignore[arg-type]
@@ -159,9 +172,13 @@ def ls(
             if r.matched_prefix_blocks is None
             else f"{r.matched_prefix_blocks}/{d.prompt_blocks}"
         )
-        result = (
-            "[green]ok[/]" if d.admitted else f"[red]rejected[/]: {escape(d.reject_reason or '')}"
-        )
+        if not d.admitted:
+            result = f"[red]rejected[/]: {escape(d.reject_reason or '')}"
+        elif d.outcome not in (None, "completed") and d.outcome_detail:
+            # Admitted, then it went wrong: say why here, where "ok" would mislead.
+            result = f"admitted; {escape(d.outcome_detail)}"
+        else:
+            result = "[green]ok[/]"
         if d.migration_source:
             result += f" (+{d.migration_blocks} blocks from {escape(d.migration_source)})"
         table.add_row(
@@ -174,9 +191,28 @@ def ls(
             _s(d.predicted_ttft_s),
             _s(d.actual_ttft_s),
             _s(d.predicted_tbt_s),
+            _outcome_cell(d.outcome),
             result,
         )
     _print(table)
+
+
+_OUTCOME_STYLE = {"completed": "green", "rejected": "yellow", "failed": "red", "cancelled": "dim"}
+
+
+def _outcome_cell(outcome: str | None) -> str:
+    """The outcome code, coloured; ``-`` when none was recorded."""
+    if outcome is None:
+        return "-"
+    style = _OUTCOME_STYLE.get(outcome)
+    return f"[{style}]{escape(outcome)}[/]" if style else escape(outcome)
+
+
+def _outcome_text(outcome: str | None, detail: str | None) -> str:
+    """``failed: <detail>``, ``completed``, or ``unknown (...)`` for ``show``."""
+    if outcome is None:
+        return "unknown (still running, or recorded before outcomes were kept)"
+    return f"{outcome}: {detail}" if detail else outcome
 
 
 @app.command("show")
@@ -214,6 +250,7 @@ def show(
         ("TTFT", f"predicted {_s(d.predicted_ttft_s)}, actual {_s(d.actual_ttft_s)}"),
         ("TBT", f"predicted {_s(d.predicted_tbt_s)}, actual {_s(d.actual_tbt_s)}"),
         ("admitted", "yes" if d.admitted else f"no: {d.reject_reason or '-'}"),
+        ("outcome", _outcome_text(d.outcome, d.outcome_detail)),
     ]
     if not d.admitted and d.retry_after_s is not None:
         fields.append(("retry after", _s(d.retry_after_s)))
@@ -282,16 +319,17 @@ def stats(
     until: UntilOption = None,
     instance: InstanceOption = None,
     policy: PolicyOption = None,
+    outcome: OutcomeOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Prediction error, prefix hit rate and rejection rate over time."""
+    """Prediction error, prefix hit rate, rejection rate and outcomes over time."""
     from mooncake_core.conductor.audit import format_time, parse_duration
 
     try:
         bucket_s = parse_duration(bucket)
     except ValueError as exc:
         fail(str(exc), code=2)
-    flt = _filter(since, until, instance=instance, policy=policy)
+    flt = _filter(since, until, instance=instance, policy=policy, outcome=outcome)
     with _open(url, config) as reader:
         st = reader.stats(bucket_s, flt)
     if as_json:
@@ -303,6 +341,11 @@ def stats(
         "decisions",
         "rejected",
         "reject rate",
+        "completed",
+        "rejected later",
+        "failed",
+        "cancelled",
+        "unknown",
         "prefix hit rate",
         "measured",
         "TTFT MAE",
@@ -319,6 +362,11 @@ def stats(
             str(b.decisions),
             str(b.rejected),
             _rate(b.rejection_rate if b.decisions else None),
+            str(b.outcome_completed),
+            str(b.outcome_rejected_late),
+            str(b.outcome_failed),
+            str(b.outcome_cancelled),
+            str(b.outcome_unknown),
             _rate(b.hit_rate)
             + (f" ({b.matched_blocks}/{b.prompt_blocks})" if b.prompt_blocks else ""),
             str(b.measured),
@@ -352,12 +400,13 @@ def export(
     instance: InstanceOption = None,
     policy: PolicyOption = None,
     rejected: RejectedOption = False,
+    outcome: OutcomeOption = None,
 ) -> None:
     """Stream decisions, oldest first, as CSV or JSON lines."""
     if fmt not in ("csv", "jsonl"):
         fail(f"--format must be csv or jsonl, got {fmt!r}", code=2)
     fmt_lit: Literal["csv", "jsonl"] = "csv" if fmt == "csv" else "jsonl"
-    flt = _filter(since, until, request, instance, policy, rejected)
+    flt = _filter(since, until, request, instance, policy, rejected, outcome=outcome)
     with _open(url, config) as reader:
         if output is None:
             n = reader.export(sys.stdout, fmt_lit, flt)

@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 from . import sample
 from .explain import explain, fmt_s
-from .records import ROLES, AuditEntry, CandidateRecord, DecisionRecord
+from .records import (
+    OUTCOME_DETAIL_MAX,
+    OUTCOMES,
+    ROLES,
+    AuditEntry,
+    CandidateRecord,
+    DecisionRecord,
+    Outcome,
+)
 from .timespec import format_time, parse_duration, parse_when
 
 if TYPE_CHECKING:
@@ -68,6 +76,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "OUTCOMES",
+    "OUTCOME_DETAIL_MAX",
     "ROLES",
     "AuditEntry",
     "AuditReader",
@@ -77,6 +87,7 @@ __all__ = [
     "DecisionFilter",
     "DecisionRecord",
     "ListedDecision",
+    "Outcome",
     "RecordSource",
     "RetentionResult",
     "SchemaError",

@@ -68,6 +68,9 @@ def _costs_runner_up(c: CandidateRecord) -> str:
 def explain(entry: AuditEntry) -> str:
     """One plain-language paragraph: why this pair, why not the runner-up, what happened.
 
+    The last sentence says how the request ended when an outcome was recorded
+    (nothing is said when it was not: still running, or a row older than outcomes).
+
     Args:
         entry: A decision with its candidates (from :class:`.queries.AuditReader`).
 
@@ -95,6 +98,8 @@ def explain(entry: AuditEntry) -> str:
         if d.retry_after_s is not None:
             line += f". The client was told to retry after {fmt_s(d.retry_after_s)}"
         out.append(line + ".")
+        if d.outcome is not None and d.outcome != "rejected":
+            out.append(_outcome(d.outcome, d.outcome_detail))  # not expected; say it
         return " ".join(out)
 
     if p is not None:
@@ -146,7 +151,23 @@ def explain(entry: AuditEntry) -> str:
         )
     out.extend(_actuals(d.predicted_ttft_s, d.actual_ttft_s, "TTFT"))
     out.extend(_actuals(d.predicted_tbt_s, d.actual_tbt_s, "TBT"))
+    if d.outcome is not None:
+        out.append(_outcome(d.outcome, d.outcome_detail))
     return " ".join(out)
+
+
+_OUTCOME_TEXT = {
+    "completed": "It completed: every token was delivered",
+    "rejected": "It was admitted, then rejected with HTTP 429",
+    "failed": "It failed",
+    "cancelled": "It was cancelled before the last token",
+}
+
+
+def _outcome(outcome: str, detail: str | None) -> str:
+    """The sentence on how the request ended (no sentence when nothing was recorded)."""
+    text = _OUTCOME_TEXT.get(outcome, f"Its outcome was {outcome}")
+    return f"{text}: {detail}." if detail else f"{text}."
 
 
 def _actuals(pred: float | None, actual: float | None, what: str) -> list[str]:

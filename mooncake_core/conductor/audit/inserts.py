@@ -67,6 +67,15 @@ class Update:
     tbt_s: float | None
 
 
+@dataclass(frozen=True, slots=True)
+class OutcomeUpdate:
+    """How a request ended, for its latest decision (replaces an earlier outcome)."""
+
+    request_id: str
+    outcome: str
+    detail: str | None
+
+
 def insert_batch(
     conn: Connection, rows: list[Pair], next_id: int | None, pacer: GilPacer | None = None
 ) -> int | None:
@@ -101,25 +110,33 @@ def insert_batch(
     return next_id
 
 
-def apply_updates(conn: Connection, updates: list[Update]) -> None:
-    """Set measured TTFT/TBT on the latest decision of each request."""
+def apply_updates(conn: Connection, updates: list[Update | OutcomeUpdate]) -> None:
+    """Set measured TTFT/TBT or the outcome on the latest decision of each request.
+
+    Updates are applied in the order given (a later outcome replaces an earlier one);
+    an update for a request without a decision changes nothing.
+    """
     for u in updates:
         latest = (
             select(func.max(decisions.c.id))
             .where(decisions.c.request_id == u.request_id)
             .scalar_subquery()
         )
-        values: dict[str, float] = {}
-        if u.ttft_s is not None:
-            values["actual_ttft_s"] = u.ttft_s
-        if u.tbt_s is not None:
-            values["actual_tbt_s"] = u.tbt_s
+        values: dict[str, float | str | None] = {}
+        if isinstance(u, OutcomeUpdate):
+            values["outcome"] = u.outcome
+            values["outcome_detail"] = u.detail
+        else:
+            if u.ttft_s is not None:
+                values["actual_ttft_s"] = u.ttft_s
+            if u.tbt_s is not None:
+                values["actual_tbt_s"] = u.tbt_s
         if values:
             conn.execute(update(decisions).where(decisions.c.id == latest).values(**values))
 
 
 _ROWS_PER_STATEMENT = 256
-"""Rows per multi-row INSERT on SQLite (19 columns x 256 stays far below its 32766
+"""Rows per multi-row INSERT on SQLite (21 columns x 256 stays far below its 32766
 bound-parameter limit)."""
 
 

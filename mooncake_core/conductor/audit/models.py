@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_REVISION = "0002"
+SCHEMA_REVISION = "0003"
 """Alembic revision these models correspond to (a test keeps it equal to the head)."""
 
 NAMING = {
@@ -68,6 +68,10 @@ class DecisionRow(Base):
     # Added by revision 0002: filled in after the request ran.
     actual_ttft_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     actual_tbt_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # Added by revision 0003: how the request ended (NULL: unknown, or a legacy row).
+    # Indexed because `audit ls --outcome failed` looks for rare values in a large table.
+    outcome: Mapped[str | None] = mapped_column(String(16), nullable=True, index=True)
+    outcome_detail: Mapped[str | None] = mapped_column(String(512), nullable=True)
 
 
 class CandidateRow(Base):
@@ -122,6 +126,8 @@ DECISION_COLUMNS: tuple[str, ...] = (
     "migration_blocks",
     "actual_ttft_s",
     "actual_tbt_s",
+    "outcome",
+    "outcome_detail",
 )
 """Decision columns in :class:`.records.DecisionRecord` field order (``id`` excluded)."""
 

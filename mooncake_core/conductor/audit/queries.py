@@ -28,9 +28,15 @@ from sqlalchemy import (
 from .db import make_engine, require_current_schema
 from .explain import explain
 from .models import CANDIDATE_COLUMNS, DECISION_COLUMNS, candidates, decisions
-from .records import AuditEntry, CandidateRecord, DecisionRecord
+from .records import OUTCOMES, AuditEntry, CandidateRecord, DecisionRecord
 
 ExportFormat = Literal["csv", "jsonl"]
+
+UNKNOWN_OUTCOME = "unknown"
+"""Filter value for decisions without an outcome (running, legacy, or update lost)."""
+
+OUTCOME_FILTERS: tuple[str, ...] = (*OUTCOMES, UNKNOWN_OUTCOME)
+"""Values :attr:`DecisionFilter.outcome` accepts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +52,8 @@ class DecisionFilter:
         rejected_only: Only rejected decisions.
         limit: At most this many (``None``: all).
         offset: Skip this many first (newest first for lists).
+        outcome: Only requests that ended this way (one of :data:`OUTCOME_FILTERS`;
+            ``unknown`` selects decisions without a recorded outcome).
     """
 
     since: float | None = None
@@ -56,8 +64,13 @@ class DecisionFilter:
     rejected_only: bool = False
     limit: int | None = 50
     offset: int = 0
+    outcome: str | None = None
 
     def __post_init__(self) -> None:
+        if self.outcome is not None and self.outcome not in OUTCOME_FILTERS:
+            raise ValueError(
+                f"outcome must be one of {', '.join(OUTCOME_FILTERS)}; got {self.outcome!r}"
+            )
         if self.limit is not None and self.limit < 0:
             raise ValueError(f"limit must be >= 0, got {self.limit}")
         if self.offset < 0:
@@ -96,6 +109,14 @@ class StatsBucket:
         ttft_mae_s: Mean absolute TTFT prediction error, seconds.
         ttft_mre: Mean relative TTFT prediction error (``|pred - actual| / actual``).
         ttft_bias_s: Mean of ``predicted - actual`` (negative: predictions optimistic).
+        outcome_completed: Requests that delivered every token.
+        outcome_rejected: Requests refused with HTTP 429, by admission control or later
+            (a full KV pool at Prepare).
+        outcome_rejected_late: Of those, the ones admission control had admitted.
+        outcome_failed: Requests a worker or the front door failed.
+        outcome_cancelled: Requests stopped before the end (client gone).
+        outcome_unknown: Decisions without an outcome (running, or written before
+            outcomes were recorded).
     """
 
     start: float
@@ -109,6 +130,12 @@ class StatsBucket:
     ttft_mae_s: float | None
     ttft_mre: float | None
     ttft_bias_s: float | None
+    outcome_completed: int
+    outcome_rejected: int
+    outcome_rejected_late: int
+    outcome_failed: int
+    outcome_cancelled: int
+    outcome_unknown: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +226,10 @@ class AuditReader:
             conds.append(d.policy == flt.policy)
         if flt.rejected_only:
             conds.append(d.admitted.is_(False))
+        if flt.outcome == UNKNOWN_OUTCOME:
+            conds.append(d.outcome.is_(None))
+        elif flt.outcome is not None:
+            conds.append(d.outcome == flt.outcome)
         return conds
 
     @staticmethod
@@ -262,7 +293,7 @@ class AuditReader:
         return None if entry is None else explain(entry)
 
     def stats(self, bucket_s: float, flt: DecisionFilter | None = None) -> AuditStats:
-        """Prediction error, prefix hit rate and rejection rate per time bucket.
+        """Prediction error, prefix hit rate, rejection rate and outcomes per time bucket.
 
         Args:
             bucket_s: Bucket width in seconds.
@@ -300,6 +331,9 @@ class AuditReader:
                 )
             ),
             func.avg(case((measured, err), else_=None)),
+            *(func.sum(case((d.outcome == o, 1), else_=0)) for o in OUTCOMES),
+            func.sum(case((and_(d.outcome == "rejected", d.admitted.is_(True)), 1), else_=0)),
+            func.sum(case((d.outcome.is_(None), 1), else_=0)),
         ]
         base = select(*cols).select_from(self._chosen_prefill_join()).where(*self._where(flt))
         per_bucket = base.add_columns(bucket.label("b")).group_by(bucket).order_by(bucket)
@@ -372,6 +406,8 @@ def _bucket(r: Any, *, start: float) -> StatsBucket:
     rejected = int(r[2] or 0)
     matched = int(r[3] or 0)
     blocks = int(r[4] or 0)
+    # Columns 9.. are one count per outcome, in OUTCOMES order (see ``stats``).
+    per_outcome = {o: int(r[9 + i] or 0) for i, o in enumerate(OUTCOMES)}
     return StatsBucket(
         start=start,
         decisions=n,
@@ -384,4 +420,10 @@ def _bucket(r: Any, *, start: float) -> StatsBucket:
         ttft_mae_s=None if r[6] is None else float(r[6]),
         ttft_mre=None if r[7] is None else float(r[7]),
         ttft_bias_s=None if r[8] is None else float(r[8]),
+        outcome_completed=per_outcome["completed"],
+        outcome_rejected=per_outcome["rejected"],
+        outcome_failed=per_outcome["failed"],
+        outcome_cancelled=per_outcome["cancelled"],
+        outcome_rejected_late=int(r[9 + len(OUTCOMES)] or 0),
+        outcome_unknown=int(r[10 + len(OUTCOMES)] or 0),
     )

@@ -19,6 +19,16 @@ Role = Literal["prefill", "decode"]
 
 ROLES: tuple[Role, ...] = ("prefill", "decode")
 
+Outcome = Literal["completed", "rejected", "failed", "cancelled"]
+"""How a request ended (``None`` in a record: not known, see :class:`DecisionRecord`)."""
+
+OUTCOMES: tuple[Outcome, ...] = ("completed", "rejected", "failed", "cancelled")
+"""Every outcome code, in the order reports list them. The codes are stable: scripts and
+dashboards filter on them."""
+
+OUTCOME_DETAIL_MAX = 512
+"""Longest ``outcome_detail`` stored (the column's length); longer texts are cut."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DecisionRecord:
@@ -47,6 +57,15 @@ class DecisionRecord:
         migration_blocks: Number of blocks that migration moves.
         actual_ttft_s: Measured TTFT, filled in later by ``update_actual``.
         actual_tbt_s: Measured TBT, filled in later by ``update_actual``.
+        outcome: How the request ended, filled in later by ``record_outcome``:
+            ``completed`` (every token delivered), ``rejected`` (HTTP 429: admission
+            control, or a full KV pool at Prepare), ``failed`` (a worker or the front
+            door failed) or ``cancelled`` (the client went away or the request was
+            stopped). ``None``: not known (still running, written before revision
+            0003, or the update was lost).
+        outcome_detail: The reason code and text (``decode_kv_full: ...``) or the
+            error, at most :data:`OUTCOME_DETAIL_MAX` characters; ``None`` when there
+            is nothing to add (completed).
     """
 
     time: float
@@ -67,6 +86,8 @@ class DecisionRecord:
     migration_blocks: int = 0
     actual_ttft_s: float | None = None
     actual_tbt_s: float | None = None
+    outcome: Outcome | None = None
+    outcome_detail: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

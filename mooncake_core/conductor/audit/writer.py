@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sqlalchemy import Engine
 
 from .db import make_engine, require_current_schema
-from .inserts import GilPacer, Update, apply_updates, insert_batch
-from .records import CandidateRecord, DecisionRecord
+from .inserts import GilPacer, OutcomeUpdate, Update, apply_updates, insert_batch
+from .records import OUTCOME_DETAIL_MAX, OUTCOMES, CandidateRecord, DecisionRecord, Outcome
 from .retention import RetentionResult, apply_retention
 
 if TYPE_CHECKING:
@@ -93,8 +93,9 @@ class WriterSnapshot:
         dropped: Decisions refused because the queue was full.
         failed: Decisions that could not be written (e.g. a bad record; counted after the
             batch was retried record by record).
-        updates_applied: ``update_actual`` calls written.
-        updates_dropped: ``update_actual`` calls refused because the queue was full.
+        updates_applied: ``update_actual`` and ``record_outcome`` calls written.
+        updates_dropped: ``update_actual`` and ``record_outcome`` calls refused because
+            the queue was full (or the writer was closed).
         queue_depth: Items waiting now.
         batches: Transactions committed.
         retention_deleted: Decisions deleted by retention so far.
@@ -143,7 +144,9 @@ class AuditWriter:
         self._engine = engine
         self._own_engine = own_engine
         self._opts = options or WriterOptions()
-        self._q: deque[tuple[DecisionRecord, Sequence[CandidateRecord]] | Update | RecordSource]
+        self._q: deque[
+            tuple[DecisionRecord, Sequence[CandidateRecord]] | Update | OutcomeUpdate | RecordSource
+        ]
         self._q = deque()
         self._io_lock = threading.Lock()
         self._wake = threading.Event()
@@ -242,6 +245,35 @@ class AuditWriter:
             self._updates_dropped += 1
             return False
         self._q.append(Update(request_id, ttft_s, tbt_s))
+        return True
+
+    def record_outcome(self, request_id: str, outcome: Outcome, detail: str | None = None) -> bool:
+        """Queue how a request ended (applied to its latest decision); never blocks.
+
+        It goes through the same queue as the decisions, so it lands after the decision
+        it describes. A later call for the same request replaces the outcome.
+
+        Args:
+            request_id: The request.
+            outcome: ``completed``, ``rejected``, ``failed`` or ``cancelled``.
+            detail: The reason code and text, or the error; cut to
+                :data:`~.records.OUTCOME_DETAIL_MAX` characters. ``None``: nothing to add.
+
+        Returns:
+            ``False`` when the queue is full or the writer is closed, and the outcome was
+            dropped (counted in ``updates_dropped``).
+
+        Raises:
+            ValueError: ``outcome`` is not one of the codes above (nothing is queued).
+        """
+        if outcome not in OUTCOMES:
+            raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}; got {outcome!r}")
+        if len(self._q) >= self._limit:
+            self._updates_dropped += 1
+            return False
+        if detail is not None and len(detail) > OUTCOME_DETAIL_MAX:
+            detail = detail[: OUTCOME_DETAIL_MAX - 3] + "..."
+        self._q.append(OutcomeUpdate(request_id, outcome, detail))
         return True
 
     # -- lifecycle -------------------------------------------------------------------
@@ -350,12 +382,12 @@ class AuditWriter:
         if not items:
             return 0
         rows: list[tuple[DecisionRecord, Sequence[CandidateRecord]]] = []
-        updates: list[Update] = []
+        updates: list[Update | OutcomeUpdate] = []
         pacer = GilPacer()
         for it in items:
             if type(it) is tuple:
                 rows.append(it)
-            elif isinstance(it, Update):
+            elif isinstance(it, (Update, OutcomeUpdate)):
                 updates.append(it)
             else:
                 pacer.tick()  # to_record() is the slow part; let the decision thread in
@@ -385,7 +417,7 @@ class AuditWriter:
     def _commit(
         self,
         rows: list[tuple[DecisionRecord, Sequence[CandidateRecord]]],
-        updates: list[Update],
+        updates: list[Update | OutcomeUpdate],
         pacer: GilPacer | None = None,
     ) -> None:
         with self._engine.begin() as conn:
@@ -393,7 +425,9 @@ class AuditWriter:
             apply_updates(conn, updates)
 
     def _retry_singly(
-        self, rows: list[tuple[DecisionRecord, Sequence[CandidateRecord]]], updates: list[Update]
+        self,
+        rows: list[tuple[DecisionRecord, Sequence[CandidateRecord]]],
+        updates: list[Update | OutcomeUpdate],
     ) -> None:
         for one in rows:
             try:
