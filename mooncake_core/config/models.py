@@ -134,6 +134,17 @@ class MasterConfig(_Strict):
     """SSD tier: the n-th staging of an object keeps it in DRAM (promotion); earlier
     stage copies are dropped once their read lease ends."""
 
+    @model_validator(mode="after")
+    def _offload_before_eviction(self) -> MasterConfig:
+        wm = self.offload_watermark
+        if wm is not None and wm > self.eviction_high_watermark:
+            raise ValueError(
+                f"offload_watermark ({wm}) must not exceed eviction_high_watermark "
+                f"({self.eviction_high_watermark}): objects would be evicted before they "
+                "are offloaded"
+            )
+        return self
+
     @property
     def effective_offload_watermark(self) -> float:
         """``offload_watermark``, or ``eviction_high_watermark - 0.10`` (at least 0.01)."""

@@ -389,3 +389,10 @@ def test_removing_an_ssd_only_object_clears_its_copies() -> None:
     snap = m.snapshot()
     assert snap.key_count == 0 and snap.allocated_bytes == 0 and snap.ssd_only_count == 0
     assert [s.ssd_keys for s in snap.segments] == [0, 0]
+
+
+def test_offload_watermark_defaults_below_eviction_and_may_not_exceed_it() -> None:
+    assert MasterConfig().effective_offload_watermark == pytest.approx(0.8)
+    assert MasterConfig(eviction_high_watermark=0.5).effective_offload_watermark == 0.4
+    with pytest.raises(ValueError, match="offload_watermark"):
+        MasterConfig(offload_watermark=0.95)
