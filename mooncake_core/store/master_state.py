@@ -1547,12 +1547,19 @@ class MasterState:
     def _start_stage(self, key: str, obj: ObjectMeta, now: float) -> PendingStage:
         """Allocate a DRAM range on one of the object's SSD segments and ask its node
         to fill it. Tries the SSD segments in order; raises the last failure."""
-        names = [n for n in obj.ssd if (s := self._segments.find(n)) and s.allocatable]
+        # MOUNTED segments first; a DRAINING or DRAINED one still serves reads (its stage
+        # copy is short-lived); an UNMOUNTING one is about to lose its disk.
+        ranked = sorted(
+            (s.state != SegmentState.MOUNTED, i, s.name)
+            for i, n in enumerate(obj.ssd)
+            if (s := self._segments.find(n)) is not None and s.state != SegmentState.UNMOUNTING
+        )
+        names = [name for _, _, name in ranked]
         if not names:
             raise CapacityError(
                 ErrorCode.NO_AVAILABLE_SEGMENT,
                 f"object {key!r} is only on SSD ({', '.join(obj.ssd)}) and none of those "
-                "segments is MOUNTED; cannot stage it",
+                "segments is still mounted (all UNMOUNTING); cannot stage it",
             )
         cfg = ReplicateConfig(replica_num=1)
         failure: StoreError = CapacityError(ErrorCode.STORE_FULL, f"no room to stage {key!r}")

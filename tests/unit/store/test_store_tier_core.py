@@ -396,3 +396,18 @@ def test_offload_watermark_defaults_below_eviction_and_may_not_exceed_it() -> No
     assert MasterConfig(eviction_high_watermark=0.5).effective_offload_watermark == 0.4
     with pytest.raises(ValueError, match="offload_watermark"):
         MasterConfig(offload_watermark=0.95)
+
+
+def test_an_ssd_only_object_on_a_drained_segment_is_still_staged() -> None:
+    m = master()
+    ssd_only(m)
+    m.drain_segment("a", 3.0)  # no DRAM replica there: DRAINED at once
+    r = m.read("k1", 3.5)
+    assert isinstance(r, StagePending) and r.segment == "a"
+    m.tier_stage_done("ca", "k1", "a", r.request_id, True, 4.0)
+    m.tick(20.0)  # the stage copy goes after its lease
+    assert m.stat("k1", 20.0).replicas == ()
+    assert [(s.state.name, s.used) for s in m.snapshot().segments] == [
+        ("DRAINED", 0),
+        ("MOUNTED", 0),
+    ]
