@@ -13,7 +13,7 @@ from itertools import chain
 from operator import attrgetter
 from typing import Any
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, and_, func, select, update
 
 from .models import CANDIDATE_COLUMNS, DECISION_COLUMNS, candidates, decisions
 from .records import CandidateRecord, DecisionRecord
@@ -110,18 +110,26 @@ def insert_batch(
     return next_id
 
 
-def apply_updates(conn: Connection, updates: list[Update | OutcomeUpdate]) -> None:
+def apply_updates(
+    conn: Connection, updates: Sequence[tuple[Update | OutcomeUpdate, int | None]]
+) -> None:
     """Set measured TTFT/TBT or the outcome on the latest decision of each request.
+
+    Args:
+        conn: Connection in the batch's transaction.
+        updates: Each update with the highest decision id it may touch (the last
+            decision queued before it), or ``None`` for no bound. The bound keeps queue
+            order when a batch inserts a newer decision for the same request id after
+            the update was queued: the update stays with the decision it followed.
 
     Updates are applied in the order given (a later outcome replaces an earlier one);
     an update for a request without a decision changes nothing.
     """
-    for u in updates:
-        latest = (
-            select(func.max(decisions.c.id))
-            .where(decisions.c.request_id == u.request_id)
-            .scalar_subquery()
-        )
+    for u, max_id in updates:
+        cond = decisions.c.request_id == u.request_id
+        if max_id is not None:
+            cond = and_(cond, decisions.c.id <= max_id)
+        latest = select(func.max(decisions.c.id)).where(cond).scalar_subquery()
         values: dict[str, float | str | None] = {}
         if isinstance(u, OutcomeUpdate):
             values["outcome"] = u.outcome

@@ -47,7 +47,7 @@ class WriterOptions:
     """Tuning of :class:`AuditWriter` (the first four come from ``AuditConfig``).
 
     Attributes:
-        batch_size: Most queued items (decisions or actual-latency updates) per transaction.
+        batch_size: Most queued items (decisions, latency or outcome updates) per transaction.
         flush_interval_s: Longest a submitted record waits before it is written.
         retention_days: Decisions older than this are deleted.
         retention_rows: At most this many decisions are kept.
@@ -382,13 +382,15 @@ class AuditWriter:
         if not items:
             return 0
         rows: list[tuple[DecisionRecord, Sequence[CandidateRecord]]] = []
-        updates: list[Update | OutcomeUpdate] = []
+        # Each update with the number of decisions queued before it in this batch, so
+        # it applies to the decision it followed even if a newer one has the same id.
+        updates: list[tuple[Update | OutcomeUpdate, int]] = []
         pacer = GilPacer()
         for it in items:
             if type(it) is tuple:
                 rows.append(it)
             elif isinstance(it, (Update, OutcomeUpdate)):
-                updates.append(it)
+                updates.append((it, len(rows)))
             else:
                 pacer.tick()  # to_record() is the slow part; let the decision thread in
                 try:
@@ -417,31 +419,39 @@ class AuditWriter:
     def _commit(
         self,
         rows: list[tuple[DecisionRecord, Sequence[CandidateRecord]]],
-        updates: list[Update | OutcomeUpdate],
+        updates: list[tuple[Update | OutcomeUpdate, int]],
         pacer: GilPacer | None = None,
     ) -> None:
         with self._engine.begin() as conn:
             self._next_id = insert_batch(conn, rows, self._next_id, pacer)
-            apply_updates(conn, updates)
+            first = None
+            if rows and self._next_id is not None:
+                first = self._next_id - len(rows)  # ids of this batch: first, first + 1...
+            apply_updates(conn, [(u, None if first is None else first + k - 1) for u, k in updates])
 
     def _retry_singly(
         self,
         rows: list[tuple[DecisionRecord, Sequence[CandidateRecord]]],
-        updates: list[Update | OutcomeUpdate],
+        updates: list[tuple[Update | OutcomeUpdate, int]],
     ) -> None:
-        for one in rows:
+        # In queue order: each update right after the decisions queued before it.
+        done = 0
+        for u, before in [*updates, (None, len(rows))]:
+            for one in rows[done:before]:
+                try:
+                    self._commit([one], [])
+                except Exception as exc:
+                    self._next_id = None
+                    self._failed += 1
+                    self._last_error = f"request {one[0].request_id!r}: {exc}"
+                else:
+                    self._written += 1
+                    self._batches += 1
+            done = max(done, before)
+            if u is None:
+                continue
             try:
-                self._commit([one], [])
-            except Exception as exc:
-                self._next_id = None
-                self._failed += 1
-                self._last_error = f"request {one[0].request_id!r}: {exc}"
-            else:
-                self._written += 1
-                self._batches += 1
-        for u in updates:
-            try:
-                self._commit([], [u])
+                self._commit([], [(u, 0)])
             except Exception as exc:
                 self._last_error = f"update of request {u.request_id!r}: {exc}"
             else:

@@ -14,6 +14,7 @@ complete(req)
   on_prefill_done, on_decode_join
   decode.Admit(...) stream -> yield tokens                        (TBT)
   on_decode_done, on_actual, audit.update_actual
+  every end (done, 429, error, cancel) -> audit.record_outcome
 ```
 """
 
@@ -40,6 +41,7 @@ from mooncake_core.rpc import worker_pb2 as pb
 from mooncake_core.worker.tokenizer import ByteTokenizer
 
 if TYPE_CHECKING:
+    from mooncake_core.conductor.audit.records import Outcome
     from mooncake_core.conductor.audit.writer import AuditWriter
 
 __all__ = [
@@ -50,6 +52,7 @@ __all__ = [
     "FrontDoorStats",
     "Rejected",
     "ServingError",
+    "outcome_of",
     "tbt_of",
 ]
 
@@ -297,6 +300,8 @@ class FrontDoor:
             self.stats.rejected += 1
             self.stats.by_reason[d.reason] = self.stats.by_reason.get(d.reason, 0) + 1
             detail = d.admission.detail
+            if self.audit is not None:
+                self.audit.record_outcome(rid, "rejected", f"{d.reason}: {detail}")
             raise Rejected(d.reason, detail, d.retry_after_s or 1.0)
         async for chunk in self._run(rid, d, tokens, keys, req, arrival):
             yield chunk
@@ -450,8 +455,13 @@ class FrontDoor:
                 c.on_actual(rid, ttft, tbt_final)
             if self.audit is not None:
                 self.audit.update_actual(rid, ttft, tbt_final)
+                self.audit.record_outcome(rid, "completed")
             self.stats.completed += 1
         except BaseException as exc:
+            if self.audit is not None:
+                # Before the clean-up: it awaits, and a second cancellation there must not
+                # lose the record. record_outcome only appends to a queue.
+                self.audit.record_outcome(rid, *outcome_of(exc))
             if isinstance(exc, Rejected):
                 self.stats.rejected += 1
                 self.stats.by_reason[exc.reason] = self.stats.by_reason.get(exc.reason, 0) + 1
@@ -546,6 +556,33 @@ class CompletionStream:
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
+
+
+def outcome_of(exc: BaseException) -> tuple[Outcome, str]:
+    """The audit outcome and its detail for a request that ended with ``exc``.
+
+    Args:
+        exc: what ended the request in the front door.
+
+    Returns:
+        ``("rejected", "<reason>: <detail>")`` for :class:`Rejected` (the reason code
+        first, as in ``reject_reason``); ``("failed", text)`` for :class:`ServingError`
+        and any other ``Exception``; ``("cancelled", why)`` for a cancelled task, a
+        closed stream (the client went away) or an interpreter shutdown.
+    """
+    if isinstance(exc, Rejected):
+        return "rejected", f"{exc.reason}: {exc.detail}"
+    if isinstance(exc, ServingError):
+        return "failed", str(exc)
+    if isinstance(exc, asyncio.CancelledError):
+        return "cancelled", "request task cancelled"
+    if isinstance(exc, GeneratorExit):
+        return "cancelled", "stream closed before the last token (client gone)"
+    if isinstance(exc, Exception):
+        # Not a ServingError but still an error (e.g. a gRPC error of the decode stream
+        # after a one-token request): the request did not complete.
+        return "failed", f"{type(exc).__name__}: {exc}"
+    return "cancelled", type(exc).__name__  # KeyboardInterrupt, SystemExit
 
 
 def _rpc_text(exc: grpc.RpcError) -> str:
