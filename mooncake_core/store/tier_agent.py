@@ -457,11 +457,16 @@ class TierWorker:
         )
 
     async def drain(self, timeout_s: float = 10.0) -> None:
-        """Wait for the jobs in flight (then cancel what is left)."""
-        pending = set(self._tasks)
-        if not pending:
-            return
-        _, left = await asyncio.wait(pending, timeout=timeout_s)
+        """Wait for the jobs in flight, and the jobs they start (then cancel what is
+        left after ``timeout_s``)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self._tasks:
+            left_s = deadline - loop.time()
+            if left_s <= 0:
+                break
+            await asyncio.wait(set(self._tasks), timeout=left_s)
+        left = set(self._tasks)
         for t in left:
             t.cancel()
         if left:

@@ -234,6 +234,7 @@ async def test_worker_confirms_in_event_order_per_key(tmp_path: Path) -> None:
         await w.drain()
     # k4 evicts k0 and k1; then k0 is removed: its Forget waits for the TierDropped.
     w.dispatch(ev.OffloadRequested(0.0, "k4", SEG, _rep((400, 100)), 100, 4))
+    await w.drain()
     w.dispatch(ev.StageRequested(0.0, "k2", SEG, _rep((1000, 100)), 100, 77))
     w.dispatch(ev.OffloadRequested(0.0, "s", SEG, _rep((0, 10)), 10, 5))
     await w.drain()
@@ -247,6 +248,35 @@ async def test_worker_confirms_in_event_order_per_key(tmp_path: Path) -> None:
     assert m.calls.index(("dropped", ("k0", "k1"))) > m.calls.index(
         ("offload_done", "k1", 1, True, "")
     )
+
+
+async def test_eviction_is_reported_after_the_evicted_files_own_confirmation(
+    tmp_path: Path,
+) -> None:
+    a = _agent(tmp_path, capacity=600)
+    m = _Master()
+    hold = asyncio.Event()
+    plain = m.tier_offload_done
+
+    async def slow(key: str, segment: str, token: int, ok: bool, reason: str = "") -> None:
+        if key == "k1":
+            await hold.wait()  # k1's confirmation is still on its way to the master
+        await plain(key, segment, token, ok, reason)
+
+    m.tier_offload_done = slow  # type: ignore[method-assign]
+    w = TierWorker(a, m)
+    for i in range(4):
+        w.dispatch(ev.OffloadRequested(0.0, f"k{i}", SEG, _rep((i * 100, 100)), 100, i))
+        while not a.tier.contains(f"k{i}"):  # written one by one: LRU order k0..k3
+            await asyncio.sleep(0.001)
+    w.dispatch(ev.OffloadRequested(0.0, "k4", SEG, _rep((400, 100)), 100, 4))
+    while ("offload_done", "k4", 4, True, "") not in m.calls:
+        await asyncio.sleep(0.001)
+    await asyncio.sleep(0.05)
+    assert not any(c[0] == "dropped" for c in m.calls)  # waits for k1's confirmation
+    hold.set()
+    await w.drain()
+    assert m.calls[-2:] == [("offload_done", "k1", 1, True, ""), ("dropped", ("k0", "k1"))]
 
 
 async def test_worker_runs_a_removal_after_the_offload_of_the_same_key(tmp_path: Path) -> None:
