@@ -174,6 +174,11 @@ def test_working_set_four_times_dram_reads_back_through_the_ssd_tier(tmp_path: P
             with pytest.raises(NotFoundError):
                 c.get(victim)
             assert node_ssd(nodes[seg])["corrupt"] == 1
+            with urllib.request.urlopen(nodes[seg].metrics_url + "/telemetry", timeout=2) as r:
+                assert '"corrupt":1' in r.read().decode()
+            with urllib.request.urlopen(nodes[seg].metrics_url + "/metrics", timeout=2) as r:
+                metrics = r.read().decode()
+            assert re.search(r"ssd_tier\w*corrupt\S* 1(\.0)?$", metrics, re.M), metrics[-3000:]
             assert not c.is_exist(victim) and not path.exists()
             del written[victim]
 

@@ -337,3 +337,12 @@ def test_cluster_up_passes_the_ssd_tier_of_a_store_node() -> None:
     i = argv.index("--ssd-dir")
     assert argv[i : i + 4] == ("--ssd-dir", "/var/tmp/s0", "--ssd-size", str(1 << 30))
     assert "--ssd-dir" not in specs["s1"].argv
+
+
+def test_client_options_refuse_a_negative_ssd_capacity() -> None:
+    from mooncake_core.store.client_options import ClientOptions, SegmentSpec
+    from mooncake_core.store.errors import InvalidArgumentError
+
+    assert ClientOptions(segments=(SegmentSpec("n0", 1 << 20, ssd_capacity=1 << 30),))
+    with pytest.raises(InvalidArgumentError, match="'n0': ssd_capacity must be >= 0, got -1"):
+        ClientOptions(segments=(SegmentSpec("n0", 1 << 20, ssd_capacity=-1),))
