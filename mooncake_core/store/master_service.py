@@ -469,8 +469,9 @@ class MasterService:
             The journal seq the reply must wait for (0: nothing, -1: the write failed).
         """
         events = self.state.take_events()
-        if self._key_waiters and events:
-            self._wake_key_waiters(events)
+        stalled = self.state.take_stalled()
+        if self._key_waiters and (events or stalled):
+            self._wake_key_waiters(events, stalled)
         if not events and not extra:
             return 0
         seq = self._journal(events, extra or [])
@@ -505,12 +506,12 @@ class MasterService:
             self._key_waiters[key] = fut
         return fut
 
-    def _wake_key_waiters(self, events: list[Any]) -> None:
-        for e in events:
-            if isinstance(e, _SETTLING):
-                fut = self._key_waiters.pop(e.key, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(None)
+    def _wake_key_waiters(self, events: list[Any], stalled: list[str]) -> None:
+        keys = [e.key for e in events if isinstance(e, _SETTLING)] + stalled
+        for key in keys:
+            fut = self._key_waiters.pop(key, None)
+            if fut is not None and not fut.done():
+                fut.set_result(None)
 
     def _journal(self, events: list[Any], extra: list[Record]) -> int:
         if self.sink is None:

@@ -32,6 +32,7 @@ from .errors import (
     InvalidArgumentError,
     NotFoundError,
     StoreError,
+    UnavailableError,
 )
 from .eviction import EvictionPolicy, LruEviction
 from .keyindex import SortedKeys
@@ -656,8 +657,10 @@ class MasterState:
         Raises:
             NotFoundError: no such object.
             ConflictError: OBJECT_NOT_READY, the object is still being written.
-            CapacityError: no SSD segment of the object is MOUNTED
+            CapacityError: every SSD segment of the object is UNMOUNTING
                 (NO_AVAILABLE_SEGMENT) or none has room even after eviction (STORE_FULL).
+            UnavailableError: the nodes of all its SSD copies left a stage unanswered
+                less than ``stage_timeout_s`` ago (retry later).
         """
         obj = self._object(key)
         if not obj.complete:
@@ -963,6 +966,7 @@ class MasterState:
                 f"(pending: {now_pending})",
             )
         del self._tier.stages[key]
+        self._tier.settle(key, segment)
         if not ok:
             self._stage_failed(key, obj, st, now)
             return
@@ -1018,14 +1022,33 @@ class MasterState:
         return RemoveManyResult(removed, skipped)
 
     def expire_stages(self, now: float) -> list[str]:
-        """Fail stages pending longer than ``stage_timeout_s`` (the next SSD copy is
-        tried, or the object is removed); returns their keys."""
+        """Give up on stages pending longer than ``stage_timeout_s``; returns their keys.
+
+        No answer is not a bad file (the node may have been away, e.g. resubscribing
+        after a master restart): the range is freed but the SSD copy is kept; that
+        segment is not asked again for ``stage_timeout_s``; another SSD copy is staged
+        if there is one. Otherwise the key is reported by :meth:`take_stalled` and reads
+        answer UNAVAILABLE until the cool-down ends.
+        """
         limit = self.config.stage_timeout_s
         late = [k for k, st in self._tier.stages.items() if now - st.started >= limit]
         for key in late:
             st = self._tier.stages.pop(key)
-            self._stage_failed(key, self._objects[key], st, now)
+            obj = self._objects[key]
+            self._free_replica(key, st.replica, now)
+            self._ssd_stage_failures += 1
+            self._tier.timed_out.setdefault(key, {})[st.segment] = now
+            try:
+                self._start_stage(key, obj, now)
+            except StoreError:
+                self._tier.stalled.append(key)
         return late
+
+    def take_stalled(self) -> list[str]:
+        """Keys whose stage timed out with no other SSD copy to try since the last call
+        (their waiting readers should read again: they get UNAVAILABLE)."""
+        out, self._tier.stalled = self._tier.stalled, []
+        return out
 
     def drop_stage_copies(self, now: float) -> int:
         """Drop stage copies whose read lease has ended (their SSD files stay).
@@ -1554,7 +1577,14 @@ class MasterState:
             for i, n in enumerate(obj.ssd)
             if (s := self._segments.find(n)) is not None and s.state != SegmentState.UNMOUNTING
         )
-        names = [name for _, _, name in ranked]
+        cooldown = self.config.stage_timeout_s
+        names = [n for _, _, n in ranked if not self._tier.cooling(key, n, now, cooldown)]
+        if ranked and not names:
+            raise UnavailableError(
+                ErrorCode.UNAVAILABLE,
+                f"object {key!r} is only on SSD and the node(s) of {sorted(obj.ssd)} did not "
+                f"answer a stage within {cooldown} s; retry later",
+            )
         if not names:
             raise CapacityError(
                 ErrorCode.NO_AVAILABLE_SEGMENT,
@@ -1627,6 +1657,7 @@ class MasterState:
         st = self._tier.stages.pop(key, None)
         if st is not None:
             self._release(key, (st.replica,))
+        self._tier.timed_out.pop(key, None)
         self._tier.stage_copies.pop(key, None)
         self._tier.clear_offload(key)
         for name in obj.ssd:

@@ -54,7 +54,15 @@ class TierBook:
             tokens the previous one may have handed out).
     """
 
-    __slots__ = ("next_request", "next_token", "offloads", "stage_copies", "stages")
+    __slots__ = (
+        "next_request",
+        "next_token",
+        "offloads",
+        "stage_copies",
+        "stages",
+        "stalled",
+        "timed_out",
+    )
 
     def __init__(self, token_base: int = 0) -> None:
         self.offloads: dict[str, dict[str, float]] = {}
@@ -63,6 +71,12 @@ class TierBook:
         """key -> its pending stage (at most one per object)."""
         self.stage_copies: dict[str, Replica] = {}
         """key -> DRAM replica made by a stage and not promoted (dropped after its lease)."""
+        self.timed_out: dict[str, dict[str, float]] = {}
+        """key -> {segment: master time a stage there got no answer}: the copy is kept
+        (the node may just have been away) but not asked again for a while."""
+        self.stalled: list[str] = []
+        """Keys whose stage timed out with no other copy to try (readers waiting on
+        them must be told; no event says so)."""
         self.next_token = token_base
         self.next_request = 0
 
@@ -99,6 +113,20 @@ class TierBook:
             asked.pop(segment, None)
             if not asked:
                 del self.offloads[key]
+
+    def cooling(self, key: str, segment: str, now: float, cooldown_s: float) -> bool:
+        """Whether a stage of ``key`` on ``segment`` got no answer less than
+        ``cooldown_s`` ago."""
+        at = self.timed_out.get(key, {}).get(segment)
+        return at is not None and now - at < cooldown_s
+
+    def settle(self, key: str, segment: str) -> None:
+        """The node of ``segment`` answered about ``key``: forget an earlier timeout."""
+        seen = self.timed_out.get(key)
+        if seen is not None:
+            seen.pop(segment, None)
+            if not seen:
+                del self.timed_out[key]
 
     def pending_offloads(self) -> int:
         """Offloads asked and not yet confirmed."""

@@ -17,6 +17,7 @@ from mooncake_core.store.errors import (
     InvalidArgumentError,
     NotFoundError,
     StoreError,
+    UnavailableError,
 )
 from mooncake_core.store.master_tier import StagePending
 from mooncake_core.store.objects import Slice
@@ -293,19 +294,43 @@ def test_failed_stage_tries_the_next_copy_then_loses_the_object() -> None:
     assert snap.allocated_bytes == 0 and [s.ssd_keys for s in snap.segments] == [0, 0]
 
 
-def test_stage_times_out_in_tick() -> None:
+def test_an_unanswered_stage_keeps_the_copy_and_cools_down() -> None:
     m = master(stage_timeout_s=2.0)
     ssd_only(m)
     req = m.read("k1", 3.0)
     assert isinstance(req, StagePending)
+    m.take_events()
     m.tick(4.9)
-    assert m.exist("k1", 4.9)
+    assert m.take_stalled() == []
+    m.tick(5.0)  # no answer: the node may have been away, the file may be fine
+    assert m.take_stalled() == ["k1"]
+    assert of(m.take_events(), ev.SsdCopyDropped) == []
+    assert m.stat("k1", 5.0).ssd_segments == ("a",)
+    snap = m.snapshot()
+    assert (snap.ssd_stage_failures_total, snap.ssd_lost_objects_total) == (1, 0)
+    assert snap.allocated_bytes == 0  # the staging range is freed
+    with pytest.raises(UnavailableError, match="did not answer") as info:
+        m.read("k1", 6.9)  # cooling down: not asked again yet
+    assert info.value.code == ErrorCode.UNAVAILABLE
+    with pytest.raises(ConflictError, match="pending: none") as stale:
+        m.tier_stage_done("ca", "k1", "a", req.request_id, True, 6.9)  # too late
+    assert stale.value.code == ErrorCode.STALE
+    again = m.read("k1", 7.0)
+    assert isinstance(again, StagePending) and again.request_id != req.request_id
+    m.tier_stage_done("ca", "k1", "a", again.request_id, True, 7.5)
+    assert len(m.stat("k1", 7.5).replicas) == 1
+
+
+def test_an_unanswered_stage_moves_on_to_the_next_copy() -> None:
+    m = master(ssd={"a": 10_000, "b": 10_000}, stage_timeout_s=2.0)
+    two_ssd_copies(m)
+    first = m.read("k1", 3.0)
+    assert isinstance(first, StagePending) and first.segment == "a"
+    m.take_events()
     m.tick(5.0)
-    assert not m.exist("k1", 5.0)
-    assert m.snapshot().ssd_stage_failures_total == 1
-    assert m.snapshot().allocated_bytes == 0
-    with pytest.raises(NotFoundError, match="'k1'"):  # too late: the object is gone
-        m.tier_stage_done("ca", "k1", "a", req.request_id, True, 5.5)
+    (nxt,) = of(m.take_events(), ev.StageRequested)
+    assert nxt.segment == "b" and m.take_stalled() == []
+    assert m.stat("k1", 5.0).ssd_segments == ("a", "b")
 
 
 def test_stage_done_validates_its_request() -> None:
