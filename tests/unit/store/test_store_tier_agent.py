@@ -20,14 +20,15 @@ from mooncake_core.store.master_client import WatchedEvent
 from mooncake_core.store.objects import Slice
 from mooncake_core.store.tier_agent import (
     Forget,
+    ForgetAll,
     Offload,
     Stage,
     TierAgent,
     TierOutcome,
-    TierWorker,
     wipe_tier_dir,
 )
 from mooncake_core.store.tier_ssd import HEADER_SIZE, SsdTier, SsdTierOptions
+from mooncake_core.store.tier_worker import TierWorker
 
 SEG = "n0"
 
@@ -293,6 +294,29 @@ async def test_worker_runs_a_removal_after_the_offload_of_the_same_key(tmp_path:
     await w.drain()
     assert a.tier.contains("k")  # the new version's file survived the old removal
     assert [c[:3] for c in m.calls] == [("offload_done", "k", 1), ("offload_done", "k", 2)]
+
+
+async def test_unmount_or_remount_of_its_segment_forgets_every_file(tmp_path: Path) -> None:
+    a = _agent(tmp_path)
+    m = _Master()
+    w = TierWorker(a, m)
+    for i in range(3):
+        w.dispatch(ev.OffloadRequested(0.0, f"k{i}", SEG, _rep((i * 100, 100)), 100, i))
+    await w.drain()
+    gone = ev.SegmentUnmounted(0.0, "n1", ev.UnmountReason.CLIENT_EXPIRED)
+    assert w.dispatch(gone) is None  # another node's segment
+    again = ev.SegmentMounted(0.0, SEG, "n0-2", 4096)
+    assert w.dispatch(again) == ForgetAll("segment mounted again")
+    # A new offload right after the remount is queued behind the old file's deletion.
+    w.dispatch(ev.OffloadRequested(0.0, "k1", SEG, _rep((100, 100)), 100, 9))
+    await w.drain()
+    assert a.tier.keys() == ["k1"]
+    s = a.snapshot()
+    assert (s.files, s.removed) == (1, 3)
+    mine = ev.SegmentUnmounted(0.0, SEG, ev.UnmountReason.UNMOUNTED)
+    assert w.dispatch(mine) == ForgetAll("segment unmounted (unmounted)")
+    await w.drain()
+    assert a.snapshot().files == 0
 
 
 async def test_worker_follows_the_event_stream(tmp_path: Path) -> None:
