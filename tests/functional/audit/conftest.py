@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,3 +32,9 @@ def audit_db(tmp_path: Path, cli: CliRunner) -> str:
     w.update_actual("req-a", 1.50, 0.050)
     w.close()
     return url
+
+
+# The real-cluster launcher lives with the serving tests; import it, don't copy it.
+_SERVING = Path(__file__).resolve().parents[1] / "serving"
+if str(_SERVING) not in sys.path:
+    sys.path.insert(0, str(_SERVING))
