@@ -224,5 +224,7 @@ class StoreNode:
         if self._tier_mc is not None:
             await self._tier_mc.close()
         if self.tier is not None:
-            self.tier.memory.release()  # the engine unmaps the segment next
+            # The engine unmaps the segment next; a job still copying keeps its own view.
+            with contextlib.suppress(BufferError):
+                self.tier.memory.release()
         await asyncio.to_thread(self.client.close)
