@@ -57,7 +57,14 @@ from .strategies import (
     PreferredStrategy,
     make_strategy,
 )
-from .validation import check_key, check_name, each, pin_expiry, validate_put
+from .validation import (
+    check_key,
+    check_name,
+    check_transport_address,
+    each,
+    pin_expiry,
+    validate_put,
+)
 
 MAX_LIST_LIMIT = 100_000
 MAX_SEGMENT_CAPACITY = 1 << 48
@@ -159,12 +166,14 @@ class MasterState:
                 With it, the master offloads objects of this segment to that tier.
 
         Raises:
-            InvalidArgumentError: empty/long names, capacity not positive, ssd_capacity
-                negative or too large.
+            InvalidArgumentError: empty/long names, a transport address that is not
+                ``host:port`` (empty is allowed: metadata only), capacity not positive,
+                ssd_capacity negative or too large.
             ConflictError: the name is taken by another client or is still unmounting.
         """
         check_name("segment name", name)
         check_name("client_id", client_id)
+        check_transport_address(transport_address)
         if not isinstance(capacity, int) or not 0 < capacity <= MAX_SEGMENT_CAPACITY:
             raise InvalidArgumentError(
                 ErrorCode.INVALID_PARAMS,

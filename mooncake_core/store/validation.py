@@ -42,6 +42,41 @@ def check_name(what: str, value: str) -> None:
         )
 
 
+MAX_ADDRESS = 255
+
+
+def check_transport_address(value: str) -> None:
+    """Raise INVALID_PARAMS unless ``value`` is ``""`` or a Transfer Engine ``host:port``.
+
+    An empty address mounts a segment that holds metadata only (no reader can reach its
+    bytes: the in-process tests use it). Anything else must be what the Transfer Engine
+    resolves: printable ASCII without spaces or ``/``, a host, and a port in 1..65535.
+    A bogus address accepted here would attract later puts that no client can write.
+    """
+    if not isinstance(value, str):
+        raise InvalidArgumentError(
+            ErrorCode.INVALID_PARAMS, f"transport_address must be a string, got {value!r}"
+        )
+    if not value:
+        return
+    host, sep, port = value.rpartition(":")
+    ok = (
+        len(value) <= MAX_ADDRESS
+        and value.isascii()
+        and value.isprintable()
+        and not any(c.isspace() or c == "/" for c in value)
+        and bool(sep and host)
+        and port.isdigit()
+        and 0 < int(port) < 65536
+    )
+    if not ok:
+        raise InvalidArgumentError(
+            ErrorCode.INVALID_PARAMS,
+            f"transport_address must be host:port (port 1..65535, at most {MAX_ADDRESS} "
+            f"printable characters, no spaces or '/'), got {value[:80]!r}",
+        )
+
+
 def pin_expiry(config: MasterConfig, hard: bool, ttl_s: float | None, now: float) -> float | None:
     """When a new pin ends: ``None`` for hard pins, else ``now + ttl`` (default TTL if None).
 

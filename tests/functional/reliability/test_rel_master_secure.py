@@ -80,9 +80,8 @@ def test_rel_fuzzed_master_rpcs_answer_with_clear_codes(
     secure: Cluster, channel: grpc.Channel, data: st.DataObject
 ) -> None:
     name = data.draw(st.sampled_from(sorted(UNARY)), label="rpc")
-    # Capacities stay below 2**40: a fuzzed MountSegment with a bogus transport_address is
-    # accepted (known gap, docs/reliability.md), and a huge one would draw the later tests'
-    # puts onto it. Huge capacities have their own test (test_rel_huge_capacities_are_refused).
+    # Capacities stay below 2**40: a fuzzed MountSegment with an empty transport_address
+    # (metadata only) is accepted, and a huge one would draw the later tests' puts onto it. Huge capacities have their own test (test_rel_huge_capacities_are_refused).
     req = data.draw(message(UNARY[name], over={"capacity": st.integers(0, 2**40)}), label="request")
     try:
         resp = _rpc(channel, name)(req, metadata=auth_metadata(SECRET), timeout=10)
@@ -114,8 +113,8 @@ def test_rel_master_healthy_after_fuzzing(secure: Cluster, channel: grpc.Channel
     # Runs after the fuzz test (file order): the process is alive and still serves data.
     assert secure.master.proc.poll() is None, "".join(secure.master.log)[-3000:]
     with make_client(secure, secret=SECRET, transport="tcp") as c:
-        # Fuzzed MountSegments left bogus segments (the master does not check transport
-        # addresses); place on the real node.
+        # Fuzzed MountSegments may have left metadata-only segments (empty transport
+        # address); place on the real node.
         c.put("rel/after-fuzz", b"still here" * 100, ON_N0)
         assert c.get("rel/after-fuzz") == b"still here" * 100
 
