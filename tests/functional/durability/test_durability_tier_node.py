@@ -1,7 +1,8 @@
 """SSD tier end to end: real master (journal), real store nodes with an SSD tier, real Client.
 
-DRAM (2 x 4 MiB) holds a quarter of the working set (64 x 256 KiB random objects). The
-master offloads objects to the nodes' disks ahead of eviction; evicted objects become
+DRAM (2 x 4 MiB) holds a quarter of the working set (64 x 256 KiB random objects). A
+hard-pinned object is written through to disk at once. The master offloads objects to the
+nodes' disks ahead of eviction; evicted objects become
 SSD-only and are staged back into DRAM when read; a second staging promotes. A byte
 flipped in a file is a clean OBJECT_NOT_FOUND (never wrong bytes) and counted by the node;
 a master SIGKILLed and restarted from its journal still knows every SSD copy.
@@ -138,6 +139,15 @@ def test_working_set_four_times_dram_reads_back_through_the_ssd_tier(tmp_path: P
             nodes[n] = start_tier_node(cfg, master.address, n, d)
         written: dict[str, bytes] = {}
         with Client(opts).setup() as c:
+            # Write-through for pinned objects: copied to disk at once, with DRAM nearly
+            # empty (far below the offload watermark).
+            c.pin("pin/", prefix=True, hard=True)
+            written["pin/0"] = os.urandom(OBJ)
+            c.put("pin/0", written["pin/0"])
+            deadline = time.monotonic() + 10
+            while not c.stat("pin/0").ssd_segments:
+                assert time.monotonic() < deadline, "pinned object not written through"
+                time.sleep(0.02)
             for i in range(N):
                 key = f"obj/{i:03d}"
                 written[key] = os.urandom(OBJ)
@@ -165,6 +175,7 @@ def test_working_set_four_times_dram_reads_back_through_the_ssd_tier(tmp_path: P
             assert snap.evicted_objects_total == 0
 
             # Corrupt the file of one SSD-only object: a clean miss, counted by its node.
+            assert c.stat("pin/0").replicas, "a hard-pinned object left DRAM"
             victim = next(k for k in written if not c.stat(k).replicas)
             seg = c.stat(victim).ssd_segments[0]
             path = file_of(dirs[seg], victim)
