@@ -38,10 +38,12 @@ def scenario(t0: float) -> list[Pair]:
     """Four decisions starting at ``t0`` (unix seconds), 30 s apart.
 
     - ``req-a``: ``prefill-2`` holds 12 of 14 prefix blocks and wins (TTFT 1.20 s) over
-      ``prefill-0``, which would fetch 10 blocks (0.31 s) and queue 0.80 s; ``decode-0``.
-    - ``req-b``: rejected by predictive early rejection, retry after 2 s.
-    - ``req-c``: hotspot migration: ``prefill-1`` fetches 8 blocks from ``prefill-2``.
-    - ``req-d``: round robin, no prefix hit, policy ``round_robin``.
+      ``prefill-0``, which would fetch 10 blocks (0.31 s) and queue 0.80 s; ``decode-0``;
+      outcome ``completed``.
+    - ``req-b``: rejected by predictive early rejection, retry after 2 s (``rejected``).
+    - ``req-c``: hotspot migration: ``prefill-1`` fetches 8 blocks from ``prefill-2``;
+      the client went away mid-stream (``cancelled``).
+    - ``req-d``: round robin, no prefix hit, policy ``round_robin``; no outcome yet.
     """
     return [
         (
@@ -57,6 +59,7 @@ def scenario(t0: float) -> list[Pair]:
                 chosen_decode="decode-0",
                 predicted_ttft_s=1.20,
                 predicted_tbt_s=0.045,
+                outcome="completed",
             ),
             (
                 _p(
@@ -91,6 +94,8 @@ def scenario(t0: float) -> list[Pair]:
                 admitted=False,
                 reject_reason="decode load predicted at 0.97 when prefill ends (limit 0.95)",
                 retry_after_s=2.0,
+                outcome="rejected",
+                outcome_detail="decode load predicted at 0.97 when prefill ends (limit 0.95)",
             ),
             (
                 _p("prefill-1", 0, 0.50, 2.50, 3.00, chosen=True),
@@ -112,6 +117,8 @@ def scenario(t0: float) -> list[Pair]:
                 predicted_tbt_s=0.050,
                 migration_source="prefill-2",
                 migration_blocks=8,
+                outcome="cancelled",
+                outcome_detail="stream closed before the last token (client gone)",
             ),
             (
                 _p(

@@ -90,7 +90,8 @@ def test_explain_chosen_pair_and_runner_up(reader: AuditReader) -> None:
         "decode-0 was chosen for decode with predicted TBT 45 ms; the runner-up decode-1 "
         "predicted 60 ms (not chosen: predicted TBT 15 ms higher). "
         "Measured TTFT 1.50 s against 1.20 s predicted (error +0.30 s, 20%). "
-        "Measured TBT 50 ms against 45 ms predicted (error +5 ms, 10%)."
+        "Measured TBT 50 ms against 45 ms predicted (error +5 ms, 10%). "
+        "It completed: every token was delivered."
     )
 
 
@@ -108,10 +109,15 @@ def test_explain_rejection_and_migration(reader: AuditReader) -> None:
     assert "fetches 8 more (0.25 s)" in c
     assert "Hotspot migration: prefill-1 fetches 8 blocks from prefill-2 and keeps a replica." in c
     assert "error -100 ms, 20%" in c
+    assert c.endswith(
+        " It was cancelled before the last token: stream closed before the last token "
+        "(client gone)."
+    )
     d = reader.explain("req-d")
     assert d is not None
     assert "prefill-0 was chosen for prefill by round_robin (not by cost): it held 0 of 4" in d
     assert "It was the only prefill candidate." in d
+    assert d.endswith("decode-0 was chosen for decode with predicted TBT 40 ms.")  # no outcome
     assert reader.explain("nope") is None
 
 
