@@ -26,7 +26,15 @@ from typing import IO, Any
 import pytest
 import xxhash
 import yaml
-from durability_proc_support import Proc, free_port, remove_shm_of, start_master
+from durability_proc_support import (
+    ETCD,
+    Proc,
+    free_port,
+    health,
+    remove_shm_of,
+    start_etcd,
+    start_master,
+)
 
 from mooncake_core.config.models import MasterConfig
 from mooncake_core.store.client import Client
@@ -232,3 +240,69 @@ def test_node_refuses_half_an_ssd_tier(tmp_path: Path, flags: list[str], message
     cmd = [sys.executable, "-m", "mooncake_cli", "store", "node", "--name", "n0", *flags]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert r.returncode != 0 and message in r.stderr, r.stderr
+
+
+def _leader(masters: list[Proc]) -> Proc | None:
+    for m in masters:
+        if m.proc.poll() is None and health(m).get("readiness", {}).get("state") == "leader":
+            return m
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(ETCD is None, reason="etcd binary not installed (Debian etcd-server)")
+def test_ssd_copies_survive_a_leader_failover(tmp_path: Path) -> None:
+    """HA: the nodes follow the leader through etcd for their tier events too; a new
+    leader knows every SSD copy and stages SSD-only objects from the same nodes."""
+    etcd, url = start_etcd(tmp_path)
+    master_url = url.replace("http://", "etcd://")
+    cfg = tmp_path / "mooncake.yaml"
+    cfg.write_text(yaml.safe_dump({"state_dir": str(tmp_path), "master": MASTER}))
+    masters: list[Proc] = []
+    nodes: dict[str, Proc] = {}
+    try:
+        ha = ["--ha", master_url, "--lease-ttl", "3"]
+        masters = [start_master(tmp_path, MASTER, [*ha, "--id", n]) for n in ("m1", "m2", "m3")]
+        deadline = time.monotonic() + 30
+        while (first := _leader(masters)) is None:
+            assert time.monotonic() < deadline, "no leader"
+            time.sleep(0.05)
+        for n in ("n0", "n1"):
+            nodes[n] = start_tier_node(cfg, master_url, n, tmp_path / f"ssd-{n}")
+        opts = ClientOptions(
+            master=master_url, master_config=MasterConfig(**MASTER), rpc_timeout_s=20.0
+        )
+        written: dict[str, bytes] = {}
+        with Client(opts).setup() as c:
+            for i in range(48):
+                written[f"obj/{i:03d}"] = os.urandom(OBJ)
+                c.put(f"obj/{i:03d}", written[f"obj/{i:03d}"])
+                wait_offloaded(c, list(written))
+            before = {k: c.stat(k) for k in written}
+            assert sum(1 for i in before.values() if not i.replicas) >= 16
+            subs = {n: node_ssd(p)["resubscribes"] for n, p in nodes.items()}
+            first.stop(signal.SIGKILL)
+            deadline = time.monotonic() + 30
+            while (new := _leader(masters)) is None:
+                assert time.monotonic() < deadline, "no new leader"
+                time.sleep(0.05)
+            while not all(
+                (h := node_ssd(p))["subscribed"] and h["resubscribes"] > subs[n]
+                for n, p in nodes.items()
+            ):
+                assert time.monotonic() < deadline, "a node did not follow the new leader"
+                time.sleep(0.05)
+            assert {e.key for e in c.list_keys(limit=1000).entries} == set(written)
+            for k, info in before.items():
+                assert c.stat(k).ssd_segments == info.ssd_segments, k
+            for key, data in written.items():
+                assert get_retrying(c, key, timeout=30) == data, key
+            assert c._m.address == new.address
+            assert c._m.snapshot().ssd_stages_total > 0  # staged by the new leader
+    finally:
+        for p in nodes.values():
+            p.stop()
+            remove_shm_of(p.proc.pid)
+        for m in masters:
+            m.stop(signal.SIGKILL)
+        etcd.stop()
