@@ -66,7 +66,7 @@ class TierWorker:
         self.resubscribes = 0
         """Times the event stream broke and was subscribed again."""
 
-    async def follow(self, retry_s: float = 0.1, max_retry_s: float = 1.0) -> None:
+    async def follow(self, retry_s: float = 0.1, max_retry_s: float = 0.25) -> None:
         """Act on the master's events until cancelled, subscribing again after errors
         (first after ``retry_s``, doubling up to ``max_retry_s``).
 
