@@ -72,8 +72,8 @@ class TierWorker:
 
         Events missed while unsubscribed are not all recovered: the master asks again
         for offloads it did not hear back about, but a stage requested meanwhile times
-        out (the master then gives up that SSD copy). Subscribing again quickly keeps
-        that window short after a master restart or failover.
+        out (its reader waits ``stage_timeout_s`` and may get UNAVAILABLE). Subscribing
+        again quickly keeps that window short after a master restart or failover.
         """
         delay = retry_s
         while True:

@@ -207,7 +207,7 @@ def test_working_set_four_times_dram_reads_back_through_the_ssd_tier(tmp_path: P
             master.stop(signal.SIGKILL)
             master = start_master(tmp_path, MASTER, flags, port=port)
             # Each node follows the new master's events (a stage asked of a node that
-            # is not listening yet would time out and cost that SSD copy).
+            # is not listening yet would only time out, after stage_timeout_s).
             deadline = time.monotonic() + 10
             while not all(
                 (h := node_ssd(p))["subscribed"] and h["resubscribes"] > subs[n]
