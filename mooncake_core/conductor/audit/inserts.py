@@ -13,7 +13,7 @@ from itertools import chain
 from operator import attrgetter
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, select, update
+from sqlalchemy import Connection, func, select, text
 
 from .models import CANDIDATE_COLUMNS, DECISION_COLUMNS, candidates, decisions
 from .records import CandidateRecord, DecisionRecord
@@ -110,6 +110,24 @@ def insert_batch(
     return next_id
 
 
+_NO_BOUND = 2**62
+"""Id bound for an update that may touch any decision (every id is below it)."""
+
+# One statement per kind of update, run as executemany: compiling a Core UPDATE per item
+# cost ~150 us each, which capped the writer at ~6k decisions/s when each decision was
+# followed by an update. Both statements select the newest decision of the request at or
+# below the bound, like the original per-item form.
+_SET_ACTUAL = text(
+    "UPDATE decisions SET actual_ttft_s = COALESCE(:ttft, actual_ttft_s), "
+    "actual_tbt_s = COALESCE(:tbt, actual_tbt_s) WHERE id = (SELECT max(id) FROM decisions "
+    "WHERE request_id = :rid AND id <= :bound)"
+)
+_SET_OUTCOME = text(
+    "UPDATE decisions SET outcome = :outcome, outcome_detail = :detail WHERE id = "
+    "(SELECT max(id) FROM decisions WHERE request_id = :rid AND id <= :bound)"
+)
+
+
 def apply_updates(
     conn: Connection, updates: Sequence[tuple[Update | OutcomeUpdate, int | None]]
 ) -> None:
@@ -122,25 +140,24 @@ def apply_updates(
             order when a batch inserts a newer decision for the same request id after
             the update was queued: the update stays with the decision it followed.
 
-    Updates are applied in the order given (a later outcome replaces an earlier one);
-    an update for a request without a decision changes nothing.
+    Updates of one kind are applied in the order given (a later outcome replaces an
+    earlier one; the two kinds set different columns, so their relative order does not
+    matter); an update for a request without a decision changes nothing.
     """
+    actual: list[dict[str, Any]] = []
+    outcome: list[dict[str, Any]] = []
     for u, max_id in updates:
-        cond = decisions.c.request_id == u.request_id
-        if max_id is not None:
-            cond = and_(cond, decisions.c.id <= max_id)
-        latest = select(func.max(decisions.c.id)).where(cond).scalar_subquery()
-        values: dict[str, float | str | None] = {}
+        bound = _NO_BOUND if max_id is None else max_id
         if isinstance(u, OutcomeUpdate):
-            values["outcome"] = u.outcome
-            values["outcome_detail"] = u.detail
-        else:
-            if u.ttft_s is not None:
-                values["actual_ttft_s"] = u.ttft_s
-            if u.tbt_s is not None:
-                values["actual_tbt_s"] = u.tbt_s
-        if values:
-            conn.execute(update(decisions).where(decisions.c.id == latest).values(**values))
+            outcome.append(
+                {"outcome": u.outcome, "detail": u.detail, "rid": u.request_id, "bound": bound}
+            )
+        elif u.ttft_s is not None or u.tbt_s is not None:
+            actual.append({"ttft": u.ttft_s, "tbt": u.tbt_s, "rid": u.request_id, "bound": bound})
+    if actual:
+        conn.execute(_SET_ACTUAL, actual)
+    if outcome:
+        conn.execute(_SET_OUTCOME, outcome)
 
 
 _ROWS_PER_STATEMENT = 256
