@@ -169,7 +169,17 @@ class StoreNodeConfig(_Strict):
     ssd_dir: Path | None = None
     """Directory of the SSD tier; ``None`` disables it."""
     ssd_size: ByteSize = Field(default=ByteSize(0), ge=0, le=1 << 48)
-    """Size limit of the SSD tier."""
+    """Size limit of the SSD tier (required with ``ssd_dir``)."""
+
+    @model_validator(mode="after")
+    def _ssd_pair(self) -> StoreNodeConfig:
+        if (self.ssd_dir is None) != (int(self.ssd_size) == 0):
+            raise ValueError(
+                f"store node {self.name!r}: ssd_dir and ssd_size go together (got ssd_dir="
+                f"{self.ssd_dir}, ssd_size={int(self.ssd_size)}); set both to enable the "
+                "SSD tier, neither to disable it"
+            )
+        return self
 
 
 class ModelConfig(_Strict):
