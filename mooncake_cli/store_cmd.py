@@ -339,7 +339,7 @@ def stat(
     secret_file: SecretOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Size, replicas and their segments, lease and pin of KEY."""
+    """Size, replicas and their segments, SSD copies, lease and pin of KEY."""
     with _client(config, master, secret_file) as c:
         i = c.stat(key)
     reps = [[[s.segment, s.offset, s.length] for s in r] for r in i.replicas]
@@ -349,6 +349,7 @@ def stat(
         "state": i.state.name,
         "replicas": reps,
         "segments": sorted({s.segment for r in i.replicas for s in r}),
+        "ssd_segments": list(i.ssd_segments),
         "lease_remaining_s": i.lease_remaining_s,
         "idle_s": i.idle_s,
         "pin": i.pin.name,
@@ -365,6 +366,9 @@ def stat(
     t.add_row("state", i.state.name)
     for n, r in enumerate(i.replicas):
         t.add_row(f"replica {n}", ", ".join(f"{s.segment}@{s.offset}+{s.length}" for s in r))
+    if i.ssd_segments:
+        where = ", ".join(i.ssd_segments)
+        t.add_row("ssd copy", where + ("" if i.replicas else " (SSD only: staged on read)"))
     t.add_row("lease", f"{i.lease_remaining_s:.1f} s" if i.lease_remaining_s > 0 else "none")
     pin = i.pin.name.lower()
     if i.pin_remaining_s is not None:

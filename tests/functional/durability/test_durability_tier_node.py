@@ -169,6 +169,19 @@ def test_working_set_four_times_dram_reads_back_through_the_ssd_tier(tmp_path: P
             assert len(ssd_only) >= N // 2, len(ssd_only)
             assert all(infos[k].ssd_segments for k in ssd_only)
 
+            # The operator sees the SSD copy: `mooncake store stat --json`.
+            probe = ssd_only[0]
+            cli = [sys.executable, "-m", "mooncake_cli", "store", "stat", probe, "--json"]
+            res = subprocess.run(
+                [*cli, "--master", master.address, "--config", str(cfg)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert res.returncode == 0, res.stderr
+            doc = json.loads(res.stdout)
+            assert (doc["replicas"], doc["ssd_segments"]) == ([], list(infos[probe].ssd_segments))
+
             # Two read passes, the lease (0.5 s) running out in between: every object
             # byte-identical; SSD-only ones are staged, the second staging promotes.
             for _ in range(2):
