@@ -274,13 +274,10 @@ class SsdTier:
         # Header first, then the data straight into its own bytes object (no slicing copy).
         try:
             with open(path, "rb") as f:
-                head = f.read(HEADER_SIZE)
-                if len(head) < HEADER_SIZE:
+                hdr = _header(f.read(HEADER_SIZE))
+                if hdr is None:
                     return None
-                magic, klen, dlen, digest = _HDR.unpack_from(head, 0)
-                (crc,) = _CRC.unpack_from(head, _HDR.size)
-                if magic != MAGIC or crc != zlib.crc32(head[: _HDR.size]):
-                    return None
+                klen, dlen, digest = hdr
                 if os.fstat(f.fileno()).st_size != HEADER_SIZE + klen + dlen:
                     return None
                 if f.read(klen) != key.encode():
@@ -334,17 +331,22 @@ class SsdTier:
                 self._keys[name] = key
 
 
+def _header(head: bytes) -> tuple[int, int, int] | None:
+    """``(key_len, data_len, data digest)`` of a file header, or None when it is damaged."""
+    if len(head) < HEADER_SIZE:
+        return None
+    magic, klen, dlen, digest = _HDR.unpack_from(head, 0)
+    (crc,) = _CRC.unpack_from(head, _HDR.size)
+    if magic != MAGIC or crc != zlib.crc32(head[: _HDR.size]):
+        return None
+    return klen, dlen, digest
+
+
 def _read_key(path: Path) -> str | None:
     """The key stored in a file's header, or None when the header is unreadable."""
     try:
         with open(path, "rb") as f:
-            head = f.read(HEADER_SIZE)
-            if len(head) < HEADER_SIZE:
-                return None
-            magic, klen, _, _ = _HDR.unpack_from(head, 0)
-            (crc,) = _CRC.unpack_from(head, _HDR.size)
-            if magic != MAGIC or crc != zlib.crc32(head[: _HDR.size]):
-                return None
-            return f.read(klen).decode()
+            hdr = _header(f.read(HEADER_SIZE))
+            return None if hdr is None else f.read(hdr[0]).decode()
     except (OSError, UnicodeDecodeError):
         return None
