@@ -458,16 +458,18 @@ class FrontDoor:
                 self.audit.record_outcome(rid, "completed")
             self.stats.completed += 1
         except BaseException as exc:
+            outcome, detail = outcome_of(exc)
             if self.audit is not None:
                 # Before the clean-up: it awaits, and a second cancellation there must not
                 # lose the record. record_outcome only appends to a queue.
-                self.audit.record_outcome(rid, *outcome_of(exc))
+                self.audit.record_outcome(rid, outcome, detail)
+            # The counters classify exactly as the audit does (outcome_of).
             if isinstance(exc, Rejected):
                 self.stats.rejected += 1
                 self.stats.by_reason[exc.reason] = self.stats.by_reason.get(exc.reason, 0) + 1
-            elif isinstance(exc, ServingError):
+            elif outcome == "failed":
                 self.stats.failed += 1
-                log.warning("request %s failed: %s", rid, exc)
+                log.warning("request %s failed: %s", rid, detail)
             else:
                 self.stats.cancelled += 1
             await self._cleanup(rid, d, dec, reserved, admitted)
