@@ -109,9 +109,19 @@ def _errors(resp: Any) -> list[Any]:
     return out
 
 
+def _undrain_real_node(channel: grpc.Channel) -> None:
+    """Undo a fuzzed DrainSegment of the real node: an authenticated caller may drain it
+    (short names like "n0" are common fuzz strings) and the master rightly obeys."""
+    r = _rpc(channel, "UndrainSegment")(
+        pb.SegmentRequest(name="n0"), metadata=auth_metadata(SECRET), timeout=10
+    )
+    assert r.error.code == ErrorCode.OK, r.error.message
+
+
 def test_rel_master_healthy_after_fuzzing(secure: Cluster, channel: grpc.Channel) -> None:
     # Runs after the fuzz test (file order): the process is alive and still serves data.
     assert secure.master.proc.poll() is None, "".join(secure.master.log)[-3000:]
+    _undrain_real_node(channel)
     with make_client(secure, secret=SECRET, transport="tcp") as c:
         # Fuzzed MountSegments may have left metadata-only segments (empty transport
         # address); place on the real node.
