@@ -27,8 +27,9 @@ JsonOption = Annotated[
 
 out = Console()
 """stdout: data only, so output can be redirected."""
-err = Console(stderr=True)
-"""stderr: diagnostics."""
+err = Console(stderr=True, soft_wrap=True)
+"""stderr: diagnostics; one line per message whatever the terminal width (log files and
+readiness probes grep them)."""
 
 
 def fail(message: str, code: int = 1) -> NoReturn:

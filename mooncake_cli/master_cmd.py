@@ -53,17 +53,23 @@ def master(
         ),
     ] = None,
     fsync: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--fsync",
             help="Journal sync: always (fsync before each reply, shared by concurrent "
-            "replies; default) | batch (each fsync waits --fsync-batch-ms to gather more) "
-            "| none (page cache only: survives a master crash, not a machine crash).",
+            "replies) | batch (each fsync waits --fsync-batch-ms to gather more) "
+            "| none (page cache only: survives a master crash, not a machine crash) "
+            "(default: master.fsync, always).",
         ),
-    ] = "always",
+    ] = None,
     fsync_batch_ms: Annotated[
-        float, typer.Option("--fsync-batch-ms", min=0.1, help="Delay of each batch fsync.")
-    ] = 2.0,
+        float | None,
+        typer.Option(
+            "--fsync-batch-ms",
+            min=0.1,
+            help="Delay of each batch fsync (default: master.fsync_batch_ms, 2).",
+        ),
+    ] = None,
     ha: Annotated[
         str | None,
         typer.Option(
@@ -80,8 +86,14 @@ def master(
         str, typer.Option("--ha-cluster", help="Cluster name in etcd (masters sharing it).")
     ] = "default",
     lease_ttl: Annotated[
-        int, typer.Option("--lease-ttl", min=1, max=60, help="Leader lease TTL, seconds.")
-    ] = 3,
+        int | None,
+        typer.Option(
+            "--lease-ttl",
+            min=1,
+            max=60,
+            help="Leader lease TTL, seconds (default: etcd.lease_ttl_s, 3).",
+        ),
+    ] = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM; prints one 'serving on' line on stderr when ready."""
     import asyncio
@@ -104,6 +116,9 @@ def master(
             secret = read_secret(path.expanduser())
         except (OSError, ValueError) as exc:
             fail(f"cannot read the cluster secret: {exc}")
+    fsync = mcfg.fsync if fsync is None else fsync
+    fsync_batch_ms = mcfg.fsync_batch_ms if fsync_batch_ms is None else fsync_batch_ms
+    lease_ttl = cfg.etcd.lease_ttl_s if lease_ttl is None else lease_ttl
     if fsync not in ("always", "batch", "none"):
         fail(f"--fsync must be always, batch or none, got {fsync!r}")
     if ha is not None and (data_dir is not None or mcfg.data_dir is not None):
@@ -203,7 +218,7 @@ def _make_service(
         r = restore_local(
             directory.expanduser(),
             mcfg,
-            JournalOptions(fsync=fsync, batch_ms=batch_ms),  # type: ignore[arg-type]
+            JournalOptions(fsync=fsync, batch_ms=batch_ms, snapshot_every=mcfg.snapshot_every),  # type: ignore[arg-type]
         )
     except (OSError, ValueError, RuntimeError) as exc:
         fail(f"cannot recover the journal in {directory}: {exc}")

@@ -118,7 +118,17 @@ class MasterConfig(_Strict):
     max_slice_size: ByteSize = Field(default=ByteSize(64 << 20), ge=4096, le=1 << 32)
     """Objects larger than this are cut into slices placed on several segments."""
     data_dir: Path | None = None
-    """Where the master keeps its journal and snapshots; ``None``: in the state dir."""
+    """Where the master keeps its journal and snapshots (docs/durability.md); ``None``: no
+    journal, the metadata is lost when the master restarts. Not with ``etcd.enabled``
+    (under HA the metadata lives in etcd)."""
+    fsync: Literal["always", "batch", "none"] = "always"
+    """Journal sync: ``always`` (a reply waits for an fsync covering it, shared by
+    concurrent replies), ``batch`` (each fsync first waits ``fsync_batch_ms``), ``none``
+    (page cache only: survives a master crash, not a machine crash)."""
+    fsync_batch_ms: Annotated[float, Field(ge=0.1, le=1000)] = 2.0
+    """Delay of each fsync under ``fsync: batch``."""
+    snapshot_every: Annotated[int, Field(ge=1000, le=1_000_000_000)] = 100_000
+    """Journal records between snapshots (older logs are deleted after each)."""
     offload_watermark: Annotated[float, Field(gt=0, le=1)] | None = None
     """SSD tier: DRAM usage ratio of a segment (with an SSD tier) at which its least
     recently used objects are copied to SSD ahead of eviction; ``None``:
@@ -309,6 +319,8 @@ class EtcdConfig(_Strict):
     """etcd peer port."""
     masters: Annotated[int, Field(ge=1, le=7)] = 1
     """Masters to run when HA is enabled."""
+    lease_ttl_s: Annotated[int, Field(ge=1, le=60)] = 3
+    """Leader lease TTL: a dead leader is replaced within about this long."""
 
 
 def _default_store_nodes() -> list[StoreNodeConfig]:
