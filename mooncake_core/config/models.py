@@ -388,6 +388,15 @@ class ClusterConfig(_Strict):
         return hosts
 
     @model_validator(mode="after")
+    def _ha_without_journal(self) -> ClusterConfig:
+        if self.etcd.enabled and self.master.data_dir is not None:
+            raise ValueError(
+                "master.data_dir: not with etcd.enabled (under HA the metadata is kept in "
+                "etcd); remove one of them"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _references_and_ports(self) -> ClusterConfig:
         hosts = {h.name for h in self.hosts}
         names: set[str] = set()

@@ -1,4 +1,4 @@
-"""A store node's SSD tier settings are validated together."""
+"""Settings validated together: a store node's SSD tier, HA vs a local journal."""
 
 from __future__ import annotations
 
@@ -18,3 +18,12 @@ def test_both_or_neither() -> None:
 def test_one_without_the_other_is_refused(kw: dict[str, str]) -> None:
     with pytest.raises(ValidationError, match="ssd_dir and ssd_size go together"):
         StoreNodeConfig.model_validate({"name": "n0", **kw})
+
+
+def test_ha_and_a_local_journal_are_exclusive() -> None:
+    from mooncake_core.config.models import ClusterConfig
+
+    ClusterConfig.model_validate({"master": {"data_dir": "/var/j"}})
+    ClusterConfig.model_validate({"etcd": {"enabled": True}})
+    with pytest.raises(ValidationError, match=r"master\.data_dir: not with etcd\.enabled"):
+        ClusterConfig.model_validate({"master": {"data_dir": "/var/j"}, "etcd": {"enabled": True}})
