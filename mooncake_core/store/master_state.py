@@ -25,6 +25,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from mooncake_core.config.models import MasterConfig
 
 from . import events as ev
+from . import master_restore
 from .errors import (
     CapacityError,
     ConflictError,
@@ -36,6 +37,7 @@ from .errors import (
 )
 from .eviction import EvictionPolicy, LruEviction
 from .keyindex import SortedKeys
+from .master_restore import RestoredObject
 from .master_tier import PendingStage, StagePending, TierBook
 from .objects import ObjectInfo, ObjectMeta, ObjectState, PinLevel, Replica
 from .pins import Pin, PinTable
@@ -1133,6 +1135,35 @@ class MasterState:
         for name in left:
             self._offload_idle[name] = (self._tier_changes, next_due[name])
         return asked
+
+    # ---------------------------------------------------------------- restore
+    def restore_objects(
+        self, objects: Sequence[RestoredObject], now: float, *, token_base: int
+    ) -> None:
+        """Install objects rebuilt from a journal image at exactly the ranges their bytes
+        occupy (master rebuild; emits no event).
+
+        Call it on a state whose segments are mounted and hold nothing yet. Nothing is
+        changed when it raises.
+
+        Args:
+            objects: ``(key, size, replicas, complete)`` in recency order (least recently
+                used first); every slice lies on a mounted segment. Incomplete objects
+                become PROCESSING, their ``put_timeout_s`` counting from ``now``.
+            now: master clock.
+            token_base: version tokens of the complete objects count up from here (a
+                rebuilt master starts above any the previous one handed out).
+
+        Raises:
+            NotFoundError: a slice names a segment that is not mounted.
+            ConflictError: a key is already known or repeated.
+            RebuildError: ranges overlap or do not fit their segment.
+        """
+        master_restore.restore_objects(self, objects, now, token_base)
+
+    def has_object(self, key: str) -> bool:
+        """Whether ``key`` is known at all, complete or being written."""
+        return key in self._objects
 
     def restore_ssd_copies(self, key: str, segments: Iterable[str]) -> None:
         """Record SSD copies of a restored object (master rebuild; emits no event).

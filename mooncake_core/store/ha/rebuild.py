@@ -1,57 +1,26 @@
 """Build a serving :class:`MasterState` from a :class:`MetadataImage`. Sans-IO.
 
-Segments, segment states and pins go through the core's public API. Objects cannot: a
-restored object must keep the exact ranges its bytes occupy, and the core only has
-"allocate somewhere". So this module reserves those ranges with the segment allocator's
-public ``allocate``/``release`` (see :func:`_reserve`) and then registers each object in
-the core's tables. It is the one place outside ``master_state.py`` that writes the core's
-private tables; a ``MasterState.restore`` method would be its natural home.
+Everything goes through the core's public API: segments, segment states and pins as a
+live master would set them, objects through :meth:`MasterState.restore_objects` (which
+puts each at the exact ranges its bytes occupy) and SSD copies through
+:meth:`MasterState.restore_ssd_copies`. This module only decides what of the image
+survives (objects whose segments are gone, pins whose TTL ended).
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from collections import defaultdict
 
 from mooncake_core.config.models import MasterConfig
 
-from ..allocator import OffsetAllocator
+from ..master_restore import RebuildError, RestoredObject
 from ..master_state import MasterState
-from ..objects import ObjectMeta, ObjectState, Replica
 from .image import MetadataImage
 
 log = logging.getLogger(__name__)
 
-
-class RebuildError(RuntimeError):
-    """The image is inconsistent (overlapping ranges, ranges outside a segment)."""
-
-
-def _reserve(alloc: OffsetAllocator, ranges: list[tuple[int, int]], segment: str) -> None:
-    """Mark exactly ``ranges`` (offset, length) as allocated in a fresh allocator.
-
-    With only the tail block free, best fit always returns the tail's start, so
-    allocating the gaps and the ranges in offset order lays them out exactly; the gaps
-    are released afterwards (and coalesce).
-    """
-    cursor = 0
-    gaps: list[tuple[int, int]] = []
-    for off, length in sorted(ranges):
-        if off < cursor:
-            raise RebuildError(f"segment {segment!r}: range at {off} overlaps one before {cursor}")
-        if off > cursor:
-            if alloc.allocate(off - cursor) != cursor:
-                raise RebuildError(f"segment {segment!r}: cannot reserve the gap at {cursor}")
-            gaps.append((cursor, off - cursor))
-        got = alloc.allocate(length)
-        if got != off:
-            raise RebuildError(
-                f"segment {segment!r}: range [{off}, +{length}) does not fit its capacity"
-            )
-        cursor = off + alloc.rounded(length)
-    for off, length in gaps:
-        alloc.release(off, length)
+__all__ = ["RebuildError", "build_state"]  # RebuildError lives with the restore code
 
 
 def build_state(
@@ -88,8 +57,7 @@ def build_state(
             location=seg.location,
             ssd_capacity=seg.ssd_capacity,
         )
-    ranges: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    restored: list[tuple[str, int, tuple[Replica, ...], bool]] = []
+    restored: list[RestoredObject] = []
     names = image.segments.keys()
     everything = [(k, v, True) for k, v in image.objects.items()]
     everything += [(k, v, False) for k, v in image.processing.items() if k not in image.objects]
@@ -108,34 +76,13 @@ def build_state(
         if not kept and not (complete and any(s in names for s in image.ssd.get(key, ()))):
             continue  # no replica and no SSD copy left
         restored.append((key, size, kept, complete))
-        for r in kept:
-            for sl in r:
-                ranges[sl.segment].append((sl.offset, sl.length))
-    table = st._segments  # private: see the module docstring
-    segs = {name: table.get(name) for name in names}
-    for name, rs in ranges.items():
-        _reserve(segs[name].allocator, rs, name)
-    objects, processing, keys = st._objects, st._processing, st._keys
-    complete_state = ObjectState.COMPLETE
     # Version tokens start above any the previous master can have handed out (it
     # counted from 0 in its own life), so a late TierOffloadDone for an old version
     # is never taken for a new one.
-    tier = st._tier
-    tier.next_token = int(wall * 1e6)
-    for key, size, replicas, complete in restored:
-        meta = ObjectMeta(size, replicas, "", now)
-        if complete:
-            meta.state = complete_state
-            meta.token = tier.new_token()
-        else:
-            processing[key] = now  # put_timeout_s counts from the restart
-        objects[key] = meta
-        keys.add(key)
-        for r in replicas:
-            for sl in r:
-                segs[sl.segment].keys.add(key)
+    st.restore_objects(restored, now, token_base=int(wall * 1e6))
+    objects = {key for key, _, _, complete in restored if complete}
     for key, ssd in image.ssd.items():
-        if key in objects and objects[key].complete:
+        if key in objects:
             st.restore_ssd_copies(key, ssd)
     for name, seg in image.segments.items():
         if seg.state in ("DRAINING", "DRAINED"):
@@ -143,7 +90,7 @@ def build_state(
         elif seg.state == "UNMOUNTING":
             st.unmount_segment(name, now)  # a fresh grace period
     for (target, prefix), pin in image.pins.items():
-        if not prefix and target not in st._objects:
+        if not prefix and not st.has_object(target):
             continue
         if pin.hard:
             st.pin(target, now, prefix=prefix, hard=True)
