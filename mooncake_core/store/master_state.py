@@ -15,7 +15,6 @@ move a key to the end; Exist and Stat do not, so probing cannot keep objects ali
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
 import random
@@ -26,6 +25,7 @@ from mooncake_core.config.models import MasterConfig
 
 from . import events as ev
 from . import master_restore
+from . import master_tier_ops as tier_ops
 from .errors import (
     CapacityError,
     ConflictError,
@@ -33,12 +33,11 @@ from .errors import (
     InvalidArgumentError,
     NotFoundError,
     StoreError,
-    UnavailableError,
 )
 from .eviction import EvictionPolicy, LruEviction
 from .keyindex import SortedKeys
 from .master_restore import RestoredObject
-from .master_tier import PendingStage, StagePending, TierBook
+from .master_tier import StagePending, TierBook
 from .objects import ObjectInfo, ObjectMeta, ObjectState, PinLevel, Replica
 from .pins import Pin, PinTable
 from .placement import place_replicas, slice_lengths
@@ -413,8 +412,8 @@ class MasterState:
         self._events.append(ev.ObjectStored(now, key, obj.size, obj.replicas))
         # Cheap test first: most stores have no SSD tier, and the pin lookup walks the
         # prefix pins.
-        if self._on_ssd_segment(obj) and self._pins.level(key, now)[0] != PinLevel.NONE:
-            self._write_through(key, obj, now)
+        if tier_ops.on_ssd_segment(self, obj) and self._pins.level(key, now)[0] != PinLevel.NONE:
+            tier_ops.write_through(self, key, obj, now)
 
     def put_revoke(self, key: str, now: float) -> None:
         """Abandon a write: the object and its space are released.
@@ -681,7 +680,7 @@ class MasterState:
         if not obj.replicas:
             pending = self._tier.stages.get(key)
             if pending is None:
-                pending = self._start_stage(key, obj, now)
+                pending = tier_ops.start_stage(self, key, obj, now)
             return StagePending(key, pending.request_id, pending.segment)
         obj.lease_expiry = max(obj.lease_expiry, now + self.config.lease_ttl_s)
         obj.last_access = now
@@ -829,7 +828,7 @@ class MasterState:
         if not prefix:
             obj = self._objects[target]
             if obj.complete:
-                self._write_through(target, obj, now)
+                tier_ops.write_through(self, target, obj, now)
         return pin
 
     def unpin(self, target: str, now: float, *, prefix: bool = False) -> Pin:
@@ -910,35 +909,7 @@ class MasterState:
                 complete, or has no replica on ``segment`` any more (the node deletes
                 its file).
         """
-        seg = self._owned_segment(segment, client_id)
-        if seg.ssd_capacity <= 0:
-            raise ConflictError(
-                ErrorCode.INVALID_STATE, f"segment {segment!r} was mounted without an SSD tier"
-            )
-        obj = self._tier_object(key, token, "token")
-        if obj.token != token or not obj.complete:
-            raise ConflictError(
-                ErrorCode.STALE,
-                f"object {key!r} is now version {obj.token}, the offload to {segment!r} "
-                f"copied version {token}; delete the file",
-            )
-        if segment not in obj.ssd and not any(_wholly_on(r, segment) for r in obj.replicas):
-            raise ConflictError(
-                ErrorCode.STALE,
-                f"object {key!r} (version {token}) has no replica on {segment!r} any more; "
-                "delete the file",
-            )
-        if not ok:
-            self._tier.note_offload(key, segment, now)  # asked again after the retry time
-            self._tier_changes += 1
-            return
-        self._tier.clear_offload(key, segment)
-        if segment in obj.ssd:
-            return
-        obj.ssd = (*obj.ssd, segment)
-        seg.ssd_keys.add(key)
-        self._ssd_offloads += 1
-        self._events.append(ev.SsdCopyAdded(now, key, segment, len(obj.ssd), len(obj.replicas)))
+        tier_ops.offload_done(self, client_id, key, segment, token, ok, now, reason)
 
     def tier_stage_done(
         self,
@@ -966,33 +937,7 @@ class MasterState:
                 stage of ``key`` on ``segment`` with this request id is pending (it
                 timed out, or the object changed).
         """
-        self._owned_segment(segment, client_id)
-        obj = self._tier_object(key, request_id, "request_id")
-        st = self._tier.stages.get(key)
-        if st is None or st.request_id != request_id or st.segment != segment:
-            now_pending = "none" if st is None else f"request {st.request_id} on {st.segment!r}"
-            raise ConflictError(
-                ErrorCode.STALE,
-                f"no stage of {key!r} on {segment!r} with request {request_id} is pending "
-                f"(pending: {now_pending})",
-            )
-        del self._tier.stages[key]
-        self._tier.settle(key, segment)
-        if not ok:
-            self._stage_failed(key, obj, st, now)
-            return
-        obj.replicas = (*obj.replicas, st.replica)
-        obj.stages += 1
-        # The readers that asked are about to read: protect the copy for them.
-        obj.lease_expiry = max(obj.lease_expiry, now + self.config.lease_ttl_s)
-        self._ssd_stages += 1
-        self._ssd_only.discard(key)
-        if obj.stages >= self.config.promote_after:
-            self._ssd_promotions += 1
-        else:
-            self._tier.stage_copies[key] = st.replica
-        self._tier_changes += 1
-        self._events.append(ev.ReplicaAdded(now, key, st.replica, len(obj.replicas)))
+        tier_ops.stage_done(self, client_id, key, segment, request_id, ok, now, reason)
 
     def tier_dropped(
         self, client_id: str, segment: str, keys: Sequence[str], now: float
@@ -1013,24 +958,7 @@ class MasterState:
             ConflictError: the segment is another client's (INVALID_STATE).
             InvalidArgumentError: a malformed key (nothing is changed then).
         """
-        self._owned_segment(segment, client_id)
-        for key in keys:
-            check_key(key, self.config.max_key_length)
-        removed = skipped = 0
-        for key in keys:
-            obj = self._objects.get(key)
-            if obj is None or segment not in obj.ssd:
-                skipped += 1
-                continue
-            st = self._tier.stages.get(key)
-            if st is not None and st.segment == segment:
-                del self._tier.stages[key]
-                gone = self._stage_failed(key, obj, st, now)
-            else:
-                self._drop_ssd(key, obj, segment, now)
-                gone = self._after_ssd_loss(key, obj, now)
-            removed += gone
-        return RemoveManyResult(removed, skipped)
+        return tier_ops.dropped(self, client_id, segment, keys, now)
 
     def expire_stages(self, now: float) -> list[str]:
         """Give up on stages pending longer than ``stage_timeout_s``; returns their keys.
@@ -1041,19 +969,7 @@ class MasterState:
         if there is one. Otherwise the key is reported by :meth:`take_stalled` and reads
         answer UNAVAILABLE until the cool-down ends.
         """
-        limit = self.config.stage_timeout_s
-        late = [k for k, st in self._tier.stages.items() if now - st.started >= limit]
-        for key in late:
-            st = self._tier.stages.pop(key)
-            obj = self._objects[key]
-            self._free_replica(key, st.replica, now)
-            self._ssd_stage_failures += 1
-            self._tier.timed_out.setdefault(key, {})[st.segment] = now
-            try:
-                self._start_stage(key, obj, now)
-            except StoreError:
-                self._tier.stalled.append(key)
-        return late
+        return tier_ops.expire_stages(self, now)
 
     def take_stalled(self) -> list[str]:
         """Keys whose stage timed out with no other SSD copy to try since the last call
@@ -1067,23 +983,7 @@ class MasterState:
         Returns:
             How many were dropped.
         """
-        dropped = 0
-        for key in list(self._tier.stage_copies):
-            obj = self._objects[key]
-            if obj.leased(now):
-                continue
-            replica = self._tier.stage_copies.pop(key)
-            if replica not in obj.replicas:
-                continue
-            if not obj.ssd:
-                continue  # the SSD copies went meanwhile: this is the only copy now
-            obj.replicas = tuple(r for r in obj.replicas if r != replica)
-            self._free_replica(key, replica, now)
-            if not obj.replicas:
-                self._ssd_only.add(key)
-            self._events.append(ev.ReplicaDropped(now, key, replica[0].segment, len(obj.replicas)))
-            dropped += 1
-        return dropped
+        return tier_ops.drop_stage_copies(self, now)
 
     def request_offloads(self, now: float) -> int:
         """Ask nodes to copy least recently used objects to SSD ahead of eviction.
@@ -1096,45 +996,7 @@ class MasterState:
         Returns:
             Offloads requested.
         """
-        wm = self.config.effective_offload_watermark
-        retry = self.config.offload_retry_s
-        quota: dict[str, int] = {}
-        for seg in self._segments:
-            if seg.ssd_capacity <= 0 or seg.state != SegmentState.MOUNTED:
-                continue
-            if seg.used < wm * seg.capacity or not seg.keys:
-                continue
-            idle = self._offload_idle.get(seg.name)
-            if idle is not None and idle[0] == self._tier_changes and now < idle[1]:
-                continue  # nothing new since a scan found no candidate due
-            quota[seg.name] = self.config.offload_batch
-        if not quota:
-            return 0
-        asked = 0
-        left = dict(quota)
-        next_due = dict.fromkeys(quota, math.inf)  # earliest retry of a skipped candidate
-        for key, obj in self._objects.items():
-            if not obj.complete:
-                continue
-            for r in obj.replicas:
-                name = r[0].segment
-                if name not in left or name in obj.ssd or not _wholly_on(r, name):
-                    continue
-                if not self._tier.offload_due(key, name, now, retry):
-                    at = self._tier.offloads[key][name] + retry
-                    next_due[name] = min(next_due[name], at)
-                    continue
-                self._request_offload(key, obj, name, r, now)
-                next_due[name] = min(next_due[name], now + retry)
-                asked += 1
-                left[name] -= 1
-                if not left[name]:
-                    del left[name]
-            if not left:
-                break
-        for name in left:
-            self._offload_idle[name] = (self._tier_changes, next_due[name])
-        return asked
+        return tier_ops.request_offloads(self, now)
 
     # ---------------------------------------------------------------- restore
     def restore_objects(
@@ -1174,15 +1036,7 @@ class MasterState:
         Raises:
             NotFoundError: no such object.
         """
-        obj = self._object(key)
-        for name in segments:
-            seg = self._segments.find(name)
-            if seg is None or name in obj.ssd:
-                continue
-            obj.ssd = (*obj.ssd, name)
-            seg.ssd_keys.add(key)
-        if obj.complete and not obj.replicas and obj.ssd:
-            self._ssd_only.add(key)
+        tier_ops.restore_ssd_copies(self, key, segments)
 
     # ------------------------------------------------------------------ batch
     def batch_put_start(
@@ -1243,9 +1097,9 @@ class MasterState:
         self.expire_pins(now)
         for seg in self._segments:
             self._update_drain(seg, now)
-        self.expire_stages(now)
-        self.drop_stage_copies(now)
-        self.request_offloads(now)
+        tier_ops.expire_stages(self, now)
+        tier_ops.drop_stage_copies(self, now)
+        tier_ops.request_offloads(self, now)
         self.evict_if_needed(now)
 
     def snapshot(self) -> MasterSnapshot:
@@ -1427,7 +1281,7 @@ class MasterState:
     ) -> None:
         if key in self._adding or key in self._dropping:
             self._forget_moves(key, now)
-        self._forget_tier(key, obj)
+        tier_ops.forget_tier(self, key, obj)
         self._release(key, obj.replicas)
         del self._objects[key]
         self._processing.pop(key, None)
@@ -1507,7 +1361,7 @@ class MasterState:
     def _evict(self, key: str, now: float) -> None:
         obj = self._objects[key]
         if obj.ssd and obj.replicas:
-            self._evict_to_ssd(key, obj, now)
+            tier_ops.evict_to_ssd(self, key, obj, now)
             return
         self._evicted_objects += 1
         self._evicted_bytes += obj.size * len(obj.replicas)
@@ -1520,7 +1374,7 @@ class MasterState:
         # DRAM ranges (an object keeps living on other SSD copies if it has some).
         for key in sorted(seg.ssd_keys):
             obj = self._objects[key]
-            self._drop_ssd(key, obj, name, now)
+            tier_ops.drop_ssd(self, key, obj, name, now)
             st = self._tier.stages.get(key)
             if st is not None and st.segment == name:
                 continue  # the pending stage is failed below, with the segment's ranges
@@ -1538,7 +1392,7 @@ class MasterState:
             st = self._tier.stages.get(key)
             if st is not None and st.segment == name:
                 del self._tier.stages[key]
-                self._stage_failed(key, obj, st, now)
+                tier_ops.stage_failed(self, key, obj, st, now)
                 continue
             if not any(sl.segment == name for r in obj.replicas for sl in r):
                 continue  # only a pending move touched this segment
@@ -1561,157 +1415,7 @@ class MasterState:
         self._events.append(ev.SegmentUnmounted(now, name, reason))
 
     # ---------------------------------------------------------- SSD private
-    def _owned_segment(self, name: str, client_id: str) -> Segment:
-        check_name("client_id", client_id)
-        seg = self._segments.get(name)
-        if seg.client_id != client_id:
-            raise ConflictError(
-                ErrorCode.INVALID_STATE,
-                f"segment {name!r} belongs to client {seg.client_id!r}, not {client_id!r}",
-            )
-        return seg
-
-    def _tier_object(self, key: str, ident: int, what: str) -> ObjectMeta:
-        check_key(key, self.config.max_key_length)
-        if not isinstance(ident, int) or ident <= 0:
-            raise InvalidArgumentError(
-                ErrorCode.INVALID_PARAMS, f"{what} must be a positive integer, got {ident!r}"
-            )
-        return self._object(key)
-
-    def _on_ssd_segment(self, obj: ObjectMeta) -> bool:
-        for r in obj.replicas:
-            seg = self._segments.find(r[0].segment)
-            if seg is not None and seg.ssd_capacity > 0:
-                return True
-        return False
-
-    def _write_through(self, key: str, obj: ObjectMeta, now: float) -> None:
-        """Pinned objects are copied to SSD at once (one copy is enough)."""
-        if obj.ssd:
-            return
-        retry = self.config.offload_retry_s
-        for r in obj.replicas:
-            name = r[0].segment
-            seg = self._segments.find(name)
-            if seg is None or seg.ssd_capacity <= 0 or seg.state != SegmentState.MOUNTED:
-                continue
-            if not _wholly_on(r, name) or not self._tier.offload_due(key, name, now, retry):
-                continue
-            self._request_offload(key, obj, name, r, now)
-            return
-
-    def _request_offload(
-        self, key: str, obj: ObjectMeta, segment: str, replica: Replica, now: float
-    ) -> None:
-        self._tier.note_offload(key, segment, now)
-        self._events.append(ev.OffloadRequested(now, key, segment, replica, obj.size, obj.token))
-
-    def _start_stage(self, key: str, obj: ObjectMeta, now: float) -> PendingStage:
-        """Allocate a DRAM range on one of the object's SSD segments and ask its node
-        to fill it. Tries the SSD segments in order; raises the last failure."""
-        # MOUNTED segments first; a DRAINING or DRAINED one still serves reads (its stage
-        # copy is short-lived); an UNMOUNTING one is about to lose its disk.
-        ranked = sorted(
-            (s.state != SegmentState.MOUNTED, i, s.name)
-            for i, n in enumerate(obj.ssd)
-            if (s := self._segments.find(n)) is not None and s.state != SegmentState.UNMOUNTING
-        )
-        cooldown = self.config.stage_timeout_s
-        names = [n for _, _, n in ranked if not self._tier.cooling(key, n, now, cooldown)]
-        if ranked and not names:
-            raise UnavailableError(
-                ErrorCode.UNAVAILABLE,
-                f"object {key!r} is only on SSD and the node(s) of {sorted(obj.ssd)} did not "
-                f"answer a stage within {cooldown} s; retry later",
-            )
-        if not names:
-            raise CapacityError(
-                ErrorCode.NO_AVAILABLE_SEGMENT,
-                f"object {key!r} is only on SSD ({', '.join(obj.ssd)}) and none of those "
-                "segments is still mounted (all UNMOUNTING); cannot stage it",
-            )
-        cfg = ReplicateConfig(replica_num=1)
-        failure: StoreError = CapacityError(ErrorCode.STORE_FULL, f"no room to stage {key!r}")
-        for name in names:
-            seg = self._segments.get(name)
-            try:
-                placed = self._allocate([seg], key, obj.size, 1, obj.client_id, cfg, now, (key,))
-            except CapacityError as exc:
-                failure = exc
-                continue
-            replica = placed[0]
-            for sl in replica:
-                self._segments.get(sl.segment).keys.add(key)
-            st = PendingStage(self._tier.new_request(), name, replica, now)
-            self._tier.stages[key] = st
-            self._events.append(ev.StageRequested(now, key, name, replica, obj.size, st.request_id))
-            return st
-        raise failure
-
-    def _stage_failed(self, key: str, obj: ObjectMeta, st: PendingStage, now: float) -> bool:
-        """A stage (already out of the pending table) failed: free its range, forget
-        the SSD copy it read, stage the next one. Returns True if the object is gone."""
-        self._free_replica(key, st.replica, now)
-        self._ssd_stage_failures += 1
-        if st.segment in obj.ssd:
-            self._drop_ssd(key, obj, st.segment, now)
-        if obj.ssd and not obj.replicas:
-            # When this fails the next read tries again and reports why.
-            with contextlib.suppress(StoreError):
-                self._start_stage(key, obj, now)
-        return self._after_ssd_loss(key, obj, now)
-
-    def _drop_ssd(self, key: str, obj: ObjectMeta, segment: str, now: float) -> None:
-        obj.ssd = tuple(s for s in obj.ssd if s != segment)
-        seg = self._segments.find(segment)
-        if seg is not None:
-            seg.ssd_keys.discard(key)
-        self._events.append(ev.SsdCopyDropped(now, key, segment, len(obj.ssd), len(obj.replicas)))
-
-    def _after_ssd_loss(self, key: str, obj: ObjectMeta, now: float) -> bool:
-        """Remove an object that has neither a replica nor an SSD copy left."""
-        if obj.replicas or obj.ssd or key in self._tier.stages:
-            return False
-        self._drop(key, obj, ev.RemoveReason.SSD_LOST, now)
-        self._ssd_lost += 1
-        return True
-
-    def _evict_to_ssd(self, key: str, obj: ObjectMeta, now: float) -> None:
-        """Free the DRAM of an object that has an SSD copy; it stays, SSD-only."""
-        if key in self._adding or key in self._dropping:
-            self._forget_moves(key, now)
-        replicas = obj.replicas
-        obj.replicas = ()
-        self._tier.stage_copies.pop(key, None)
-        self._tier.clear_offload(key)
-        self._release(key, replicas)
-        for left, r in enumerate(reversed(replicas)):
-            self._events.append(ev.ReplicaDropped(now, key, r[0].segment, left))
-        self._ssd_only.add(key)
-        self._offloaded_evictions += 1
-        self._evicted_bytes += obj.size * len(replicas)
-
-    def _forget_tier(self, key: str, obj: ObjectMeta) -> None:
-        """Forget an object's SSD copies and in-flight tier work (it is being dropped)."""
-        st = self._tier.stages.pop(key, None)
-        if st is not None:
-            self._release(key, (st.replica,))
-        self._tier.timed_out.pop(key, None)
-        self._tier.stage_copies.pop(key, None)
-        self._tier.clear_offload(key)
-        for name in obj.ssd:
-            seg = self._segments.find(name)
-            if seg is not None:
-                seg.ssd_keys.discard(key)
-        self._ssd_only.discard(key)
-
     def _update_drain(self, seg: Segment, now: float) -> None:
         if seg.state == SegmentState.DRAINING and not seg.keys:
             seg.state = SegmentState.DRAINED
             self._events.append(ev.SegmentStateChanged(now, seg.name, seg.state.name))
-
-
-def _wholly_on(replica: Replica, segment: str) -> bool:
-    """Whether every slice of ``replica`` lies in ``segment``."""
-    return all(sl.segment == segment for sl in replica)

@@ -1,0 +1,393 @@
+"""The SSD tier rules of the master's core (docs/store.md, "SSD tier (master)"). Sans-IO.
+
+What to offload and when, stages of SSD-only objects into DRAM, stage copies, and what
+a node's reports (TierOffloadDone, TierStageDone, TierDropped) change. Functions take
+the :class:`MasterState` they work on; its public methods of the same names delegate
+here and document the behaviour. What is in flight is kept in :mod:`.master_tier`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from . import events as ev
+from .errors import (
+    CapacityError,
+    ConflictError,
+    ErrorCode,
+    InvalidArgumentError,
+    StoreError,
+    UnavailableError,
+)
+from .master_tier import PendingStage
+from .objects import ObjectMeta, Replica
+from .results import RemoveManyResult, ReplicateConfig
+from .segment import Segment, SegmentState
+from .validation import check_key, check_name
+
+if TYPE_CHECKING:
+    from .master_state import MasterState
+
+
+def wholly_on(replica: Replica, segment: str) -> bool:
+    """Whether every slice of ``replica`` lies in ``segment``."""
+    return all(sl.segment == segment for sl in replica)
+
+
+def offload_done(
+    ms: MasterState,
+    client_id: str,
+    key: str,
+    segment: str,
+    token: int,
+    ok: bool,
+    now: float,
+    reason: str = "",
+) -> None:
+    """Body of :meth:`MasterState.tier_offload_done`."""
+    seg = owned_segment(ms, segment, client_id)
+    if seg.ssd_capacity <= 0:
+        raise ConflictError(
+            ErrorCode.INVALID_STATE, f"segment {segment!r} was mounted without an SSD tier"
+        )
+    obj = tier_object(ms, key, token, "token")
+    if obj.token != token or not obj.complete:
+        raise ConflictError(
+            ErrorCode.STALE,
+            f"object {key!r} is now version {obj.token}, the offload to {segment!r} "
+            f"copied version {token}; delete the file",
+        )
+    if segment not in obj.ssd and not any(wholly_on(r, segment) for r in obj.replicas):
+        raise ConflictError(
+            ErrorCode.STALE,
+            f"object {key!r} (version {token}) has no replica on {segment!r} any more; "
+            "delete the file",
+        )
+    if not ok:
+        ms._tier.note_offload(key, segment, now)  # asked again after the retry time
+        ms._tier_changes += 1
+        return
+    ms._tier.clear_offload(key, segment)
+    if segment in obj.ssd:
+        return
+    obj.ssd = (*obj.ssd, segment)
+    seg.ssd_keys.add(key)
+    ms._ssd_offloads += 1
+    ms._events.append(ev.SsdCopyAdded(now, key, segment, len(obj.ssd), len(obj.replicas)))
+
+
+def stage_done(
+    ms: MasterState,
+    client_id: str,
+    key: str,
+    segment: str,
+    request_id: int,
+    ok: bool,
+    now: float,
+    reason: str = "",
+) -> None:
+    """Body of :meth:`MasterState.tier_stage_done`."""
+    owned_segment(ms, segment, client_id)
+    obj = tier_object(ms, key, request_id, "request_id")
+    st = ms._tier.stages.get(key)
+    if st is None or st.request_id != request_id or st.segment != segment:
+        now_pending = "none" if st is None else f"request {st.request_id} on {st.segment!r}"
+        raise ConflictError(
+            ErrorCode.STALE,
+            f"no stage of {key!r} on {segment!r} with request {request_id} is pending "
+            f"(pending: {now_pending})",
+        )
+    del ms._tier.stages[key]
+    ms._tier.settle(key, segment)
+    if not ok:
+        stage_failed(ms, key, obj, st, now)
+        return
+    obj.replicas = (*obj.replicas, st.replica)
+    obj.stages += 1
+    # The readers that asked are about to read: protect the copy for them.
+    obj.lease_expiry = max(obj.lease_expiry, now + ms.config.lease_ttl_s)
+    ms._ssd_stages += 1
+    ms._ssd_only.discard(key)
+    if obj.stages >= ms.config.promote_after:
+        ms._ssd_promotions += 1
+    else:
+        ms._tier.stage_copies[key] = st.replica
+    ms._tier_changes += 1
+    ms._events.append(ev.ReplicaAdded(now, key, st.replica, len(obj.replicas)))
+
+
+def dropped(
+    ms: MasterState, client_id: str, segment: str, keys: Sequence[str], now: float
+) -> RemoveManyResult:
+    """Body of :meth:`MasterState.tier_dropped`."""
+    owned_segment(ms, segment, client_id)
+    for key in keys:
+        check_key(key, ms.config.max_key_length)
+    removed = skipped = 0
+    for key in keys:
+        obj = ms._objects.get(key)
+        if obj is None or segment not in obj.ssd:
+            skipped += 1
+            continue
+        st = ms._tier.stages.get(key)
+        if st is not None and st.segment == segment:
+            del ms._tier.stages[key]
+            gone = stage_failed(ms, key, obj, st, now)
+        else:
+            drop_ssd(ms, key, obj, segment, now)
+            gone = after_ssd_loss(ms, key, obj, now)
+        removed += gone
+    return RemoveManyResult(removed, skipped)
+
+
+def expire_stages(ms: MasterState, now: float) -> list[str]:
+    """Body of :meth:`MasterState.expire_stages`."""
+    limit = ms.config.stage_timeout_s
+    late = [k for k, st in ms._tier.stages.items() if now - st.started >= limit]
+    for key in late:
+        st = ms._tier.stages.pop(key)
+        obj = ms._objects[key]
+        ms._free_replica(key, st.replica, now)
+        ms._ssd_stage_failures += 1
+        ms._tier.timed_out.setdefault(key, {})[st.segment] = now
+        try:
+            start_stage(ms, key, obj, now)
+        except StoreError:
+            ms._tier.stalled.append(key)
+    return late
+
+
+def drop_stage_copies(ms: MasterState, now: float) -> int:
+    """Body of :meth:`MasterState.drop_stage_copies`."""
+    dropped = 0
+    for key in list(ms._tier.stage_copies):
+        obj = ms._objects[key]
+        if obj.leased(now):
+            continue
+        replica = ms._tier.stage_copies.pop(key)
+        if replica not in obj.replicas:
+            continue
+        if not obj.ssd:
+            continue  # the SSD copies went meanwhile: this is the only copy now
+        obj.replicas = tuple(r for r in obj.replicas if r != replica)
+        ms._free_replica(key, replica, now)
+        if not obj.replicas:
+            ms._ssd_only.add(key)
+        ms._events.append(ev.ReplicaDropped(now, key, replica[0].segment, len(obj.replicas)))
+        dropped += 1
+    return dropped
+
+
+def request_offloads(ms: MasterState, now: float) -> int:
+    """Body of :meth:`MasterState.request_offloads`."""
+    wm = ms.config.effective_offload_watermark
+    retry = ms.config.offload_retry_s
+    quota: dict[str, int] = {}
+    for seg in ms._segments:
+        if seg.ssd_capacity <= 0 or seg.state != SegmentState.MOUNTED:
+            continue
+        if seg.used < wm * seg.capacity or not seg.keys:
+            continue
+        idle = ms._offload_idle.get(seg.name)
+        if idle is not None and idle[0] == ms._tier_changes and now < idle[1]:
+            continue  # nothing new since a scan found no candidate due
+        quota[seg.name] = ms.config.offload_batch
+    if not quota:
+        return 0
+    asked = 0
+    left = dict(quota)
+    next_due = dict.fromkeys(quota, math.inf)  # earliest retry of a skipped candidate
+    for key, obj in ms._objects.items():
+        if not obj.complete:
+            continue
+        for r in obj.replicas:
+            name = r[0].segment
+            if name not in left or name in obj.ssd or not wholly_on(r, name):
+                continue
+            if not ms._tier.offload_due(key, name, now, retry):
+                at = ms._tier.offloads[key][name] + retry
+                next_due[name] = min(next_due[name], at)
+                continue
+            request_offload(ms, key, obj, name, r, now)
+            next_due[name] = min(next_due[name], now + retry)
+            asked += 1
+            left[name] -= 1
+            if not left[name]:
+                del left[name]
+        if not left:
+            break
+    for name in left:
+        ms._offload_idle[name] = (ms._tier_changes, next_due[name])
+    return asked
+
+
+def restore_ssd_copies(ms: MasterState, key: str, segments: Iterable[str]) -> None:
+    """Body of :meth:`MasterState.restore_ssd_copies`."""
+    obj = ms._object(key)
+    for name in segments:
+        seg = ms._segments.find(name)
+        if seg is None or name in obj.ssd:
+            continue
+        obj.ssd = (*obj.ssd, name)
+        seg.ssd_keys.add(key)
+    if obj.complete and not obj.replicas and obj.ssd:
+        ms._ssd_only.add(key)
+
+
+def owned_segment(ms: MasterState, name: str, client_id: str) -> Segment:
+    check_name("client_id", client_id)
+    seg = ms._segments.get(name)
+    if seg.client_id != client_id:
+        raise ConflictError(
+            ErrorCode.INVALID_STATE,
+            f"segment {name!r} belongs to client {seg.client_id!r}, not {client_id!r}",
+        )
+    return seg
+
+
+def tier_object(ms: MasterState, key: str, ident: int, what: str) -> ObjectMeta:
+    check_key(key, ms.config.max_key_length)
+    if not isinstance(ident, int) or ident <= 0:
+        raise InvalidArgumentError(
+            ErrorCode.INVALID_PARAMS, f"{what} must be a positive integer, got {ident!r}"
+        )
+    return ms._object(key)
+
+
+def on_ssd_segment(ms: MasterState, obj: ObjectMeta) -> bool:
+    for r in obj.replicas:
+        seg = ms._segments.find(r[0].segment)
+        if seg is not None and seg.ssd_capacity > 0:
+            return True
+    return False
+
+
+def write_through(ms: MasterState, key: str, obj: ObjectMeta, now: float) -> None:
+    """Pinned objects are copied to SSD at once (one copy is enough)."""
+    if obj.ssd:
+        return
+    retry = ms.config.offload_retry_s
+    for r in obj.replicas:
+        name = r[0].segment
+        seg = ms._segments.find(name)
+        if seg is None or seg.ssd_capacity <= 0 or seg.state != SegmentState.MOUNTED:
+            continue
+        if not wholly_on(r, name) or not ms._tier.offload_due(key, name, now, retry):
+            continue
+        request_offload(ms, key, obj, name, r, now)
+        return
+
+
+def request_offload(
+    ms: MasterState, key: str, obj: ObjectMeta, segment: str, replica: Replica, now: float
+) -> None:
+    ms._tier.note_offload(key, segment, now)
+    ms._events.append(ev.OffloadRequested(now, key, segment, replica, obj.size, obj.token))
+
+
+def start_stage(ms: MasterState, key: str, obj: ObjectMeta, now: float) -> PendingStage:
+    """Allocate a DRAM range on one of the object's SSD segments and ask its node
+    to fill it. Tries the SSD segments in order; raises the last failure."""
+    # MOUNTED segments first; a DRAINING or DRAINED one still serves reads (its stage
+    # copy is short-lived); an UNMOUNTING one is about to lose its disk.
+    ranked = sorted(
+        (s.state != SegmentState.MOUNTED, i, s.name)
+        for i, n in enumerate(obj.ssd)
+        if (s := ms._segments.find(n)) is not None and s.state != SegmentState.UNMOUNTING
+    )
+    cooldown = ms.config.stage_timeout_s
+    names = [n for _, _, n in ranked if not ms._tier.cooling(key, n, now, cooldown)]
+    if ranked and not names:
+        raise UnavailableError(
+            ErrorCode.UNAVAILABLE,
+            f"object {key!r} is only on SSD and the node(s) of {sorted(obj.ssd)} did not "
+            f"answer a stage within {cooldown} s; retry later",
+        )
+    if not names:
+        raise CapacityError(
+            ErrorCode.NO_AVAILABLE_SEGMENT,
+            f"object {key!r} is only on SSD ({', '.join(obj.ssd)}) and none of those "
+            "segments is still mounted (all UNMOUNTING); cannot stage it",
+        )
+    cfg = ReplicateConfig(replica_num=1)
+    failure: StoreError = CapacityError(ErrorCode.STORE_FULL, f"no room to stage {key!r}")
+    for name in names:
+        seg = ms._segments.get(name)
+        try:
+            placed = ms._allocate([seg], key, obj.size, 1, obj.client_id, cfg, now, (key,))
+        except CapacityError as exc:
+            failure = exc
+            continue
+        replica = placed[0]
+        for sl in replica:
+            ms._segments.get(sl.segment).keys.add(key)
+        st = PendingStage(ms._tier.new_request(), name, replica, now)
+        ms._tier.stages[key] = st
+        ms._events.append(ev.StageRequested(now, key, name, replica, obj.size, st.request_id))
+        return st
+    raise failure
+
+
+def stage_failed(ms: MasterState, key: str, obj: ObjectMeta, st: PendingStage, now: float) -> bool:
+    """A stage (already out of the pending table) failed: free its range, forget
+    the SSD copy it read, stage the next one. Returns True if the object is gone."""
+    ms._free_replica(key, st.replica, now)
+    ms._ssd_stage_failures += 1
+    if st.segment in obj.ssd:
+        drop_ssd(ms, key, obj, st.segment, now)
+    if obj.ssd and not obj.replicas:
+        # When this fails the next read tries again and reports why.
+        with contextlib.suppress(StoreError):
+            start_stage(ms, key, obj, now)
+    return after_ssd_loss(ms, key, obj, now)
+
+
+def drop_ssd(ms: MasterState, key: str, obj: ObjectMeta, segment: str, now: float) -> None:
+    obj.ssd = tuple(s for s in obj.ssd if s != segment)
+    seg = ms._segments.find(segment)
+    if seg is not None:
+        seg.ssd_keys.discard(key)
+    ms._events.append(ev.SsdCopyDropped(now, key, segment, len(obj.ssd), len(obj.replicas)))
+
+
+def after_ssd_loss(ms: MasterState, key: str, obj: ObjectMeta, now: float) -> bool:
+    """Remove an object that has neither a replica nor an SSD copy left."""
+    if obj.replicas or obj.ssd or key in ms._tier.stages:
+        return False
+    ms._drop(key, obj, ev.RemoveReason.SSD_LOST, now)
+    ms._ssd_lost += 1
+    return True
+
+
+def evict_to_ssd(ms: MasterState, key: str, obj: ObjectMeta, now: float) -> None:
+    """Free the DRAM of an object that has an SSD copy; it stays, SSD-only."""
+    if key in ms._adding or key in ms._dropping:
+        ms._forget_moves(key, now)
+    replicas = obj.replicas
+    obj.replicas = ()
+    ms._tier.stage_copies.pop(key, None)
+    ms._tier.clear_offload(key)
+    ms._release(key, replicas)
+    for left, r in enumerate(reversed(replicas)):
+        ms._events.append(ev.ReplicaDropped(now, key, r[0].segment, left))
+    ms._ssd_only.add(key)
+    ms._offloaded_evictions += 1
+    ms._evicted_bytes += obj.size * len(replicas)
+
+
+def forget_tier(ms: MasterState, key: str, obj: ObjectMeta) -> None:
+    """Forget an object's SSD copies and in-flight tier work (it is being dropped)."""
+    st = ms._tier.stages.pop(key, None)
+    if st is not None:
+        ms._release(key, (st.replica,))
+    ms._tier.timed_out.pop(key, None)
+    ms._tier.stage_copies.pop(key, None)
+    ms._tier.clear_offload(key)
+    for name in obj.ssd:
+        seg = ms._segments.find(name)
+        if seg is not None:
+            seg.ssd_keys.discard(key)
+    ms._ssd_only.discard(key)
