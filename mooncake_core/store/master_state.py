@@ -24,6 +24,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from mooncake_core.config.models import MasterConfig
 
 from . import events as ev
+from . import master_replicas as replica_ops
 from . import master_restore
 from . import master_tier_ops as tier_ops
 from .errors import (
@@ -477,56 +478,9 @@ class MasterState:
             CapacityError: no allocatable segment left (NO_AVAILABLE_SEGMENT) or no space
                 (STORE_FULL).
         """
-        obj = self._object(key)
-        if not obj.complete:
-            raise ConflictError(
-                ErrorCode.OBJECT_NOT_READY, f"object {key!r} is still being written"
-            )
-        if key in self._adding:
-            raise ConflictError(
-                ErrorCode.INVALID_STATE, f"a replica of {key!r} is already being added"
-            )
-        if not obj.replicas:
-            raise ConflictError(
-                ErrorCode.INVALID_STATE,
-                f"object {key!r} is only on SSD ({', '.join(obj.ssd)}); read it to stage it first",
-            )
-        used = {sl.segment for r in obj.replicas for sl in r}
-        if target_segment is not None:
-            seg = self._segments.get(target_segment)
-            if not seg.allocatable:
-                raise ConflictError(
-                    ErrorCode.INVALID_STATE,
-                    f"segment {target_segment!r} is {seg.state.name}, not allocatable",
-                )
-            if target_segment in used:
-                raise ConflictError(
-                    ErrorCode.INVALID_STATE,
-                    f"segment {target_segment!r} already holds a replica of {key!r}",
-                )
-            segs = [seg]
-        else:
-            banned = used | set(exclude_segments)
-            segs = [s for s in self._segments.allocatable() if s.name not in banned]
-        if not segs:
-            raise CapacityError(
-                ErrorCode.NO_AVAILABLE_SEGMENT,
-                f"no allocatable segment for another replica of {key!r} "
-                f"(excluded: {sorted(used | set(exclude_segments))})",
-            )
-        lengths = slice_lengths(obj.size, self.config.max_slice_size)
-        placed = place_replicas(segs, lengths, 1, self._strategy, AllocContext(obj.client_id))
-        if placed is None:
-            raise CapacityError(
-                ErrorCode.STORE_FULL,
-                f"no space for another replica of {key!r} ({obj.size} bytes) on "
-                f"{len(segs)} allocatable segment(s)",
-            )
-        replica = placed[0]
-        self._adding[key] = (replica, now)
-        for sl in replica:
-            self._segments.get(sl.segment).keys.add(key)
-        return replica
+        return replica_ops.add_start(
+            self, key, now, exclude_segments=exclude_segments, target_segment=target_segment
+        )
 
     def add_replica_end(self, key: str, now: float) -> Replica:
         """Make the replica being added to ``key`` readable.
@@ -538,13 +492,7 @@ class MasterState:
             NotFoundError: no replica is being added to ``key`` (never started, revoked,
                 timed out, or the object or its target segment went away).
         """
-        replica = self._pending_add(key)[0]
-        del self._adding[key]
-        obj = self._objects[key]
-        obj.replicas = (*obj.replicas, replica)
-        self._tier_changes += 1
-        self._events.append(ev.ReplicaAdded(now, key, replica, len(obj.replicas)))
-        return replica
+        return replica_ops.add_end(self, key, now)
 
     def add_replica_revoke(self, key: str, now: float) -> None:
         """Abandon the replica being added to ``key``; its space is released.
@@ -552,9 +500,7 @@ class MasterState:
         Raises:
             NotFoundError: no replica is being added to ``key``.
         """
-        replica = self._pending_add(key)[0]
-        del self._adding[key]
-        self._free_replica(key, replica, now)
+        replica_ops.add_revoke(self, key, now)
 
     def discard_stale_adds(self, now: float) -> list[str]:
         """Revoke replica additions started more than ``put_timeout_s`` ago.
@@ -562,15 +508,7 @@ class MasterState:
         Returns:
             Their keys, oldest first.
         """
-        limit = now - self.config.put_timeout_s
-        stale = []
-        for key, (_, started) in self._adding.items():
-            if started > limit:
-                break  # insertion order is start order
-            stale.append(key)
-        for key in stale:
-            self.add_replica_revoke(key, now)
-        return stale
+        return replica_ops.discard_stale_adds(self, now)
 
     def drop_replica(self, key: str, segment: str, now: float) -> bool:
         """Remove the replica(s) of ``key`` that touch ``segment``; others must remain.
@@ -588,49 +526,11 @@ class MasterState:
             ConflictError: the object is being written (OBJECT_NOT_READY), or the drop
                 would leave it without a replica (INVALID_STATE).
         """
-        obj = self._object(key)
-        if not obj.complete:
-            raise ConflictError(
-                ErrorCode.OBJECT_NOT_READY, f"object {key!r} is still being written"
-            )
-        gone = [r for r in obj.replicas if any(sl.segment == segment for sl in r)]
-        if not gone:
-            raise NotFoundError(
-                ErrorCode.OBJECT_NOT_FOUND, f"object {key!r} has no replica on {segment!r}"
-            )
-        keep = tuple(r for r in obj.replicas if r not in gone)
-        if not keep:
-            raise ConflictError(
-                ErrorCode.INVALID_STATE,
-                f"dropping {key!r} from {segment!r} would leave no replica; add one first",
-            )
-        obj.replicas = keep
-        self._events.append(ev.ReplicaDropped(now, key, segment, len(keep)))
-        if obj.leased(now):
-            pending = self._dropping.setdefault(key, [])
-            pending.extend((obj.lease_expiry, r) for r in gone)
-            return False
-        for r in gone:
-            self._free_replica(key, r, now)
-        return True
+        return replica_ops.drop(self, key, segment, now)
 
     def finish_replica_drops(self, now: float) -> int:
         """Free dropped replicas whose lease has ended; returns how many."""
-        freed = 0
-        for key in list(self._dropping):
-            waiting = self._dropping[key]
-            due = [r for at, r in waiting if at <= now]
-            if not due:
-                continue
-            rest = [(at, r) for at, r in waiting if at > now]
-            if rest:
-                self._dropping[key] = rest
-            else:
-                del self._dropping[key]
-            for r in due:
-                self._free_replica(key, r, now)
-            freed += len(due)
-        return freed
+        return replica_ops.finish_drops(self, now)
 
     # ------------------------------------------------------------------ reads
     def get_replica_list(self, key: str, now: float) -> GetResult:
@@ -1137,61 +1037,6 @@ class MasterState:
             raise NotFoundError(ErrorCode.OBJECT_NOT_FOUND, f"no object with key {key!r}")
         return obj
 
-    def _pending_add(self, key: str) -> tuple[Replica, float]:
-        found = self._adding.get(key)
-        if found is None:
-            raise NotFoundError(ErrorCode.OBJECT_NOT_FOUND, f"no replica is being added to {key!r}")
-        return found
-
-    def _still_on(self, key: str) -> set[str]:
-        """Segments that some replica of ``key`` (visible, being added, or waiting to be
-        freed) still touches."""
-        reps: list[Replica] = []
-        obj = self._objects.get(key)
-        if obj is not None:
-            reps.extend(obj.replicas)
-        if key in self._adding:
-            reps.append(self._adding[key][0])
-        reps.extend(r for _, r in self._dropping.get(key, ()))
-        st = self._tier.stages.get(key)
-        if st is not None:
-            reps.append(st.replica)
-        return {sl.segment for r in reps for sl in r}
-
-    def _free_replica(self, key: str, replica: Replica, now: float) -> None:
-        """Release a replica no table holds any more; update segment membership."""
-        still = self._still_on(key)
-        for sl in replica:
-            seg = self._segments.find(sl.segment)
-            if seg is None:
-                continue
-            seg.allocator.release(sl.offset, sl.length)
-            if sl.segment not in still:
-                seg.keys.discard(key)
-                self._update_drain(seg, now)
-
-    def _forget_moves(self, key: str, now: float, segment: str | None = None) -> None:
-        """Release a key's pending addition and deferred drops (all, or only those that
-        touch ``segment``)."""
-        add = self._adding.get(key)
-        if add is not None and (segment is None or any(s.segment == segment for s in add[0])):
-            del self._adding[key]
-            self._free_replica(key, add[0], now)
-        waiting = self._dropping.get(key)
-        if waiting:
-            hit = [
-                (at, r)
-                for at, r in waiting
-                if segment is None or any(s.segment == segment for s in r)
-            ]
-            rest = [w for w in waiting if w not in hit]
-            if rest:
-                self._dropping[key] = rest
-            else:
-                del self._dropping[key]
-            for _, r in hit:
-                self._free_replica(key, r, now)
-
     def _touch(self, key: str, obj: ObjectMeta) -> None:
         # Re-inserting moves the key to the end of the dict: most recently used.
         del self._objects[key]
@@ -1280,7 +1125,7 @@ class MasterState:
         keep_pin: bool = False,
     ) -> None:
         if key in self._adding or key in self._dropping:
-            self._forget_moves(key, now)
+            replica_ops.forget_moves(self, key, now)
         tier_ops.forget_tier(self, key, obj)
         self._release(key, obj.replicas)
         del self._objects[key]
@@ -1387,7 +1232,7 @@ class MasterState:
                 continue  # removed above (its last SSD copy was here)
             obj = obj_or_none
             if key in self._adding or key in self._dropping:
-                self._forget_moves(key, now, name)
+                replica_ops.forget_moves(self, key, now, name)
             self._tier.clear_offload(key, name)
             st = self._tier.stages.get(key)
             if st is not None and st.segment == name:

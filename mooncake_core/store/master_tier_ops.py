@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from . import events as ev
+from . import master_replicas as replica_ops
 from .errors import (
     CapacityError,
     ConflictError,
@@ -150,7 +151,7 @@ def expire_stages(ms: MasterState, now: float) -> list[str]:
     for key in late:
         st = ms._tier.stages.pop(key)
         obj = ms._objects[key]
-        ms._free_replica(key, st.replica, now)
+        replica_ops.free_replica(ms, key, st.replica, now)
         ms._ssd_stage_failures += 1
         ms._tier.timed_out.setdefault(key, {})[st.segment] = now
         try:
@@ -173,7 +174,7 @@ def drop_stage_copies(ms: MasterState, now: float) -> int:
         if not obj.ssd:
             continue  # the SSD copies went meanwhile: this is the only copy now
         obj.replicas = tuple(r for r in obj.replicas if r != replica)
-        ms._free_replica(key, replica, now)
+        replica_ops.free_replica(ms, key, replica, now)
         if not obj.replicas:
             ms._ssd_only.add(key)
         ms._events.append(ev.ReplicaDropped(now, key, replica[0].segment, len(obj.replicas)))
@@ -334,7 +335,7 @@ def start_stage(ms: MasterState, key: str, obj: ObjectMeta, now: float) -> Pendi
 def stage_failed(ms: MasterState, key: str, obj: ObjectMeta, st: PendingStage, now: float) -> bool:
     """A stage (already out of the pending table) failed: free its range, forget
     the SSD copy it read, stage the next one. Returns True if the object is gone."""
-    ms._free_replica(key, st.replica, now)
+    replica_ops.free_replica(ms, key, st.replica, now)
     ms._ssd_stage_failures += 1
     if st.segment in obj.ssd:
         drop_ssd(ms, key, obj, st.segment, now)
@@ -365,7 +366,7 @@ def after_ssd_loss(ms: MasterState, key: str, obj: ObjectMeta, now: float) -> bo
 def evict_to_ssd(ms: MasterState, key: str, obj: ObjectMeta, now: float) -> None:
     """Free the DRAM of an object that has an SSD copy; it stays, SSD-only."""
     if key in ms._adding or key in ms._dropping:
-        ms._forget_moves(key, now)
+        replica_ops.forget_moves(ms, key, now)
     replicas = obj.replicas
     obj.replicas = ()
     ms._tier.stage_copies.pop(key, None)

@@ -1,0 +1,214 @@
+"""Replica moves in the master's core: add a replica, drop one. Sans-IO.
+
+See docs/store.md, "Moving replicas". A replica being added is allocated but not in the
+object's replica list (readers never see it) until AddReplicaEnd; a dropped replica
+leaves the list at once but keeps its space until the read lease that existed at the
+drop ends, so readers holding that lease stay valid. Functions take the
+:class:`MasterState` they work on; its public methods delegate here and document the
+behaviour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+from . import events as ev
+from .errors import CapacityError, ConflictError, ErrorCode, NotFoundError
+from .objects import Replica
+from .placement import place_replicas, slice_lengths
+from .strategies import AllocContext
+
+if TYPE_CHECKING:
+    from .master_state import MasterState
+
+
+def add_start(
+    ms: MasterState,
+    key: str,
+    now: float,
+    *,
+    exclude_segments: Collection[str] = (),
+    target_segment: str | None = None,
+) -> Replica:
+    """Body of :meth:`MasterState.add_replica_start`."""
+    obj = ms._object(key)
+    if not obj.complete:
+        raise ConflictError(ErrorCode.OBJECT_NOT_READY, f"object {key!r} is still being written")
+    if key in ms._adding:
+        raise ConflictError(ErrorCode.INVALID_STATE, f"a replica of {key!r} is already being added")
+    if not obj.replicas:
+        raise ConflictError(
+            ErrorCode.INVALID_STATE,
+            f"object {key!r} is only on SSD ({', '.join(obj.ssd)}); read it to stage it first",
+        )
+    used = {sl.segment for r in obj.replicas for sl in r}
+    if target_segment is not None:
+        seg = ms._segments.get(target_segment)
+        if not seg.allocatable:
+            raise ConflictError(
+                ErrorCode.INVALID_STATE,
+                f"segment {target_segment!r} is {seg.state.name}, not allocatable",
+            )
+        if target_segment in used:
+            raise ConflictError(
+                ErrorCode.INVALID_STATE,
+                f"segment {target_segment!r} already holds a replica of {key!r}",
+            )
+        segs = [seg]
+    else:
+        banned = used | set(exclude_segments)
+        segs = [s for s in ms._segments.allocatable() if s.name not in banned]
+    if not segs:
+        raise CapacityError(
+            ErrorCode.NO_AVAILABLE_SEGMENT,
+            f"no allocatable segment for another replica of {key!r} "
+            f"(excluded: {sorted(used | set(exclude_segments))})",
+        )
+    lengths = slice_lengths(obj.size, ms.config.max_slice_size)
+    placed = place_replicas(segs, lengths, 1, ms._strategy, AllocContext(obj.client_id))
+    if placed is None:
+        raise CapacityError(
+            ErrorCode.STORE_FULL,
+            f"no space for another replica of {key!r} ({obj.size} bytes) on "
+            f"{len(segs)} allocatable segment(s)",
+        )
+    replica = placed[0]
+    ms._adding[key] = (replica, now)
+    for sl in replica:
+        ms._segments.get(sl.segment).keys.add(key)
+    return replica
+
+
+def add_end(ms: MasterState, key: str, now: float) -> Replica:
+    """Body of :meth:`MasterState.add_replica_end`."""
+    replica = pending_add(ms, key)[0]
+    del ms._adding[key]
+    obj = ms._objects[key]
+    obj.replicas = (*obj.replicas, replica)
+    ms._tier_changes += 1
+    ms._events.append(ev.ReplicaAdded(now, key, replica, len(obj.replicas)))
+    return replica
+
+
+def add_revoke(ms: MasterState, key: str, now: float) -> None:
+    """Body of :meth:`MasterState.add_replica_revoke`."""
+    replica = pending_add(ms, key)[0]
+    del ms._adding[key]
+    free_replica(ms, key, replica, now)
+
+
+def discard_stale_adds(ms: MasterState, now: float) -> list[str]:
+    """Body of :meth:`MasterState.discard_stale_adds`."""
+    limit = now - ms.config.put_timeout_s
+    stale = []
+    for key, (_, started) in ms._adding.items():
+        if started > limit:
+            break  # insertion order is start order
+        stale.append(key)
+    for key in stale:
+        ms.add_replica_revoke(key, now)
+    return stale
+
+
+def drop(ms: MasterState, key: str, segment: str, now: float) -> bool:
+    """Body of :meth:`MasterState.drop_replica`."""
+    obj = ms._object(key)
+    if not obj.complete:
+        raise ConflictError(ErrorCode.OBJECT_NOT_READY, f"object {key!r} is still being written")
+    gone = [r for r in obj.replicas if any(sl.segment == segment for sl in r)]
+    if not gone:
+        raise NotFoundError(
+            ErrorCode.OBJECT_NOT_FOUND, f"object {key!r} has no replica on {segment!r}"
+        )
+    keep = tuple(r for r in obj.replicas if r not in gone)
+    if not keep:
+        raise ConflictError(
+            ErrorCode.INVALID_STATE,
+            f"dropping {key!r} from {segment!r} would leave no replica; add one first",
+        )
+    obj.replicas = keep
+    ms._events.append(ev.ReplicaDropped(now, key, segment, len(keep)))
+    if obj.leased(now):
+        pending = ms._dropping.setdefault(key, [])
+        pending.extend((obj.lease_expiry, r) for r in gone)
+        return False
+    for r in gone:
+        free_replica(ms, key, r, now)
+    return True
+
+
+def finish_drops(ms: MasterState, now: float) -> int:
+    """Body of :meth:`MasterState.finish_replica_drops`."""
+    freed = 0
+    for key in list(ms._dropping):
+        waiting = ms._dropping[key]
+        due = [r for at, r in waiting if at <= now]
+        if not due:
+            continue
+        rest = [(at, r) for at, r in waiting if at > now]
+        if rest:
+            ms._dropping[key] = rest
+        else:
+            del ms._dropping[key]
+        for r in due:
+            free_replica(ms, key, r, now)
+        freed += len(due)
+    return freed
+
+
+def pending_add(ms: MasterState, key: str) -> tuple[Replica, float]:
+    found = ms._adding.get(key)
+    if found is None:
+        raise NotFoundError(ErrorCode.OBJECT_NOT_FOUND, f"no replica is being added to {key!r}")
+    return found
+
+
+def still_on(ms: MasterState, key: str) -> set[str]:
+    """Segments that some replica of ``key`` (visible, being added, or waiting to be
+    freed) still touches."""
+    reps: list[Replica] = []
+    obj = ms._objects.get(key)
+    if obj is not None:
+        reps.extend(obj.replicas)
+    if key in ms._adding:
+        reps.append(ms._adding[key][0])
+    reps.extend(r for _, r in ms._dropping.get(key, ()))
+    st = ms._tier.stages.get(key)
+    if st is not None:
+        reps.append(st.replica)
+    return {sl.segment for r in reps for sl in r}
+
+
+def free_replica(ms: MasterState, key: str, replica: Replica, now: float) -> None:
+    """Release a replica no table holds any more; update segment membership."""
+    still = still_on(ms, key)
+    for sl in replica:
+        seg = ms._segments.find(sl.segment)
+        if seg is None:
+            continue
+        seg.allocator.release(sl.offset, sl.length)
+        if sl.segment not in still:
+            seg.keys.discard(key)
+            ms._update_drain(seg, now)
+
+
+def forget_moves(ms: MasterState, key: str, now: float, segment: str | None = None) -> None:
+    """Release a key's pending addition and deferred drops (all, or only those that
+    touch ``segment``)."""
+    add = ms._adding.get(key)
+    if add is not None and (segment is None or any(s.segment == segment for s in add[0])):
+        del ms._adding[key]
+        free_replica(ms, key, add[0], now)
+    waiting = ms._dropping.get(key)
+    if waiting:
+        hit = [
+            (at, r) for at, r in waiting if segment is None or any(s.segment == segment for s in r)
+        ]
+        rest = [w for w in waiting if w not in hit]
+        if rest:
+            ms._dropping[key] = rest
+        else:
+            del ms._dropping[key]
+        for _, r in hit:
+            free_replica(ms, key, r, now)
