@@ -14,6 +14,7 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from . import events as ev
+from . import master_segments as segment_ops
 from .errors import CapacityError, ConflictError, ErrorCode, NotFoundError
 from .objects import Replica
 from .placement import place_replicas, slice_lengths
@@ -190,7 +191,7 @@ def free_replica(ms: MasterState, key: str, replica: Replica, now: float) -> Non
         seg.allocator.release(sl.offset, sl.length)
         if sl.segment not in still:
             seg.keys.discard(key)
-            ms._update_drain(seg, now)
+            segment_ops.update_drain(ms, seg, now)
 
 
 def forget_moves(ms: MasterState, key: str, now: float, segment: str | None = None) -> None:

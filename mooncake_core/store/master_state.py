@@ -15,20 +15,19 @@ move a key to the end; Exist and Stat do not, so probing cannot keep objects ali
 
 from __future__ import annotations
 
-import itertools
-import math
 import random
 import re
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from mooncake_core.config.models import MasterConfig
 
 from . import events as ev
+from . import master_eviction as evict_ops
 from . import master_replicas as replica_ops
 from . import master_restore
+from . import master_segments as segment_ops
 from . import master_tier_ops as tier_ops
 from .errors import (
-    CapacityError,
     ConflictError,
     ErrorCode,
     InvalidArgumentError,
@@ -38,10 +37,13 @@ from .errors import (
 from .eviction import EvictionPolicy, LruEviction
 from .keyindex import SortedKeys
 from .master_restore import RestoredObject
+from .master_segments import MAX_LIST_LIMIT
+from .master_segments import MAX_SEGMENT_CAPACITY as MAX_SEGMENT_CAPACITY
+from .master_segments import MAX_SSD_CAPACITY as MAX_SSD_CAPACITY
+from .master_segments import MAX_TOTAL_CAPACITY as MAX_TOTAL_CAPACITY
 from .master_tier import StagePending, TierBook
 from .objects import ObjectInfo, ObjectMeta, ObjectState, PinLevel, Replica
 from .pins import Pin, PinTable
-from .placement import place_replicas, slice_lengths
 from .results import (
     GetResult,
     KeyEntry,
@@ -50,31 +52,18 @@ from .results import (
     RemoveManyResult,
     ReplicateConfig,
 )
-from .segment import Segment, SegmentSnapshot, SegmentState
+from .segment import SegmentSnapshot
 from .segment_table import SegmentTable
 from .strategies import (
-    AllocationStrategy,
-    AllocContext,
-    LocalFirstStrategy,
-    PreferredStrategy,
     make_strategy,
 )
 from .validation import (
     check_key,
     check_name,
-    check_transport_address,
     each,
     pin_expiry,
     validate_put,
 )
-
-MAX_LIST_LIMIT = 100_000
-MAX_SEGMENT_CAPACITY = 1 << 48
-"""Largest segment accepted (256 TiB): capacities are summed into uint64 totals."""
-MAX_TOTAL_CAPACITY = 1 << 62
-"""Largest sum of mounted capacities; keeps every total and ratio inside uint64."""
-MAX_SSD_CAPACITY = 1 << 56
-"""Largest SSD tier behind one segment (64 PiB)."""
 
 
 class MasterState:
@@ -173,45 +162,16 @@ class MasterState:
                 ssd_capacity negative or too large.
             ConflictError: the name is taken by another client or is still unmounting.
         """
-        check_name("segment name", name)
-        check_name("client_id", client_id)
-        check_transport_address(transport_address)
-        if not isinstance(capacity, int) or not 0 < capacity <= MAX_SEGMENT_CAPACITY:
-            raise InvalidArgumentError(
-                ErrorCode.INVALID_PARAMS,
-                f"segment capacity must be in 1..{MAX_SEGMENT_CAPACITY} bytes, got {capacity!r}",
-            )
-        if not isinstance(ssd_capacity, int) or not 0 <= ssd_capacity <= MAX_SSD_CAPACITY:
-            raise InvalidArgumentError(
-                ErrorCode.INVALID_PARAMS,
-                f"ssd_capacity must be in 0..{MAX_SSD_CAPACITY} bytes, got {ssd_capacity!r}",
-            )
-        seg = self._segments.find(name)
-        if seg is not None:
-            if (
-                seg.client_id == client_id
-                and seg.capacity == capacity
-                and seg.ssd_capacity == ssd_capacity
-                and seg.state == SegmentState.MOUNTED
-            ):
-                self._segments.touch_client(client_id, now)
-                return seg.snapshot()
-            raise ConflictError(
-                ErrorCode.SEGMENT_ALREADY_EXISTS,
-                f"segment {name!r} is already mounted by client {seg.client_id!r} "
-                f"({seg.state.name}, {seg.capacity} bytes)",
-            )
-        if self._segments.capacity() + capacity > MAX_TOTAL_CAPACITY:
-            raise InvalidArgumentError(
-                ErrorCode.INVALID_PARAMS,
-                f"mounting {capacity} bytes would take the store past {MAX_TOTAL_CAPACITY} bytes",
-            )
-        seg = self._segments.add(
-            name, client_id, capacity, transport_address, location, ssd_capacity
+        return segment_ops.mount(
+            self,
+            name,
+            client_id,
+            capacity,
+            now,
+            transport_address=transport_address,
+            location=location,
+            ssd_capacity=ssd_capacity,
         )
-        self._segments.touch_client(client_id, now)
-        self._events.append(ev.SegmentMounted(now, name, client_id, capacity))
-        return seg.snapshot()
 
     def unmount_segment(self, name: str, now: float, *, client_id: str | None = None) -> None:
         """Start unmounting: readable for ``unmount_grace_s``, no new allocations, then gone.
@@ -220,20 +180,7 @@ class MasterState:
             NotFoundError: no such segment.
             ConflictError: ``client_id`` given and it does not own the segment.
         """
-        seg = self._segments.get(name)
-        if client_id is not None and seg.client_id != client_id:
-            raise ConflictError(
-                ErrorCode.INVALID_STATE,
-                f"segment {name!r} belongs to client {seg.client_id!r}, not {client_id!r}",
-            )
-        if seg.state == SegmentState.UNMOUNTING:
-            return
-        if self.config.unmount_grace_s <= 0:
-            self._remove_segment(seg, ev.UnmountReason.UNMOUNTED, now)
-            return
-        seg.state = SegmentState.UNMOUNTING
-        seg.unmount_deadline = now + self.config.unmount_grace_s
-        self._events.append(ev.SegmentStateChanged(now, name, seg.state.name))
+        segment_ops.unmount(self, name, now, client_id=client_id)
 
     def drain_segment(self, name: str, now: float) -> None:
         """Stop placing on a segment (DRAINING, still readable); DRAINED once it is empty.
@@ -244,16 +191,7 @@ class MasterState:
             NotFoundError: no such segment.
             ConflictError: the segment is unmounting.
         """
-        seg = self._segments.get(name)
-        if seg.state in (SegmentState.DRAINING, SegmentState.DRAINED):
-            return
-        if seg.state != SegmentState.MOUNTED:
-            raise ConflictError(
-                ErrorCode.INVALID_STATE, f"segment {name!r} is {seg.state.name}, cannot drain"
-            )
-        seg.state = SegmentState.DRAINING
-        self._events.append(ev.SegmentStateChanged(now, name, seg.state.name))
-        self._update_drain(seg, now)
+        segment_ops.drain(self, name, now)
 
     def undrain_segment(self, name: str, now: float) -> None:
         """Put a DRAINING or DRAINED segment back into placement (MOUNTED).
@@ -262,15 +200,7 @@ class MasterState:
             NotFoundError: no such segment.
             ConflictError: the segment is unmounting.
         """
-        seg = self._segments.get(name)
-        if seg.state == SegmentState.MOUNTED:
-            return
-        if seg.state not in (SegmentState.DRAINING, SegmentState.DRAINED):
-            raise ConflictError(
-                ErrorCode.INVALID_STATE, f"segment {name!r} is {seg.state.name}, cannot undrain"
-            )
-        seg.state = SegmentState.MOUNTED
-        self._events.append(ev.SegmentStateChanged(now, name, seg.state.name))
+        segment_ops.undrain(self, name, now)
 
     def list_segment_objects(
         self, segment: str, start_after: str = "", limit: int = 1000
@@ -284,22 +214,7 @@ class MasterState:
             NotFoundError: no such segment.
             InvalidArgumentError: limit outside 1..100000.
         """
-        seg = self._segments.get(segment)
-        if not 1 <= limit <= MAX_LIST_LIMIT:
-            raise InvalidArgumentError(
-                ErrorCode.INVALID_PARAMS, f"limit must be in 1..{MAX_LIST_LIMIT}, got {limit}"
-            )
-        entries: list[KeyEntry] = []
-        more = False
-        for key in sorted(k for k in seg.keys if k > start_after):
-            obj = self._objects[key]
-            if not any(sl.segment == segment for r in obj.replicas for sl in r):
-                continue
-            if len(entries) == limit:
-                more = True
-                break
-            entries.append(KeyEntry(key, obj.size, obj.state))
-        return ListKeysResult(tuple(entries), entries[-1].key if more else None)
+        return segment_ops.list_objects(self, segment, start_after, limit)
 
     def expire_clients(self, now: float) -> list[str]:
         """Forget clients silent for ``client_ttl_s``; their segments go at once.
@@ -307,21 +222,11 @@ class MasterState:
         Returns:
             The expired client ids, sorted.
         """
-        ttl = self.config.client_ttl_s
-        dead = self._segments.silent_clients(now, ttl)
-        for client in dead:
-            self._segments.forget_client(client)
-            for seg in self._segments.owned_by(client):
-                self._remove_segment(seg, ev.UnmountReason.CLIENT_EXPIRED, now)
-            self._events.append(ev.ClientExpired(now, client))
-        return dead
+        return segment_ops.expire_clients(self, now)
 
     def finish_unmounts(self, now: float) -> list[str]:
         """Remove segments whose unmount grace period has ended; returns their names."""
-        done = self._segments.due_unmounts(now)
-        for seg in done:
-            self._remove_segment(seg, ev.UnmountReason.UNMOUNTED, now)
-        return [s.name for s in done]
+        return segment_ops.finish_unmounts(self, now)
 
     # ----------------------------------------------------------------- writes
     def put_start(
@@ -353,7 +258,7 @@ class MasterState:
                 ErrorCode.OBJECT_ALREADY_EXISTS,
                 f"object {key!r} already exists ({existing.state.name})",
             )
-        replicas = self._allocate(segs, key, size, replica_num, client_id, cfg, now, ())
+        replicas = evict_ops.allocate(self, segs, key, size, replica_num, client_id, cfg, now, ())
         self._install(key, size, replicas, client_id, cfg, now)
         return replicas
 
@@ -389,7 +294,9 @@ class MasterState:
                 ErrorCode.OBJECT_LEASED,
                 f"object {key!r} is leased for {old.lease_expiry - now:.3f} s more",
             )
-        replicas = self._allocate(segs, key, size, replica_num, client_id, cfg, now, (key,))
+        replicas = evict_ops.allocate(
+            self, segs, key, size, replica_num, client_id, cfg, now, (key,)
+        )
         self._drop(key, old, ev.RemoveReason.REPLACED, now, keep_pin=True)
         self._install(key, size, replicas, client_id, cfg, now)
         return replicas
@@ -770,9 +677,7 @@ class MasterState:
         Returns:
             Objects evicted.
         """
-        if not self._over_watermark():
-            return 0
-        return self._evict_round(now, (), self._over_watermark)
+        return evict_ops.evict_if_needed(self, now)
 
     # --------------------------------------------------------------- SSD tier
     def tier_offload_done(
@@ -996,7 +901,7 @@ class MasterState:
         self.finish_replica_drops(now)
         self.expire_pins(now)
         for seg in self._segments:
-            self._update_drain(seg, now)
+            segment_ops.update_drain(self, seg, now)
         tier_ops.expire_stages(self, now)
         tier_ops.drop_stage_copies(self, now)
         tier_ops.request_offloads(self, now)
@@ -1041,48 +946,6 @@ class MasterState:
         # Re-inserting moves the key to the end of the dict: most recently used.
         del self._objects[key]
         self._objects[key] = obj
-
-    def _strategy_for(self, cfg: ReplicateConfig) -> AllocationStrategy:
-        if cfg.preferred_segments:
-            return PreferredStrategy(self._strategy)
-        if cfg.local_first:
-            return LocalFirstStrategy(self._strategy)
-        return self._strategy
-
-    def _allocate(
-        self,
-        segs: list[Segment],
-        key: str,
-        size: int,
-        replica_num: int,
-        client_id: str,
-        cfg: ReplicateConfig,
-        now: float,
-        protected: Collection[str],
-    ) -> tuple[Replica, ...]:
-        lengths = slice_lengths(size, self.config.max_slice_size)
-        biggest = max(s.capacity for s in segs)
-        total = sum(s.capacity for s in segs)
-        if lengths[0] > biggest or size * replica_num > total:
-            # Hopeless even on an empty store: fail without evicting anything.
-            raise CapacityError(
-                ErrorCode.STORE_FULL,
-                f"object {key!r} ({size} bytes x {replica_num} replicas, slices up to "
-                f"{lengths[0]} bytes) cannot fit the usable segments (largest {biggest} "
-                f"bytes, total {total} bytes)",
-            )
-        strategy = self._strategy_for(cfg)
-        ctx = AllocContext(client_id, cfg.preferred_segments)
-        while True:
-            replicas = place_replicas(segs, lengths, replica_num, strategy, ctx)
-            if replicas is not None:
-                return replicas
-            if self._evict_round(now, protected, lambda: True) == 0:
-                raise CapacityError(
-                    ErrorCode.STORE_FULL,
-                    f"no space for object {key!r} ({size} bytes x {replica_num} replicas) "
-                    "and nothing left to evict",
-                )
 
     def _install(
         self,
@@ -1158,109 +1021,3 @@ class MasterState:
             removed += 1
         self._removed += removed
         return RemoveManyResult(removed, skipped)
-
-    def _over_watermark(self) -> bool:
-        total = self._segments.capacity()
-        used = self._segments.used()
-        return total > 0 and used > self.config.eviction_high_watermark * total
-
-    def _evict_round(
-        self, now: float, protected: Collection[str], still_needed: Callable[[], bool]
-    ) -> int:
-        in_dram = len(self._objects) - len(self._processing) - len(self._ssd_only)
-        target = max(1, math.ceil(self.config.eviction_ratio * in_dram))
-        plan = self._eviction.plan(
-            self._victim_order(),
-            now,
-            target,
-            self.pin_level,
-            self.config.evict_soft_pinned,
-            protected,
-        )
-        for key in plan.unpinned:
-            self._evict(key, now)
-        evicted = len(plan.unpinned)
-        # Soft-pinned victims only when unpinned ones did not suffice.
-        if plan.soft_pinned and still_needed():
-            for key in plan.soft_pinned:
-                self._evict(key, now)
-            evicted += len(plan.soft_pinned)
-        if evicted:
-            self._eviction_rounds += 1
-        return evicted
-
-    def _victim_order(self) -> Iterable[tuple[str, ObjectMeta]]:
-        """Objects in the order eviction considers them: least recently used first,
-        those with an SSD copy (evicting them loses nothing) before the others; SSD-only
-        objects hold no DRAM and are left out."""
-        items = self._objects.items()
-        if not self._ssd_any():
-            return items
-        offloaded = ((k, o) for k, o in items if o.ssd and o.replicas)
-        others = ((k, o) for k, o in items if not o.ssd and o.replicas)
-        return itertools.chain(offloaded, others)
-
-    def _ssd_any(self) -> bool:
-        return any(s.ssd_keys for s in self._segments)
-
-    def _evict(self, key: str, now: float) -> None:
-        obj = self._objects[key]
-        if obj.ssd and obj.replicas:
-            tier_ops.evict_to_ssd(self, key, obj, now)
-            return
-        self._evicted_objects += 1
-        self._evicted_bytes += obj.size * len(obj.replicas)
-        self._drop(key, obj, ev.RemoveReason.EVICTED, now)
-
-    def _remove_segment(self, seg: Segment, reason: ev.UnmountReason, now: float) -> None:
-        name = seg.name
-        self._offload_idle.pop(name, None)
-        # The node and its disk go with the segment: first its SSD copies, then its
-        # DRAM ranges (an object keeps living on other SSD copies if it has some).
-        for key in sorted(seg.ssd_keys):
-            obj = self._objects[key]
-            tier_ops.drop_ssd(self, key, obj, name, now)
-            st = self._tier.stages.get(key)
-            if st is not None and st.segment == name:
-                continue  # the pending stage is failed below, with the segment's ranges
-            if not obj.replicas and not obj.ssd and key not in self._tier.stages:
-                self._drop(key, obj, ev.RemoveReason.SEGMENT_LOST, now)
-                self._lost += 1
-        for key in sorted(seg.keys):
-            obj_or_none = self._objects.get(key)
-            if obj_or_none is None:
-                continue  # removed above (its last SSD copy was here)
-            obj = obj_or_none
-            if key in self._adding or key in self._dropping:
-                replica_ops.forget_moves(self, key, now, name)
-            self._tier.clear_offload(key, name)
-            st = self._tier.stages.get(key)
-            if st is not None and st.segment == name:
-                del self._tier.stages[key]
-                tier_ops.stage_failed(self, key, obj, st, now)
-                continue
-            if not any(sl.segment == name for r in obj.replicas for sl in r):
-                continue  # only a pending move touched this segment
-            keep = tuple(r for r in obj.replicas if all(sl.segment != name for sl in r))
-            lost = [r for r in obj.replicas if any(sl.segment == name for sl in r)]
-            if keep or obj.ssd:
-                still = {sl.segment for r in keep for sl in r}
-                self._release(key, lost, keep=still)
-                obj.replicas = keep
-                copy = self._tier.stage_copies.get(key)
-                if copy is not None and copy in lost:
-                    del self._tier.stage_copies[key]
-                if not keep:
-                    self._ssd_only.add(key)
-                self._events.append(ev.ReplicaDropped(now, key, name, len(keep)))
-            else:
-                self._drop(key, obj, ev.RemoveReason.SEGMENT_LOST, now)
-                self._lost += 1
-        self._segments.remove(name)
-        self._events.append(ev.SegmentUnmounted(now, name, reason))
-
-    # ---------------------------------------------------------- SSD private
-    def _update_drain(self, seg: Segment, now: float) -> None:
-        if seg.state == SegmentState.DRAINING and not seg.keys:
-            seg.state = SegmentState.DRAINED
-            self._events.append(ev.SegmentStateChanged(now, seg.name, seg.state.name))

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from . import events as ev
+from . import master_eviction as evict_ops
 from . import master_replicas as replica_ops
 from .errors import (
     CapacityError,
@@ -318,7 +319,9 @@ def start_stage(ms: MasterState, key: str, obj: ObjectMeta, now: float) -> Pendi
     for name in names:
         seg = ms._segments.get(name)
         try:
-            placed = ms._allocate([seg], key, obj.size, 1, obj.client_id, cfg, now, (key,))
+            placed = evict_ops.allocate(
+                ms, [seg], key, obj.size, 1, obj.client_id, cfg, now, (key,)
+            )
         except CapacityError as exc:
             failure = exc
             continue

@@ -1,0 +1,136 @@
+"""Allocation and eviction in the master's core. Sans-IO.
+
+A write that does not fit evicts a round of least recently used objects (the policy
+decides which; pinned ones are spared, soft-pinned ones only when nothing else is left)
+and tries again; ``tick`` evicts a round when usage is above the high watermark. An
+object with an SSD copy only loses its DRAM replicas (it stays, SSD-only), and such
+objects go first. Functions take the :class:`MasterState` they work on.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Collection, Iterable
+from typing import TYPE_CHECKING
+
+from . import events as ev
+from . import master_tier_ops as tier_ops
+from .errors import CapacityError, ErrorCode
+from .objects import ObjectMeta, Replica
+from .placement import place_replicas, slice_lengths
+from .results import ReplicateConfig
+from .segment import Segment
+from .strategies import AllocationStrategy, AllocContext, LocalFirstStrategy, PreferredStrategy
+
+if TYPE_CHECKING:
+    from .master_state import MasterState
+
+
+def evict_if_needed(ms: MasterState, now: float) -> int:
+    """Body of :meth:`MasterState.evict_if_needed`."""
+    if not over_watermark(ms):
+        return 0
+    return evict_round(ms, now, (), lambda: over_watermark(ms))
+
+
+def strategy_for(ms: MasterState, cfg: ReplicateConfig) -> AllocationStrategy:
+    if cfg.preferred_segments:
+        return PreferredStrategy(ms._strategy)
+    if cfg.local_first:
+        return LocalFirstStrategy(ms._strategy)
+    return ms._strategy
+
+
+def allocate(
+    ms: MasterState,
+    segs: list[Segment],
+    key: str,
+    size: int,
+    replica_num: int,
+    client_id: str,
+    cfg: ReplicateConfig,
+    now: float,
+    protected: Collection[str],
+) -> tuple[Replica, ...]:
+    lengths = slice_lengths(size, ms.config.max_slice_size)
+    biggest = max(s.capacity for s in segs)
+    total = sum(s.capacity for s in segs)
+    if lengths[0] > biggest or size * replica_num > total:
+        # Hopeless even on an empty store: fail without evicting anything.
+        raise CapacityError(
+            ErrorCode.STORE_FULL,
+            f"object {key!r} ({size} bytes x {replica_num} replicas, slices up to "
+            f"{lengths[0]} bytes) cannot fit the usable segments (largest {biggest} "
+            f"bytes, total {total} bytes)",
+        )
+    strategy = strategy_for(ms, cfg)
+    ctx = AllocContext(client_id, cfg.preferred_segments)
+    while True:
+        replicas = place_replicas(segs, lengths, replica_num, strategy, ctx)
+        if replicas is not None:
+            return replicas
+        if evict_round(ms, now, protected, lambda: True) == 0:
+            raise CapacityError(
+                ErrorCode.STORE_FULL,
+                f"no space for object {key!r} ({size} bytes x {replica_num} replicas) "
+                "and nothing left to evict",
+            )
+
+
+def over_watermark(ms: MasterState) -> bool:
+    total = ms._segments.capacity()
+    used = ms._segments.used()
+    return total > 0 and used > ms.config.eviction_high_watermark * total
+
+
+def evict_round(
+    ms: MasterState, now: float, protected: Collection[str], still_needed: Callable[[], bool]
+) -> int:
+    in_dram = len(ms._objects) - len(ms._processing) - len(ms._ssd_only)
+    target = max(1, math.ceil(ms.config.eviction_ratio * in_dram))
+    plan = ms._eviction.plan(
+        victim_order(ms),
+        now,
+        target,
+        ms.pin_level,
+        ms.config.evict_soft_pinned,
+        protected,
+    )
+    for key in plan.unpinned:
+        evict(ms, key, now)
+    evicted = len(plan.unpinned)
+    # Soft-pinned victims only when unpinned ones did not suffice.
+    if plan.soft_pinned and still_needed():
+        for key in plan.soft_pinned:
+            evict(ms, key, now)
+        evicted += len(plan.soft_pinned)
+    if evicted:
+        ms._eviction_rounds += 1
+    return evicted
+
+
+def victim_order(ms: MasterState) -> Iterable[tuple[str, ObjectMeta]]:
+    """Objects in the order eviction considers them: least recently used first,
+    those with an SSD copy (evicting them loses nothing) before the others; SSD-only
+    objects hold no DRAM and are left out."""
+    items = ms._objects.items()
+    if not ssd_any(ms):
+        return items
+    offloaded = ((k, o) for k, o in items if o.ssd and o.replicas)
+    others = ((k, o) for k, o in items if not o.ssd and o.replicas)
+    return itertools.chain(offloaded, others)
+
+
+def ssd_any(ms: MasterState) -> bool:
+    return any(s.ssd_keys for s in ms._segments)
+
+
+def evict(ms: MasterState, key: str, now: float) -> None:
+    obj = ms._objects[key]
+    if obj.ssd and obj.replicas:
+        tier_ops.evict_to_ssd(ms, key, obj, now)
+        return
+    ms._evicted_objects += 1
+    ms._evicted_bytes += obj.size * len(obj.replicas)
+    ms._drop(key, obj, ev.RemoveReason.EVICTED, now)
