@@ -15,6 +15,7 @@ from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING
 
 from . import events as ev
+from . import master_removal as removal_ops
 from . import master_tier_ops as tier_ops
 from .errors import CapacityError, ErrorCode
 from .objects import ObjectMeta, Replica
@@ -35,6 +36,7 @@ def evict_if_needed(ms: MasterState, now: float) -> int:
 
 
 def strategy_for(ms: MasterState, cfg: ReplicateConfig) -> AllocationStrategy:
+    """The allocation strategy a write's options ask for."""
     if cfg.preferred_segments:
         return PreferredStrategy(ms._strategy)
     if cfg.local_first:
@@ -53,6 +55,7 @@ def allocate(
     now: float,
     protected: Collection[str],
 ) -> tuple[Replica, ...]:
+    """Place the replicas of a write, evicting rounds until they fit; CapacityError if they cannot."""
     lengths = slice_lengths(size, ms.config.max_slice_size)
     biggest = max(s.capacity for s in segs)
     total = sum(s.capacity for s in segs)
@@ -79,6 +82,7 @@ def allocate(
 
 
 def over_watermark(ms: MasterState) -> bool:
+    """Whether DRAM use is above the eviction high watermark."""
     total = ms._segments.capacity()
     used = ms._segments.used()
     return total > 0 and used > ms.config.eviction_high_watermark * total
@@ -87,6 +91,7 @@ def over_watermark(ms: MasterState) -> bool:
 def evict_round(
     ms: MasterState, now: float, protected: Collection[str], still_needed: Callable[[], bool]
 ) -> int:
+    """Evict one round (``eviction_ratio`` of the DRAM objects, sparing ``protected``); returns how many."""
     in_dram = len(ms._objects) - len(ms._processing) - len(ms._ssd_only)
     target = max(1, math.ceil(ms.config.eviction_ratio * in_dram))
     plan = ms._eviction.plan(
@@ -123,14 +128,16 @@ def victim_order(ms: MasterState) -> Iterable[tuple[str, ObjectMeta]]:
 
 
 def ssd_any(ms: MasterState) -> bool:
+    """Whether any object has an SSD copy."""
     return any(s.ssd_keys for s in ms._segments)
 
 
 def evict(ms: MasterState, key: str, now: float) -> None:
+    """Evict one object: only its DRAM if it has an SSD copy, otherwise the object."""
     obj = ms._objects[key]
     if obj.ssd and obj.replicas:
         tier_ops.evict_to_ssd(ms, key, obj, now)
         return
     ms._evicted_objects += 1
     ms._evicted_bytes += obj.size * len(obj.replicas)
-    ms._drop(key, obj, ev.RemoveReason.EVICTED, now)
+    removal_ops.drop(ms, key, obj, ev.RemoveReason.EVICTED, now)

@@ -159,6 +159,7 @@ def finish_drops(ms: MasterState, now: float) -> int:
 
 
 def pending_add(ms: MasterState, key: str) -> tuple[Replica, float]:
+    """The replica being added to ``key`` and its start time; NotFoundError if none."""
     found = ms._adding.get(key)
     if found is None:
         raise NotFoundError(ErrorCode.OBJECT_NOT_FOUND, f"no replica is being added to {key!r}")

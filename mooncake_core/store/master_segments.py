@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import events as ev
+from . import master_removal as removal_ops
 from . import master_replicas as replica_ops
 from . import master_tier_ops as tier_ops
 from .errors import ConflictError, ErrorCode, InvalidArgumentError
@@ -169,6 +170,7 @@ def finish_unmounts(ms: MasterState, now: float) -> list[str]:
 
 
 def remove_segment(ms: MasterState, seg: Segment, reason: ev.UnmountReason, now: float) -> None:
+    """Remove a segment now: its SSD copies, then its DRAM ranges; objects left with no copy are lost."""
     name = seg.name
     ms._offload_idle.pop(name, None)
     # The node and its disk go with the segment: first its SSD copies, then its
@@ -180,7 +182,7 @@ def remove_segment(ms: MasterState, seg: Segment, reason: ev.UnmountReason, now:
         if st is not None and st.segment == name:
             continue  # the pending stage is failed below, with the segment's ranges
         if not obj.replicas and not obj.ssd and key not in ms._tier.stages:
-            ms._drop(key, obj, ev.RemoveReason.SEGMENT_LOST, now)
+            removal_ops.drop(ms, key, obj, ev.RemoveReason.SEGMENT_LOST, now)
             ms._lost += 1
     for key in sorted(seg.keys):
         obj_or_none = ms._objects.get(key)
@@ -201,7 +203,7 @@ def remove_segment(ms: MasterState, seg: Segment, reason: ev.UnmountReason, now:
         lost = [r for r in obj.replicas if any(sl.segment == name for sl in r)]
         if keep or obj.ssd:
             still = {sl.segment for r in keep for sl in r}
-            ms._release(key, lost, keep=still)
+            removal_ops.release(ms, key, lost, keep=still)
             obj.replicas = keep
             copy = ms._tier.stage_copies.get(key)
             if copy is not None and copy in lost:
@@ -210,13 +212,14 @@ def remove_segment(ms: MasterState, seg: Segment, reason: ev.UnmountReason, now:
                 ms._ssd_only.add(key)
             ms._events.append(ev.ReplicaDropped(now, key, name, len(keep)))
         else:
-            ms._drop(key, obj, ev.RemoveReason.SEGMENT_LOST, now)
+            removal_ops.drop(ms, key, obj, ev.RemoveReason.SEGMENT_LOST, now)
             ms._lost += 1
     ms._segments.remove(name)
     ms._events.append(ev.SegmentUnmounted(now, name, reason))
 
 
 def update_drain(ms: MasterState, seg: Segment, now: float) -> None:
+    """Mark a DRAINING segment DRAINED once it holds no key."""
     if seg.state == SegmentState.DRAINING and not seg.keys:
         seg.state = SegmentState.DRAINED
         ms._events.append(ev.SegmentStateChanged(now, seg.name, seg.state.name))

@@ -9,6 +9,13 @@ A call that raises leaves the tables as they were, with one documented exception
 PutStart/Upsert that fails for lack of space may have evicted objects on the way (those
 evictions are real and reported as events; the failed write itself left no trace).
 
+The rules of each area live in their own module, as functions taking the state:
+:mod:`.master_segments` (segment lifecycle), :mod:`.master_replicas` (replica moves),
+:mod:`.master_removal` (removals), :mod:`.master_eviction` (allocation and eviction),
+:mod:`.master_tier_ops` (SSD tier) and :mod:`.master_restore` (rebuild). ``MasterState``
+owns the tables and is the only public API; its methods delegate to those modules and
+document the behaviour.
+
 Object table order is recency (least recently used first): PutEnd and GetReplicaList
 move a key to the end; Exist and Stat do not, so probing cannot keep objects alive.
 """
@@ -16,13 +23,13 @@ move a key to the end; Exist and Stat do not, so probing cannot keep objects ali
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Collection, Iterable, Sequence
 
 from mooncake_core.config.models import MasterConfig
 
 from . import events as ev
 from . import master_eviction as evict_ops
+from . import master_removal as removal_ops
 from . import master_replicas as replica_ops
 from . import master_restore
 from . import master_segments as segment_ops
@@ -297,7 +304,7 @@ class MasterState:
         replicas = evict_ops.allocate(
             self, segs, key, size, replica_num, client_id, cfg, now, (key,)
         )
-        self._drop(key, old, ev.RemoveReason.REPLACED, now, keep_pin=True)
+        removal_ops.drop(self, key, old, ev.RemoveReason.REPLACED, now, keep_pin=True)
         self._install(key, size, replicas, client_id, cfg, now)
         return replicas
 
@@ -335,7 +342,7 @@ class MasterState:
             raise ConflictError(
                 ErrorCode.INVALID_STATE, f"object {key!r} is complete; use remove, not revoke"
             )
-        self._drop(key, obj, ev.RemoveReason.REVOKED, now)
+        removal_ops.drop(self, key, obj, ev.RemoveReason.REVOKED, now)
 
     def discard_stale_puts(self, now: float) -> list[str]:
         """Drop writes started more than ``put_timeout_s`` ago and never ended.
@@ -350,7 +357,7 @@ class MasterState:
                 break  # insertion order is start order
             stale.append(key)
         for key in stale:
-            self._drop(key, self._objects[key], ev.RemoveReason.EXPIRED, now)
+            removal_ops.drop(self, key, self._objects[key], ev.RemoveReason.EXPIRED, now)
             self._expired_puts += 1
         return stale
 
@@ -562,11 +569,7 @@ class MasterState:
             ConflictError: leased (OBJECT_LEASED) or being written (OBJECT_NOT_READY),
                 unless ``force``.
         """
-        obj = self._object(key)
-        if not force:
-            self._check_removable(key, obj, now)
-        self._drop(key, obj, ev.RemoveReason.REMOVED, now)
-        self._removed += 1
+        removal_ops.remove(self, key, now, force=force)
 
     def remove_by_prefix(self, prefix: str, now: float, *, force: bool = False) -> RemoveManyResult:
         """Remove every removable object whose key starts with ``prefix``.
@@ -574,11 +577,7 @@ class MasterState:
         Raises:
             InvalidArgumentError: empty prefix (use :meth:`remove_all`).
         """
-        if not prefix:
-            raise InvalidArgumentError(
-                ErrorCode.INVALID_PARAMS, "empty prefix would match every key; use remove_all"
-            )
-        return self._remove_many(list(self._keys.iter_prefix(prefix)), now, force)
+        return removal_ops.remove_by_prefix(self, prefix, now, force=force)
 
     def remove_by_regex(self, pattern: str, now: float, *, force: bool = False) -> RemoveManyResult:
         """Remove every removable object whose key matches ``pattern`` (``re.search``).
@@ -586,17 +585,11 @@ class MasterState:
         Raises:
             InvalidArgumentError: the pattern does not compile (the message says why).
         """
-        try:
-            rx = re.compile(pattern)
-        except re.error as exc:
-            raise InvalidArgumentError(
-                ErrorCode.INVALID_PARAMS, f"invalid regex {pattern!r}: {exc}"
-            ) from None
-        return self._remove_many([k for k in self._keys.iter_from() if rx.search(k)], now, force)
+        return removal_ops.remove_by_regex(self, pattern, now, force=force)
 
     def remove_all(self, now: float, *, force: bool = False) -> RemoveManyResult:
         """Remove every removable object."""
-        return self._remove_many(list(self._keys.iter_from()), now, force)
+        return removal_ops.remove_all(self, now, force=force)
 
     # ------------------------------------------------------------------- pins
     def pin(
@@ -966,58 +959,3 @@ class MasterState:
             expires = pin_expiry(self.config, cfg.hard_pin, cfg.soft_pin_ttl_s, now)
             self._pins.set(key, is_prefix=False, hard=cfg.hard_pin, expires_at=expires)
             self._events.append(ev.ObjectPinned(now, key, False, cfg.hard_pin, expires))
-
-    def _release(self, key: str, replicas: Iterable[Replica], keep: Collection[str] = ()) -> None:
-        touched: set[str] = set()
-        for replica in replicas:
-            for sl in replica:
-                seg = self._segments.find(sl.segment)
-                if seg is not None:
-                    seg.allocator.release(sl.offset, sl.length)
-                    touched.add(sl.segment)
-        for name in touched - set(keep):
-            self._segments.get(name).keys.discard(key)
-
-    def _drop(
-        self,
-        key: str,
-        obj: ObjectMeta,
-        reason: ev.RemoveReason,
-        now: float,
-        *,
-        keep_pin: bool = False,
-    ) -> None:
-        if key in self._adding or key in self._dropping:
-            replica_ops.forget_moves(self, key, now)
-        tier_ops.forget_tier(self, key, obj)
-        self._release(key, obj.replicas)
-        del self._objects[key]
-        self._processing.pop(key, None)
-        self._keys.discard(key)
-        if not keep_pin and self._pins.clear(key, is_prefix=False) is not None:
-            self._events.append(ev.ObjectUnpinned(now, key, False, expired=False))
-        self._events.append(ev.ObjectRemoved(now, key, reason, obj.complete))
-
-    def _check_removable(self, key: str, obj: ObjectMeta, now: float) -> None:
-        if obj.leased(now):
-            raise ConflictError(
-                ErrorCode.OBJECT_LEASED,
-                f"object {key!r} is leased for {obj.lease_expiry - now:.3f} s more; wait or force",
-            )
-        if not obj.complete:
-            raise ConflictError(
-                ErrorCode.OBJECT_NOT_READY,
-                f"object {key!r} is being written; revoke it or force",
-            )
-
-    def _remove_many(self, keys: list[str], now: float, force: bool) -> RemoveManyResult:
-        removed = skipped = 0
-        for key in keys:
-            obj = self._objects[key]
-            if not force and (obj.leased(now) or not obj.complete):
-                skipped += 1
-                continue
-            self._drop(key, obj, ev.RemoveReason.REMOVED, now)
-            removed += 1
-        self._removed += removed
-        return RemoveManyResult(removed, skipped)

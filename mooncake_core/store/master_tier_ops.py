@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from . import events as ev
 from . import master_eviction as evict_ops
+from . import master_removal as removal_ops
 from . import master_replicas as replica_ops
 from .errors import (
     CapacityError,
@@ -240,6 +241,7 @@ def restore_ssd_copies(ms: MasterState, key: str, segments: Iterable[str]) -> No
 
 
 def owned_segment(ms: MasterState, name: str, client_id: str) -> Segment:
+    """The segment ``name``; ConflictError unless ``client_id`` owns it."""
     check_name("client_id", client_id)
     seg = ms._segments.get(name)
     if seg.client_id != client_id:
@@ -251,6 +253,7 @@ def owned_segment(ms: MasterState, name: str, client_id: str) -> Segment:
 
 
 def tier_object(ms: MasterState, key: str, ident: int, what: str) -> ObjectMeta:
+    """The object of a node's tier report, after checking the key and the id."""
     check_key(key, ms.config.max_key_length)
     if not isinstance(ident, int) or ident <= 0:
         raise InvalidArgumentError(
@@ -260,6 +263,7 @@ def tier_object(ms: MasterState, key: str, ident: int, what: str) -> ObjectMeta:
 
 
 def on_ssd_segment(ms: MasterState, obj: ObjectMeta) -> bool:
+    """Whether a replica of the object starts on a segment with an SSD tier."""
     for r in obj.replicas:
         seg = ms._segments.find(r[0].segment)
         if seg is not None and seg.ssd_capacity > 0:
@@ -286,6 +290,7 @@ def write_through(ms: MasterState, key: str, obj: ObjectMeta, now: float) -> Non
 def request_offload(
     ms: MasterState, key: str, obj: ObjectMeta, segment: str, replica: Replica, now: float
 ) -> None:
+    """Ask the node of ``segment`` to copy ``replica`` to SSD (``OffloadRequested``)."""
     ms._tier.note_offload(key, segment, now)
     ms._events.append(ev.OffloadRequested(now, key, segment, replica, obj.size, obj.token))
 
@@ -350,6 +355,7 @@ def stage_failed(ms: MasterState, key: str, obj: ObjectMeta, st: PendingStage, n
 
 
 def drop_ssd(ms: MasterState, key: str, obj: ObjectMeta, segment: str, now: float) -> None:
+    """Forget the SSD copy of ``key`` on ``segment`` (``SsdCopyDropped``)."""
     obj.ssd = tuple(s for s in obj.ssd if s != segment)
     seg = ms._segments.find(segment)
     if seg is not None:
@@ -361,7 +367,7 @@ def after_ssd_loss(ms: MasterState, key: str, obj: ObjectMeta, now: float) -> bo
     """Remove an object that has neither a replica nor an SSD copy left."""
     if obj.replicas or obj.ssd or key in ms._tier.stages:
         return False
-    ms._drop(key, obj, ev.RemoveReason.SSD_LOST, now)
+    removal_ops.drop(ms, key, obj, ev.RemoveReason.SSD_LOST, now)
     ms._ssd_lost += 1
     return True
 
@@ -374,7 +380,7 @@ def evict_to_ssd(ms: MasterState, key: str, obj: ObjectMeta, now: float) -> None
     obj.replicas = ()
     ms._tier.stage_copies.pop(key, None)
     ms._tier.clear_offload(key)
-    ms._release(key, replicas)
+    removal_ops.release(ms, key, replicas)
     for left, r in enumerate(reversed(replicas)):
         ms._events.append(ev.ReplicaDropped(now, key, r[0].segment, left))
     ms._ssd_only.add(key)
@@ -386,7 +392,7 @@ def forget_tier(ms: MasterState, key: str, obj: ObjectMeta) -> None:
     """Forget an object's SSD copies and in-flight tier work (it is being dropped)."""
     st = ms._tier.stages.pop(key, None)
     if st is not None:
-        ms._release(key, (st.replica,))
+        removal_ops.release(ms, key, (st.replica,))
     ms._tier.timed_out.pop(key, None)
     ms._tier.stage_copies.pop(key, None)
     ms._tier.clear_offload(key)
