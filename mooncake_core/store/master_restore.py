@@ -4,13 +4,14 @@ A master rebuilt from its journal (:mod:`.ha.rebuild`) must put every object bac
 exact ranges its bytes occupy on the nodes; the core otherwise only knows "allocate
 somewhere". This module reserves those ranges with the segment allocator's public
 ``allocate``/``release`` (see :func:`reserve_exact`) and registers the objects in the
-core's tables; :meth:`MasterState.restore_objects` is its public face.
+core's tables; :meth:`MasterState.restore_objects` is its public face. SSD copies are
+restored by :meth:`MasterState.restore_ssd_copies`.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from .allocator import OffsetAllocator
@@ -113,3 +114,16 @@ def restore_objects(
         for r in replicas:
             for sl in r:
                 segs[sl.segment].keys.add(key)
+
+
+def restore_ssd_copies(ms: MasterState, key: str, segments: Iterable[str]) -> None:
+    """Body of :meth:`MasterState.restore_ssd_copies`."""
+    obj = ms._object(key)
+    for name in segments:
+        seg = ms._segments.find(name)
+        if seg is None or name in obj.ssd:
+            continue
+        obj.ssd = (*obj.ssd, name)
+        seg.ssd_keys.add(key)
+    if obj.complete and not obj.replicas and obj.ssd:
+        ms._ssd_only.add(key)

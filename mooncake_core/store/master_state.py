@@ -834,7 +834,7 @@ class MasterState:
         Raises:
             NotFoundError: no such object.
         """
-        tier_ops.restore_ssd_copies(self, key, segments)
+        master_restore.restore_ssd_copies(self, key, segments)
 
     # ------------------------------------------------------------------ batch
     def batch_put_start(

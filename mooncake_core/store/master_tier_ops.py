@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from . import events as ev
@@ -225,19 +225,6 @@ def request_offloads(ms: MasterState, now: float) -> int:
     for name in left:
         ms._offload_idle[name] = (ms._tier_changes, next_due[name])
     return asked
-
-
-def restore_ssd_copies(ms: MasterState, key: str, segments: Iterable[str]) -> None:
-    """Body of :meth:`MasterState.restore_ssd_copies`."""
-    obj = ms._object(key)
-    for name in segments:
-        seg = ms._segments.find(name)
-        if seg is None or name in obj.ssd:
-            continue
-        obj.ssd = (*obj.ssd, name)
-        seg.ssd_keys.add(key)
-    if obj.complete and not obj.replicas and obj.ssd:
-        ms._ssd_only.add(key)
 
 
 def owned_segment(ms: MasterState, name: str, client_id: str) -> Segment:
