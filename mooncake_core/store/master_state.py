@@ -10,11 +10,11 @@ PutStart/Upsert that fails for lack of space may have evicted objects on the way
 evictions are real and reported as events; the failed write itself left no trace).
 
 The rules of each area live in their own module, as functions taking the state:
-:mod:`.master_segments` (segment lifecycle), :mod:`.master_replicas` (replica moves),
-:mod:`.master_removal` (removals), :mod:`.master_eviction` (allocation and eviction),
-:mod:`.master_tier_ops` (SSD tier) and :mod:`.master_restore` (rebuild). ``MasterState``
-owns the tables and is the only public API; its methods delegate to those modules and
-document the behaviour.
+:mod:`.master_segments` (segment lifecycle), :mod:`.master_writes` (writes),
+:mod:`.master_replicas` (replica moves), :mod:`.master_removal` (removals),
+:mod:`.master_eviction` (allocation and eviction), :mod:`.master_tier_ops` (SSD tier)
+and :mod:`.master_restore` (rebuild). ``MasterState`` owns the tables and is the only
+public API; its methods delegate to those modules and document the behaviour.
 
 Object table order is recency (least recently used first): PutEnd and GetReplicaList
 move a key to the end; Exist and Stat do not, so probing cannot keep objects alive.
@@ -34,6 +34,7 @@ from . import master_replicas as replica_ops
 from . import master_restore
 from . import master_segments as segment_ops
 from . import master_tier_ops as tier_ops
+from . import master_writes as write_ops
 from .errors import (
     ConflictError,
     ErrorCode,
@@ -49,7 +50,7 @@ from .master_segments import MAX_SEGMENT_CAPACITY as MAX_SEGMENT_CAPACITY
 from .master_segments import MAX_SSD_CAPACITY as MAX_SSD_CAPACITY
 from .master_segments import MAX_TOTAL_CAPACITY as MAX_TOTAL_CAPACITY
 from .master_tier import StagePending, TierBook
-from .objects import ObjectInfo, ObjectMeta, ObjectState, PinLevel, Replica
+from .objects import ObjectInfo, ObjectMeta, PinLevel, Replica
 from .pins import Pin, PinTable
 from .results import (
     GetResult,
@@ -69,7 +70,6 @@ from .validation import (
     check_name,
     each,
     pin_expiry,
-    validate_put,
 )
 
 
@@ -92,6 +92,8 @@ class MasterState:
         eviction: EvictionPolicy | None = None,
     ) -> None:
         self.config = config or MasterConfig()
+        # The private tables below are shared with the master_*.py rule modules (they
+        # read and write them directly); other code goes through the methods.
         self._rng = rng if rng is not None else random.Random(0)
         self._strategy = make_strategy(self.config.allocation_strategy, self._rng)
         self._eviction: EvictionPolicy = eviction or LruEviction()
@@ -256,18 +258,7 @@ class MasterState:
             ConflictError: the key exists (complete or being written).
             CapacityError: fewer usable segments than replicas, or no space after eviction.
         """
-        cfg = config or ReplicateConfig()
-        segs = self._segments.allocatable()
-        replica_num = validate_put(self.config, key, size, client_id, cfg, len(segs))
-        existing = self._objects.get(key)
-        if existing is not None:
-            raise ConflictError(
-                ErrorCode.OBJECT_ALREADY_EXISTS,
-                f"object {key!r} already exists ({existing.state.name})",
-            )
-        replicas = evict_ops.allocate(self, segs, key, size, replica_num, client_id, cfg, now, ())
-        self._install(key, size, replicas, client_id, cfg, now)
-        return replicas
+        return write_ops.put_start(self, key, size, client_id, now, config)
 
     def upsert_start(
         self,
@@ -286,27 +277,7 @@ class MasterState:
             ConflictError: the old value is leased (OBJECT_LEASED) or being written.
             Others: as :meth:`put_start`.
         """
-        cfg = config or ReplicateConfig()
-        segs = self._segments.allocatable()
-        replica_num = validate_put(self.config, key, size, client_id, cfg, len(segs))
-        old = self._objects.get(key)
-        if old is None:
-            return self.put_start(key, size, client_id, now, cfg)
-        if not old.complete:
-            raise ConflictError(
-                ErrorCode.INVALID_STATE, f"object {key!r} is being written; cannot upsert"
-            )
-        if old.leased(now):
-            raise ConflictError(
-                ErrorCode.OBJECT_LEASED,
-                f"object {key!r} is leased for {old.lease_expiry - now:.3f} s more",
-            )
-        replicas = evict_ops.allocate(
-            self, segs, key, size, replica_num, client_id, cfg, now, (key,)
-        )
-        removal_ops.drop(self, key, old, ev.RemoveReason.REPLACED, now, keep_pin=True)
-        self._install(key, size, replicas, client_id, cfg, now)
-        return replicas
+        return write_ops.upsert_start(self, key, size, client_id, now, config)
 
     def put_end(self, key: str, now: float) -> None:
         """Mark a written object COMPLETE: readable from now on.
@@ -315,20 +286,7 @@ class MasterState:
             NotFoundError: no such object (never started, revoked, or expired).
             ConflictError: the object is already complete.
         """
-        obj = self._object(key)
-        if obj.complete:
-            raise ConflictError(ErrorCode.INVALID_STATE, f"object {key!r} is already complete")
-        obj.state = ObjectState.COMPLETE
-        obj.last_access = now
-        obj.token = self._tier.new_token()
-        del self._processing[key]
-        self._touch(key, obj)
-        self._tier_changes += 1
-        self._events.append(ev.ObjectStored(now, key, obj.size, obj.replicas))
-        # Cheap test first: most stores have no SSD tier, and the pin lookup walks the
-        # prefix pins.
-        if tier_ops.on_ssd_segment(self, obj) and self._pins.level(key, now)[0] != PinLevel.NONE:
-            tier_ops.write_through(self, key, obj, now)
+        write_ops.put_end(self, key, now)
 
     def put_revoke(self, key: str, now: float) -> None:
         """Abandon a write: the object and its space are released.
@@ -337,12 +295,7 @@ class MasterState:
             NotFoundError: no such object.
             ConflictError: the object is already complete (use remove).
         """
-        obj = self._object(key)
-        if obj.complete:
-            raise ConflictError(
-                ErrorCode.INVALID_STATE, f"object {key!r} is complete; use remove, not revoke"
-            )
-        removal_ops.drop(self, key, obj, ev.RemoveReason.REVOKED, now)
+        write_ops.put_revoke(self, key, now)
 
     def discard_stale_puts(self, now: float) -> list[str]:
         """Drop writes started more than ``put_timeout_s`` ago and never ended.
@@ -350,16 +303,7 @@ class MasterState:
         Returns:
             Their keys, oldest first.
         """
-        limit = now - self.config.put_timeout_s
-        stale = []
-        for key, started in self._processing.items():
-            if started > limit:
-                break  # insertion order is start order
-            stale.append(key)
-        for key in stale:
-            removal_ops.drop(self, key, self._objects[key], ev.RemoveReason.EXPIRED, now)
-            self._expired_puts += 1
-        return stale
+        return write_ops.discard_stale_puts(self, now)
 
     # --------------------------------------------------------- replica moves
     def add_replica_start(
@@ -939,23 +883,3 @@ class MasterState:
         # Re-inserting moves the key to the end of the dict: most recently used.
         del self._objects[key]
         self._objects[key] = obj
-
-    def _install(
-        self,
-        key: str,
-        size: int,
-        replicas: tuple[Replica, ...],
-        client_id: str,
-        cfg: ReplicateConfig,
-        now: float,
-    ) -> None:
-        self._objects[key] = ObjectMeta(size, replicas, client_id, now)
-        self._processing[key] = now
-        self._keys.add(key)
-        for replica in replicas:
-            for sl in replica:
-                self._segments.get(sl.segment).keys.add(key)
-        if cfg.hard_pin or cfg.soft_pin:
-            expires = pin_expiry(self.config, cfg.hard_pin, cfg.soft_pin_ttl_s, now)
-            self._pins.set(key, is_prefix=False, hard=cfg.hard_pin, expires_at=expires)
-            self._events.append(ev.ObjectPinned(now, key, False, cfg.hard_pin, expires))
