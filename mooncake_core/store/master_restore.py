@@ -75,14 +75,17 @@ def restore_objects(
     """Install ``objects`` in ``st`` at exactly their ranges (see
     :meth:`MasterState.restore_objects`)."""
     table = st._segments
+    keys_in = {o[0] for o in objects}
+    if len(keys_in) != len(objects) or not keys_in.isdisjoint(st._objects):
+        seen: set[str] = set()
+        for key, _, _, _ in objects:
+            if key in st._objects or key in seen:
+                raise ConflictError(
+                    ErrorCode.OBJECT_ALREADY_EXISTS, f"object {key!r} is already restored"
+                )
+            seen.add(key)
     ranges: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    seen: set[str] = set()
-    for key, _, replicas, _ in objects:
-        if key in st._objects or key in seen:
-            raise ConflictError(
-                ErrorCode.OBJECT_ALREADY_EXISTS, f"object {key!r} is already restored"
-            )
-        seen.add(key)
+    for _, _, replicas, _ in objects:
         for r in replicas:
             for sl in r:
                 ranges[sl.segment].append((sl.offset, sl.length))

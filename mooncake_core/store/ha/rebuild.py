@@ -80,9 +80,8 @@ def build_state(
     # counted from 0 in its own life), so a late TierOffloadDone for an old version
     # is never taken for a new one.
     st.restore_objects(restored, now, token_base=int(wall * 1e6))
-    objects = {key for key, _, _, complete in restored if complete}
     for key, ssd in image.ssd.items():
-        if key in objects:
+        if st.exist(key, now):  # restored and complete
             st.restore_ssd_copies(key, ssd)
     for name, seg in image.segments.items():
         if seg.state in ("DRAINING", "DRAINED"):
