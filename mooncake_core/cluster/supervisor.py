@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -389,7 +389,11 @@ class Supervisor:
         if not alive:
             return _row(rec, "down", f"pid {rec.pid} is gone (log: {rec.log_path})")
         res = probe(Probe(rec.probe_kind, rec.probe_target), secret=self.secret())
-        row = _row(rec, "healthy" if res.ok else "unhealthy", "ok" if res.ok else res.detail)
+        detail = "ok" if res.ok else res.detail
+        readiness = res.info.get("readiness") if res.ok and rec.role == "master" else None
+        if isinstance(readiness, dict):
+            detail = master_readiness(readiness)
+        row = _row(rec, "healthy" if res.ok else "unhealthy", detail)
         version = str(res.info.get("version", "")) or rec.version
         return replace(row, version=version, info=res.info)
 
@@ -398,6 +402,33 @@ class Supervisor:
         url = f"http://{self.cfg.host(self.cfg.master.host).address}:{self.cfg.master.metrics_port}/snapshot"
         res = http_get_json(url, 2.0)
         return res.info if res.ok else None
+
+
+def master_readiness(r: Mapping[str, object]) -> str:
+    """One line for ``cluster status``: a master's role and whether it could take over.
+
+    Args:
+        r: the ``readiness`` object of the master's ``/health`` (docs/durability.md).
+
+    Returns:
+        e.g. ``leader (journal seq 812)``, ``follower, caught up (seq 812; leader m1)``,
+        ``follower, catching up (seq 640; leader m1)``, ``standalone, no journal``,
+        ``recovering``.
+    """
+    state = str(r.get("state", "unknown"))
+    seq = r.get("applied_seq", r.get("journal_seq"))
+    leader = r.get("leader_id")
+    if state == "follower":
+        ready = "caught up" if r.get("caught_up") else "catching up"
+        where = f"seq {seq}" if seq is not None else "no seq yet"
+        return f"follower, {ready} ({where}" + (f"; leader {leader})" if leader else ")")
+    if state in ("leader", "standalone"):
+        if r.get("ha"):
+            return f"{state} (ha, seq {seq})" if seq is not None else f"{state} (ha)"
+        if r.get("durable"):
+            return f"{state} (journal seq {seq})"
+        return f"{state}, no journal"
+    return state + (f" (leader {leader})" if leader else "")
 
 
 def _row(rec: ComponentRecord, state: str, detail: str) -> ComponentStatus:

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -186,8 +187,21 @@ def test_etcd_and_two_ha_masters(cluster: tuple[Path, dict]) -> None:
     assert order == ["etcd", "master", "master-1", "store-0", "store-1"]
     recs = _records(cfg)
     assert "--ha" in recs["master-1"]["argv"] and str(base + 1) in recs["master-1"]["argv"]
-    st = cli("cluster", "status", "-c", str(path), "--json", *only)
-    assert st.returncode == 0, st.stdout
+    # cluster status says which master leads and whether the other could take over
+    # (a follower is ready only when caught up; it may need a moment after start).
+    deadline = time.monotonic() + 15
+    while True:
+        st = cli("cluster", "status", "-c", str(path), "--json", *only)
+        assert st.returncode == 0, st.stdout
+        rows = {c["name"]: c for c in json.loads(st.stdout)["components"]}
+        details = sorted(rows[m]["detail"] for m in ("master", "master-1"))
+        if details[0].startswith("follower, caught up") or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert details[0].startswith("follower, caught up (seq "), details
+    assert details[1].startswith("leader (ha, seq "), details
+    table = cli("cluster", "status", "-c", str(path), *only)
+    assert "follower, caught up" in table.stdout and "leader (ha" in table.stdout, table.stdout
     assert cli("cluster", "check", "-c", str(path)).returncode == 0
     down = cli("cluster", "down", "-c", str(path))
     assert down.returncode == 0
