@@ -4,7 +4,8 @@ Four measurements; 1-3 use decisions with 4 candidates (3 prefill + 1 decode):
 
 1. ``submit`` cost alone (writer not started): ns per call.
 2. Maximum write rate: submit N prebuilt decisions as fast as possible, then wait until
-   all are on disk; decisions/s and rows/s.
+   all are on disk; decisions/s and rows/s. Again with a ``record_outcome`` after every
+   decision (what the live front door does when each request ends).
 3. Sustained rate: a producer paced at ``--rate`` decisions/s for ``--seconds``; reports
    the achieved rate, drops, peak queue depth and how long the final drain took.
 4. Decision-loop slowdown: the real sans-IO ``Conductor.schedule`` (3 prefill + 1 decode
@@ -64,6 +65,22 @@ def bench_max_rate(folder: Path, n: int) -> tuple[float, float, int]:
     snap = w.snapshot()
     assert snap.written == n, snap
     return n / dt, rows / dt, snap.batches
+
+
+def bench_max_rate_outcomes(folder: Path, n: int) -> float:
+    """Decisions/s when every decision is followed by its outcome update."""
+    pairs = list(sample.synthetic(n, t0=1.8e9))
+    w = AuditWriter.open(fresh_db(folder, "outcomes.db"), options(queue_max=2 * n + 1))
+    w.start()
+    t = time.perf_counter()
+    for d, c in pairs:
+        w.submit(d, c)
+        w.record_outcome(d.request_id, "completed")
+    w.close()
+    dt = time.perf_counter() - t
+    snap = w.snapshot()
+    assert snap.written == n, snap
+    return n / dt
 
 
 def bench_sustained(folder: Path, rate: float, seconds: float) -> dict[str, float]:
@@ -274,6 +291,8 @@ def main() -> None:
             f"max write rate ({args.decisions} decisions)   {dps:10.0f} decisions/s "
             f"({rps:.0f} rows/s, {batches} transactions)"
         )
+        ops = bench_max_rate_outcomes(folder, args.decisions)
+        print(f"max write rate, + record_outcome each   {ops:10.0f} decisions/s")
         s = bench_sustained(folder, args.rate, args.seconds)
         print(
             f"paced {args.rate:.0f}/s for {args.seconds:.0f}s          achieved {s['achieved']:.0f}/s, "

@@ -103,3 +103,14 @@ def test_not_ready_falls_back_to_uniform_rule() -> None:
     c = _ctx(cold, ttft=10.0)
     c.decode[0].join("c", 300, 1.0)
     assert adm.before_prefill(c).admitted
+
+
+def test_sorted_window_is_refreshed_every_window_over_32_samples() -> None:
+    d = DecodeDurations(window=64, min_samples=1)  # refresh every 2 new samples
+    d.add(10.0)
+    d.add(10.0)
+    assert d.survival(np.array([5.0])).tolist() == [1.0]
+    d.add(1.0)  # one new sample: the sorted copy is kept
+    assert d.survival(np.array([5.0])).tolist() == [1.0]
+    d.add(1.0)  # the second: rebuilt, 2 of 4 above 5 s
+    assert d.survival(np.array([5.0])).tolist() == [0.5]
