@@ -8,12 +8,14 @@ instants if it needs to.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 
 from mooncake_core.rpc import store_pb2 as pb
 
 from . import events as ev
 from .errors import ErrorCode, StoreError, error_from_code
+from .ha.readiness import Readiness
 from .objects import ObjectInfo, ObjectState, PinLevel, Replica, Slice
 from .pins import Pin
 from .results import GetResult, KeyEntry, ListKeysResult, MasterSnapshot, ReplicateConfig
@@ -378,3 +380,13 @@ def batch_errors_to_pb(results: Sequence[object]) -> list[pb.Error]:
 
 
 __all__ = ["OK", "ErrorCode"]
+
+
+def readiness_to_pb(r: Readiness) -> pb.Readiness:
+    """The ``Readiness`` message (its fields are the dataclass's, one to one)."""
+    return pb.Readiness(**dataclasses.asdict(r))
+
+
+def readiness_from_pb(m: pb.Readiness) -> Readiness:
+    """The dataclass from a ``Readiness`` message."""
+    return Readiness(**{f.name: getattr(m, f.name) for f in dataclasses.fields(Readiness)})

@@ -581,18 +581,7 @@ class MasterClient:
             r = await self._stub.GetReadiness(pb.ReadinessRequest(), **self._kw)
         except grpc.aio.AioRpcError as exc:
             raise self._transport_error(exc) from None
-        return Readiness(
-            state=r.state,
-            serving=r.serving,
-            durable=r.durable,
-            journal_seq=r.journal_seq,
-            ha=r.ha,
-            member_id=r.member_id,
-            applied_seq=r.applied_seq,
-            caught_up=r.caught_up,
-            leader_id=r.leader_id,
-            leader_address=r.leader_address,
-        )
+        return cv.readiness_from_pb(r)
 
     async def watch_events(
         self, started: asyncio.Event | None = None

@@ -433,19 +433,7 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
 
     # -------------------------------------------------------- read-model, events
     async def GetReadiness(self, request: pb.ReadinessRequest, context: Ctx) -> pb.Readiness:
-        r = Readiness.from_dict(self._svc.readiness())
-        return pb.Readiness(
-            state=r.state,
-            serving=r.serving,
-            durable=r.durable,
-            journal_seq=r.journal_seq,
-            ha=r.ha,
-            member_id=r.member_id,
-            applied_seq=r.applied_seq,
-            caught_up=r.caught_up,
-            leader_id=r.leader_id,
-            leader_address=r.leader_address,
-        )
+        return cv.readiness_to_pb(Readiness.from_dict(self._svc.readiness()))
 
     async def GetSnapshot(self, request: pb.SnapshotRequest, context: Ctx) -> pb.Snapshot:
         r = await self._svc.call("GetSnapshot", lambda now: self._st.snapshot())
