@@ -1,0 +1,268 @@
+"""Fault harness: the faults real clusters see, as small reusable tools for tests.
+
+Every tool acts on real processes or real kernel objects; nothing is simulated:
+
+- ``paused(pid)`` / ``pause_for(pid, s)``: SIGSTOP then SIGCONT (a long GC, VM steal, a
+  CPU stall; the process sees its clocks jump when it resumes).
+- ``kill9(proc)``: SIGKILL and reap.
+- ``SmallDisk(size)``: a tmpfs of ``size`` bytes (a disk that fills up); ``fill()`` eats
+  every free byte, ``free()`` gives it back, ``resize(n)`` grows or shrinks it live.
+- ``SlowDisk()``: a directory on a loop-mounted ext4 image; ``throttle(pid, ...)`` caps
+  that process's writes to it with a blkio cgroup (a slow disk).
+- ``FakeClock()``: libfaketime for a spawned process; ``jump(s)`` moves its wall and
+  monotonic clocks at once (a clock step, an NTP jump, a resumed VM).
+- ``partition(pair, link)``: cut one veth link of a ``tests.netns_util`` rig, and heal.
+
+Root-only tools skip the test (``pytest.skip``) with the reason when they cannot work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+LIBFAKETIME = (
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+    "/usr/lib/faketime/libfaketimeMT.so.1",
+    "/usr/local/lib/faketime/libfaketimeMT.so.1",
+)
+
+
+def _pid(target: Any) -> int:
+    return int(getattr(target, "pid", target))
+
+
+@contextlib.contextmanager
+def paused(target: Any) -> Iterator[None]:
+    """SIGSTOP ``target`` (a pid or a Popen) for the body, SIGCONT after, whatever happens."""
+    pid = _pid(target)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+def pause_for(target: Any, seconds: float) -> None:
+    """Stop ``target`` for ``seconds`` of wall time, then let it run again."""
+    with paused(target):
+        time.sleep(seconds)
+
+
+def kill9(proc: subprocess.Popen[Any], timeout: float = 10.0) -> int:
+    """SIGKILL ``proc`` and reap it; returns its exit status."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGKILL)
+    return proc.wait(timeout=timeout)
+
+
+def _need_root(what: str) -> None:
+    if os.geteuid() != 0:
+        pytest.skip(f"{what} needs root")
+
+
+def _sh(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), check=True, capture_output=True, text=True)
+
+
+class SmallDisk:
+    """A tmpfs of ``size`` bytes mounted on a fresh directory: a disk that can fill up.
+
+    Use as a context manager (unmounts on exit) or call ``close()``. ``fill()`` writes a
+    filler file until ENOSPC (leaving ``leave`` bytes), ``free()`` deletes it, and
+    ``resize(n)`` remounts with a new size without touching the files on it.
+    """
+
+    def __init__(self, size: int, *, prefix: str = "mc-smalldisk-") -> None:
+        _need_root("SmallDisk (mounting a tmpfs)")
+        self.path = Path(tempfile.mkdtemp(prefix=prefix))
+        self.size = size
+        try:
+            _sh("mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(self.path))
+        except (subprocess.CalledProcessError, FileNotFoundError) as e:
+            self.path.rmdir()
+            pytest.skip(f"cannot mount a tmpfs: {e}")
+        self._filler = self.path / ".filler"
+        self._mounted = True
+
+    def free_bytes(self) -> int:
+        st = os.statvfs(self.path)
+        return st.f_bavail * st.f_frsize
+
+    def fill(self, leave: int = 0) -> int:
+        """Write a filler until the disk is full (``leave`` bytes spare); bytes written."""
+        written = 0
+        chunk = b"\0" * (1 << 16)
+        with open(self._filler, "ab") as f:
+            while True:
+                room = self.free_bytes() - leave
+                if room <= 0:
+                    break
+                try:
+                    f.write(chunk[: min(len(chunk), room)])
+                    f.flush()
+                except OSError:
+                    break
+                written += min(len(chunk), room)
+        return written
+
+    def free(self) -> None:
+        """Delete the filler: the disk has room again."""
+        with contextlib.suppress(FileNotFoundError):
+            self._filler.unlink()
+
+    def resize(self, size: int) -> None:
+        """Grow or shrink the tmpfs in place (files stay)."""
+        _sh("mount", "-o", f"remount,size={size}", str(self.path))
+        self.size = size
+
+    def close(self) -> None:
+        if self._mounted:
+            with contextlib.suppress(subprocess.CalledProcessError):
+                _sh("umount", "-l", str(self.path))
+            self._mounted = False
+            shutil.rmtree(self.path, ignore_errors=True)
+
+    def __enter__(self) -> SmallDisk:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class FakeClock:
+    """libfaketime for spawned processes: their wall and monotonic clocks jump on demand.
+
+    Pass ``env()`` to the process you start; ``jump(s)`` moves every clock of that process
+    forward (or back, negative) by ``s`` seconds relative to where it is now, at once.
+    The offset is read from a file on every clock call (``FAKETIME_NO_CACHE``).
+    """
+
+    def __init__(self) -> None:
+        lib = next((p for p in LIBFAKETIME if os.path.exists(p)), None)
+        if lib is None:
+            pytest.skip("libfaketime is not installed (Debian: apt-get install faketime)")
+        self.lib = lib
+        fd, name = tempfile.mkstemp(prefix="mc-faketime-")
+        os.close(fd)
+        self.file = Path(name)
+        self.offset = 0.0
+        self._write()
+
+    def _write(self) -> None:
+        tmp = self.file.with_suffix(".tmp")
+        tmp.write_text(f"{self.offset:+.3f}\n")
+        os.replace(tmp, self.file)
+
+    def env(self) -> dict[str, str]:
+        """Environment additions for a process that should run on this clock."""
+        return {
+            "LD_PRELOAD": self.lib,
+            "FAKETIME_TIMESTAMP_FILE": str(self.file),
+            "FAKETIME_NO_CACHE": "1",
+        }
+
+    def jump(self, seconds: float) -> None:
+        """Step every clock of the processes on this clock by ``seconds``."""
+        self.offset += seconds
+        self._write()
+
+    def close(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.file.unlink()
+
+    def __enter__(self) -> FakeClock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@contextlib.contextmanager
+def partition(pair: Any, link: int = 0) -> Iterator[None]:
+    """Cut veth ``link`` of a ``tests.netns_util.NetnsPair`` for the body, then heal it."""
+    pair.link_down(link)
+    try:
+        yield
+    finally:
+        pair.link_up(link)
+
+
+class SlowDisk:
+    """A directory whose writes go to a throttled block device: a slow disk.
+
+    An ext4 image on a loop device is mounted on ``path``; ``throttle(pid, wbps, wiops)``
+    moves ``pid`` into a fresh blkio cgroup whose writes to that device are capped (cgroup
+    v1 ``blkio.throttle.*``, else v2 ``io.max``). Writes that reach the device from that
+    process (``fsync``, ``O_DIRECT``) wait. Needs root and loop devices; otherwise the
+    test is skipped with the reason.
+    """
+
+    def __init__(self, size: int = 64 << 20) -> None:
+        _need_root("SlowDisk")
+        self._work = Path(tempfile.mkdtemp(prefix="mc-slowdisk-"))
+        self.path = self._work / "mnt"
+        self.path.mkdir()
+        image = self._work / "disk.img"
+        self._cgroup: Path | None = None
+        self.device = ""
+        try:
+            with open(image, "wb") as f:
+                f.truncate(size)
+            _sh("mkfs.ext4", "-q", "-F", str(image))
+            self.device = _sh("losetup", "--find", "--show", str(image)).stdout.strip()
+            _sh("mount", self.device, str(self.path))
+        except (subprocess.CalledProcessError, FileNotFoundError) as e:
+            self.close()
+            pytest.skip(f"cannot build a loop-mounted disk: {e}")
+        os.chmod(self.path, 0o700)
+
+    def throttle(self, pid: int, *, wbps: int = 1 << 20, wiops: int = 50) -> None:
+        """Cap writes of ``pid`` to this disk at ``wbps`` bytes/s and ``wiops`` writes/s."""
+        rdev = os.stat(self.device).st_rdev
+        dev = f"{os.major(rdev)}:{os.minor(rdev)}"
+        v1 = Path("/sys/fs/cgroup/blkio")
+        if (v1 / "blkio.throttle.write_bps_device").exists():
+            cg = v1 / f"mc-slowdisk-{os.getpid()}-{pid}"
+            cg.mkdir(exist_ok=True)
+            (cg / "blkio.throttle.write_bps_device").write_text(f"{dev} {wbps}")
+            (cg / "blkio.throttle.write_iops_device").write_text(f"{dev} {wiops}")
+        else:
+            v2 = Path("/sys/fs/cgroup")
+            ctl = v2 / "cgroup.controllers"
+            if not ctl.exists() or "io" not in ctl.read_text().split():
+                pytest.skip("no blkio (v1) or io (v2) cgroup controller")
+            cg = v2 / f"mc-slowdisk-{os.getpid()}-{pid}"
+            cg.mkdir(exist_ok=True)
+            (cg / "io.max").write_text(f"{dev} wbps={wbps} wiops={wiops}")
+        (cg / "cgroup.procs").write_text(str(pid))
+        self._cgroup = cg
+
+    def close(self) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError, FileNotFoundError):
+            _sh("umount", "-l", str(self.path))
+        if self.device:
+            with contextlib.suppress(subprocess.CalledProcessError, FileNotFoundError):
+                _sh("losetup", "-d", self.device)
+        if self._cgroup is not None:
+            # A cgroup can only go once its processes are gone (the test killed them).
+            with contextlib.suppress(OSError):
+                self._cgroup.rmdir()
+        shutil.rmtree(self._work, ignore_errors=True)
+
+    def __enter__(self) -> SlowDisk:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
