@@ -47,6 +47,7 @@ from .errors import ErrorCode, StoreError
 from .master_state import MasterState
 from .metrics_http import serve_http
 from .results import MasterSnapshot
+from .running_clock import RunningClock
 from .segment import SegmentSnapshot
 
 if TYPE_CHECKING:
@@ -201,7 +202,8 @@ class MasterService:
         config: master settings.
         options: listen addresses, secret, timings.
         rng: randomness for the ``random`` allocation strategy.
-        clock: monotonic clock fed to the core as ``now``.
+        clock: monotonic clock; the core's ``now`` is its :class:`RunningClock`, which
+            skips the master's own stalls and clock jumps (see :meth:`now`).
         wall: wall clock stamped on published events.
         state: a restored core (default: an empty one).
         sink: where committed changes are journaled (``None``: not durable).
@@ -236,8 +238,23 @@ class MasterService:
         self.leader_hint: tuple[str, str] | None = None
         """(id, address) of the current leader while this master is not serving."""
         self._sink_error: str | None = None
-        self._clock = clock
+        """Why the journal cannot be written (``None``: it can); see :meth:`_journal`."""
+        self._sink_error_since = 0.0
+        self._owed: list[Record] = []
+        self._visible_seq = 0
+        """Journal seq of the last change readers can see; replies wait until it is durable."""
+        self._durable_seen = 0
+        self._compact_failing = False
+        # One reading advances the core's clock by at most one heartbeat interval (and
+        # never less than a few upkeep ticks): a longer gap is a stall of this process
+        # (or a clock jump), not silence of the nodes.
+        self._clock = RunningClock(
+            clock,
+            max(config.heartbeat_interval_s, 4 * self.options.tick_interval_s),
+            _log_stall,
+        )
         self._wall = wall
+        self._raw_clock = clock
         self._started = clock()
         self._lock = asyncio.Lock()
         self._watchers: set[asyncio.Queue[object]] = set()
@@ -299,6 +316,7 @@ class MasterService:
                         "/metrics": self._metrics_page,
                         "/health": self._health,
                         "/snapshot": self._snap,
+                        "/get_all_segments": self._segment_names,
                     },
                 )
             except OSError as exc:
@@ -390,16 +408,27 @@ class MasterService:
 
     async def _durable(self, rpc: str, result: T | StoreError, seq: int) -> T | StoreError:
         # Reply only once the change is durable: an acknowledged write is never lost.
+        # A reply that changed nothing still waits for the changes it could see (durable
+        # before visible: no reader acts on a change a crash can take back).
         if seq < 0:
+            self.metrics.failures.labels(rpc, ErrorCode.UNAVAILABLE.name).inc()
             return StoreError(
-                ErrorCode.INTERNAL, f"{rpc}: journal write failed: {self._sink_error}"
+                ErrorCode.UNAVAILABLE,
+                f"{rpc}: refused, the master's journal cannot be written "
+                f"({self._sink_error}); nothing was changed",
             )
+        if seq == 0 and self._visible_seq > self._durable_seen:
+            seq = self._visible_seq
         if seq and self.sink is not None:
             try:
                 await self.sink.wait_durable(seq)
             except Exception as exc:
-                self.metrics.failures.labels(rpc, ErrorCode.INTERNAL.name).inc()
-                return StoreError(ErrorCode.INTERNAL, f"{rpc}: change not made durable: {exc}")
+                self._journal_down(exc)
+                self.metrics.failures.labels(rpc, ErrorCode.UNAVAILABLE.name).inc()
+                return StoreError(
+                    ErrorCode.UNAVAILABLE, f"{rpc}: change not made durable: {_reason(exc)}"
+                )
+            self._durable_seen = max(self._durable_seen, seq)
         return result
 
     def call_heartbeat(self, client_id: str) -> bool | StoreError:
@@ -433,8 +462,14 @@ class MasterService:
             return StoreError(ErrorCode.INTERNAL, f"{rpc}: {type(exc).__name__}: {exc}")
 
     def now(self) -> float:
-        """The core's clock."""
+        """The core's clock: seconds this master was running (a :class:`RunningClock`
+        over the monotonic clock; a stall or a jump counts one heartbeat interval)."""
         return self._clock()
+
+    @property
+    def stalls(self) -> tuple[int, float]:
+        """Stalls and clock jumps seen so far, and the seconds they did not count."""
+        return self._clock.stalls, self._clock.skipped_s
 
     # ---------------------------------------------------------------- events
     def subscribe(self) -> asyncio.Queue[object]:
@@ -475,8 +510,8 @@ class MasterService:
         if not events and not extra:
             return 0
         seq = self._journal(events, extra or [])
-        if not events:
-            return seq
+        if not events or seq < 0:
+            return seq  # a refused change was undone: nothing to announce
         self.metrics.events.inc(len(events))
         if not self._watchers:
             self._seq += len(events)
@@ -523,17 +558,64 @@ class MasterService:
         records.extend(extra)
         if not records:
             return 0
+        batch = [*self._owed, *records] if self._owed else records
         try:
-            seq = self.sink.append(records)
-        except Exception as exc:  # disk full, I/O error: refuse to acknowledge
-            log.exception("journal append failed")
-            self._sink_error = f"{type(exc).__name__}: {exc}"
-            return -1
+            seq = self.sink.append(batch)
+        except Exception as exc:  # disk full, I/O error: undo, refuse to acknowledge
+            self._journal_down(exc)
+            return self._undo(records)
+        self._owed = []
+        self._journal_up()
         if self.image is not None:
-            self.image.apply_all(records)
-            self.sink.maybe_compact(self.image)
+            self.image.apply_all(batch)
+            try:
+                self.sink.maybe_compact(self.image)
+                self._compact_failing = False
+            except OSError as exc:
+                if not self._compact_failing:
+                    log.warning("journal: cannot start a snapshot (%s); logs are kept", exc)
+                self._compact_failing = True
         # Records of started writes alone need not be durable before the reply.
+        if must_wait:
+            self._visible_seq = seq
         return seq if must_wait else 0
+
+    def _undo(self, records: list[Record]) -> int:
+        """Take back a change whose records were not written (see :mod:`.master_undo`).
+
+        Returns:
+            -1 when the call must be refused, 0 when only unfinished writes were dropped
+            (kept in memory; their records are owed to the journal).
+        """
+        if self.image is None:
+            return -1
+        from .master_undo import undo
+
+        done = undo(self.state, self.image, records, self._owed, self._clock(), self._wall())
+        if done.rebuilt:
+            log.warning("journal: state rebuilt from the journal after a refused change")
+            self.state = done.state
+        self._owed = done.owed
+        return -1 if done.refused else 0
+
+    def _journal_down(self, exc: BaseException) -> None:
+        """The journal failed: log it once per outage (not per request)."""
+        if self._sink_error is None:
+            self._sink_error_since = self._clock()
+            log.error(
+                "journal: cannot be written (%s); writes are refused until it can "
+                "(/health readiness durable: false)",
+                _reason(exc),
+            )
+        self._sink_error = _reason(exc)
+
+    def _journal_up(self) -> None:
+        if self._sink_error is not None:
+            log.warning(
+                "journal: writable again after %.1f s; writes are accepted",
+                self._clock() - self._sink_error_since,
+            )
+            self._sink_error = None
 
     def _segment_info(self, name: str) -> SegmentSnapshot | None:
         for seg in self.state.snapshot().segments:
@@ -576,7 +658,9 @@ class MasterService:
             "status": "ok",
             "role": "master",
             "version": f"mooncake-py {__version__}",  # the form `cluster check` compares
-            "uptime_s": round(self._clock() - self._started, 3),
+            "uptime_s": round(self._raw_clock() - self._started, 3),
+            "stalls": self._clock.stalls,
+            "stalled_s": round(self._clock.skipped_s, 3),
             "keys": s.key_count,
             "segments": len(s.segments),
             "clients": s.client_count,
@@ -591,19 +675,45 @@ class MasterService:
         out: dict[str, Any] = {
             "state": self.role,
             "serving": self.serving,
-            "durable": self.sink is not None,
+            "durable": self.sink is not None and self._sink_error is None,
             "journal_seq": self.sink.last_seq if self.sink is not None else None,
         }
+        if self._sink_error is not None:
+            out["journal_error"] = self._sink_error
         if self.leader_hint is not None:
             out["leader_id"], out["leader_address"] = self.leader_hint
         out.update(self.ha_info())
         return out
+
+    def _segment_names(self) -> tuple[int, str, bytes]:
+        # upstream's admin endpoint (SGLang polls it): one segment name per line
+        names = "".join(f"{seg.name}\n" for seg in self._current_snapshot().segments)
+        return 200, "text/plain; version=0.0.4", names.encode()
 
     def _snap(self) -> tuple[int, str, bytes]:
         data = _plain(dataclasses.asdict(self._current_snapshot()))
         assert isinstance(data, dict)
         data["readiness"] = self.readiness()
         return 200, "application/json", json.dumps(data, indent=1).encode()
+
+
+def _log_stall(gap_s: float, counted_s: float) -> None:
+    if gap_s < 0:
+        log.warning("master clock went back %.3f s; liveness counts none of it", -gap_s)
+    else:
+        log.warning(
+            "master was not running for %.3f s (paused, starved or its clock jumped); "
+            "liveness counts %.3f s of it, so no node is expired for that silence",
+            gap_s,
+            counted_s,
+        )
+
+
+def _reason(exc: BaseException) -> str:
+    """One line for a journal error: ``No space left on device`` rather than a repr."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror} (errno {exc.errno})"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _plain(value: object) -> object:

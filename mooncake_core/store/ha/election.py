@@ -196,7 +196,7 @@ class HaController:
         await self._sync()
         image = self._follower.image
         with no_gc():
-            state = build_state(image, self._svc.config, time.monotonic(), time.time())
+            state = build_state(image, self._svc.config, self._svc.now(), time.time())
         sink = EtcdLog(
             self._etcd,
             self._keys,
