@@ -29,7 +29,8 @@ from mooncake_core.store.errors import ErrorCode, StoreError
 from ._codes import UpstreamCode, to_code
 from ._ranges import BufferHandle, Registry, ranged_reads, scatter
 from ._replicate import ReplicateConfig, SoftPinAction
-from ._setup import SetupArgs, args_from_dict, start_client
+from ._setup import SetupArgs, args_from_dict, log, start_client
+from .config import ConfigError, load_setup_dict
 
 __all__ = ["BufferHandle", "MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction"]
 
@@ -56,7 +57,8 @@ class MooncakeDistributedStore:
     def setup(self, *args: Any, **kwargs: Any) -> int:
         """``setup(local_hostname, metadata_server, global_segment_size=16MB,
         local_buffer_size=16MB, protocol="tcp", rdma_devices="",
-        master_server_addr="127.0.0.1:50051", engine=None, ...)`` or ``setup(dict)``.
+        master_server_addr="127.0.0.1:50051", engine=None, ...)``, ``setup(dict)``, or
+        ``setup()`` (from ``MOONCAKE_CONFIG_PATH`` / ``MOONCAKE_*``, :mod:`mooncake.config`).
 
         ``metadata_server`` is accepted and not used: our master also serves segment
         discovery. ``engine`` (a :class:`mooncake.engine.TransferEngine`) is accepted
@@ -66,7 +68,13 @@ class MooncakeDistributedStore:
             0, or upstream's negative code (``-600`` for a refused argument).
         """
         try:
-            if len(args) == 1 and not kwargs and isinstance(args[0], dict):
+            if not args and not kwargs:
+                try:
+                    a = args_from_dict(load_setup_dict())
+                except ConfigError as exc:
+                    log.error("setup: %s", exc)
+                    return _INVALID
+            elif len(args) == 1 and not kwargs and isinstance(args[0], dict):
                 a = args_from_dict(args[0])
             else:
                 a = _positional(*args, **kwargs)

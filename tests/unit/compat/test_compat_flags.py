@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +96,36 @@ def test_ranged_reads_and_scatter_exact() -> None:
     o = ctypes.addressof(out)
     assert scatter(b"123456", [o, o + 5], [3, 3]) == 6 and bytes(out) == b"123\x00\x00456"
     assert scatter(b"123456", [o], [5]) == -600
+
+
+def test_config_path_json_and_env(tmp_path: Path) -> None:
+    from mooncake.config import ConfigError, load_setup_dict
+
+    f = tmp_path / "mooncake.json"
+    f.write_text(
+        '{"local_hostname": "localhost", "metadata_server": "P2PHANDSHAKE", '
+        '"global_segment_size": "64MB", "protocol": "tcp", "device_name": "", '
+        '"master_server_address": "127.0.0.1:50051", "transfer_timeout": 1}'
+    )
+    assert load_setup_dict({"MOONCAKE_CONFIG_PATH": str(f)}) == {
+        "local_hostname": "localhost",
+        "metadata_server": "P2PHANDSHAKE",
+        "global_segment_size": "64MB",
+        "protocol": "tcp",
+        "rdma_devices": "",
+        "master_server_addr": "127.0.0.1:50051",
+    }
+    assert load_setup_dict({"MOONCAKE_MASTER": "10.0.0.1:50051", "MOONCAKE_PROTOCOL": "tcp"}) == {
+        "master_server_addr": "10.0.0.1:50051",
+        "protocol": "tcp",
+        "local_hostname": "localhost",
+        "metadata_server": "P2PHANDSHAKE",
+    }
+    f.write_text('{"master_server_address": "x:1", "ipc_socket_path": "/tmp/s"}')
+    with pytest.raises(ConfigError, match="field 'ipc_socket_path' is not supported"):
+        load_setup_dict({"MOONCAKE_CONFIG_PATH": str(f)})
+    f.write_text('{"master_server_address": "x:1", "colour": "blue"}')
+    with pytest.raises(ConfigError, match="unknown field 'colour'"):
+        load_setup_dict({"MOONCAKE_CONFIG_PATH": str(f)})
+    with pytest.raises(ConfigError, match="set MOONCAKE_CONFIG_PATH or MOONCAKE_MASTER"):
+        load_setup_dict({})
