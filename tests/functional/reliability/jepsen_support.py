@@ -10,7 +10,8 @@ History (one dict per line when dumped as JSONL), in real-time order:
   or ``get``; writes name their unique write id and the sha256 of the value.
 - ``{"type": "ok" | "fail" | "info", "id", "t", ...}``: it ended. ``ok``: acknowledged
   (a get carries ``digest`` of the bytes read, or ``null`` for NotFound; a remove that
-  found nothing carries ``absent: true``). ``fail``: definitely had no effect. ``info``:
+  found nothing carries ``absent: true``). ``fail``: definitely had no effect (a put
+  refused as OBJECT_ALREADY_EXISTS carries ``exists: true``: the key was there). ``info``:
   indeterminate (a timeout, the master gone mid-call): it may have taken effect, at any
   time after it was invoked, or never.
 - ``{"type": "placement", "write", "segments"}``: where the master put that write
@@ -23,9 +24,12 @@ Model (per key, a register: absent, or the value of one write):
 - Operations on one key are issued by one client at a time (the workers own their keys),
   so the acknowledged operations of a key are totally ordered by completion.
 - An indeterminate write or remove may apply at any later point, once, or never.
-- A store node's DRAM is the data: a write whose every replica was on nodes that were
-  SIGKILLed since may vanish (it becomes absent). A write without a placement record may
-  vanish after any node kill. Such vanishings are reported as ``excused``, not anomalies.
+- An indeterminate upsert may also leave the key absent: the old value is dropped once
+  the new one is allocated (docs/store.md), and a failed write revokes the new one.
+- A store node's DRAM is the data: a write whose every recorded replica was on nodes
+  that were SIGKILLed since may vanish (it becomes absent); such vanishings are reported
+  as ``excused``, not anomalies. A write without a placement record never vanishes
+  (with two replicas on distinct segments and one mortal node, none can).
 - Nothing else may change a key: no eviction (the test keeps usage far below the
   watermark), no expiry of healthy nodes.
 
@@ -137,11 +141,23 @@ class CheckResult:
 
 
 def _apply(f: str, write: str | None, state: State) -> State:
+    """The state after an acknowledged ``f``."""
     if f == "put":
         return write if state is None else state
     if f == "upsert":
         return write
     return None  # remove
+
+
+def _effects(f: str, write: str | None, state: State) -> tuple[State, ...]:
+    """The states an indeterminate ``f`` may leave when it applies.
+
+    An upsert that fails after its allocation leaves the key absent: the old value is
+    dropped once the new one is allocated (docs/store.md), and the revoke drops the new.
+    """
+    if f == "upsert":
+        return (write, None)
+    return (_apply(f, write, state),)
 
 
 class _Checker:
@@ -159,8 +175,6 @@ class _Checker:
                 self.placement[ev["write"]] = set(ev["segments"])
         self.configs: dict[str, set[Config]] = {}
         self.killed: set[str] = set()
-        self.kill_count = 0
-        self.written_at_kill: dict[str, int] = {}  # write -> kills seen when it was invoked
         self.res = CheckResult()
 
     # -- configurations ------------------------------------------------------------
@@ -171,17 +185,16 @@ class _Checker:
             state, pending = todo.pop()
             for p in pending:
                 inv = self.invokes[p]
-                nxt = (_apply(inv["f"], inv.get("write"), state), pending - {p})
-                if nxt not in out:
-                    out.add(nxt)
-                    todo.append(nxt)
+                for after in _effects(inv["f"], inv.get("write"), state):
+                    nxt = (after, pending - {p})
+                    if nxt not in out:
+                        out.add(nxt)
+                        todo.append(nxt)
         return out
 
     def _may_vanish(self, write: str) -> bool:
         where = self.placement.get(write)
-        if where is None:
-            return self.kill_count > self.written_at_kill.get(write, 0)
-        return bool(where) and where <= self.killed
+        return where is not None and bool(where) and where <= self.killed
 
     def _states(self, key: str) -> tuple[set[Config], set[Config]]:
         """(reachable configs, the extra ones where a write vanished with its nodes)."""
@@ -272,13 +285,10 @@ class _Checker:
             kind = ev["type"]
             if kind == "invoke":
                 self.invokes[ev["id"]] = ev
-                if ev.get("write"):
-                    self.written_at_kill[ev["write"]] = self.kill_count
                 continue
             if kind == "nemesis":
                 if ev.get("f") == "kill_node":
                     self.killed |= set(ev.get("segments", []))
-                    self.kill_count += 1
                 continue
             if kind not in ("ok", "fail", "info"):
                 continue
@@ -288,6 +298,12 @@ class _Checker:
             if kind == "fail":
                 if inv.get("final"):
                     self._anomaly("unreadable", ev, inv, err=ev.get("err", ""))
+                elif ev.get("exists"):  # a put refused: OBJECT_ALREADY_EXISTS
+                    present = {c for c in self._states(key)[0] if c[0] is not None}
+                    if not present:
+                        self._anomaly("resurrected", ev, inv, expected=["absent"], got="exists")
+                    else:
+                        self.configs[key] = present
                 continue
             if kind == "info":
                 if f != "get":

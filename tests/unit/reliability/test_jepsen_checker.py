@@ -124,6 +124,11 @@ def test_a_resurrected_removed_key_is_caught() -> None:
     h2.remove("a")
     h2.remove("a")  # acknowledged again: the store still had it
     assert kinds(h2) == ["resurrected"]
+    h3 = H()
+    h3.put("a", "w1")
+    h3.remove("a")
+    h3.op("put", "a", "fail", "w2", exists=True)  # refused: the key is still there
+    assert kinds(h3) == ["resurrected"]
 
 
 def test_an_indeterminate_write_may_or_may_not_have_happened() -> None:
@@ -137,6 +142,15 @@ def test_an_indeterminate_write_may_or_may_not_have_happened() -> None:
     h.get("a", "w1")
     h.get("a", None)  # once seen, it stays (nothing else touches the key)
     assert kinds(h) == ["lost-write"]
+
+
+def test_an_indeterminate_upsert_may_leave_old_new_or_nothing() -> None:
+    for seen in ("w1", "w2", None):
+        h = H()
+        h.put("a", "w1")
+        h.upsert("a", "w2", end="info")
+        h.get("a", seen)
+        assert kinds(h) == [], seen
 
 
 def test_an_indeterminate_remove_may_apply_later() -> None:
@@ -161,11 +175,16 @@ def test_a_write_on_killed_nodes_only_may_vanish() -> None:
     h.placed("w1", "m0")
     h.put("b", "w2")
     h.placed("w2", "m0", "s0")
+    h.put("c", "w3")  # no placement recorded: never excused
     h.kill("m0")
     h.get("a", None)
     h.get("b", None)
+    h.get("c", None)
     res = check(h.events)
-    assert [(a["kind"], a["key"]) for a in res.anomalies] == [("lost-write", "b")]
+    assert [(a["kind"], a["key"]) for a in res.anomalies] == [
+        ("lost-write", "b"),
+        ("lost-write", "c"),
+    ]
     assert [e["vanished"] for e in res.excused] == [["w1"]]
 
 

@@ -1,0 +1,548 @@
+"""Randomized fault test (Jepsen-style): clients put/get/remove while a nemesis breaks things.
+
+A real master with its journal on a small tmpfs (``SmallDisk``), two *stable* store
+nodes (``s0``, ``s1``) and one *mortal* node (``m0``, restarted as ``m1``, ``m2`` ...),
+and ``MOONCAKE_JEPSEN_WORKERS`` (4) client threads, each owning its keys, doing put /
+upsert / get / remove (force) of unique values (each value names its key and write id;
+the history keeps its sha256). Every write asks for ``replica_num=2``.
+
+The nemesis (seeded: ``MOONCAKE_JEPSEN_SEED``, printed) runs one fault at a time, with
+quiet gaps, for ``MOONCAKE_JEPSEN_SECONDS`` (60):
+
+- ``pause_master``: SIGSTOP the master for 0.5 s .. 2.2 x ``client_ttl_s``, SIGCONT;
+- ``kill_master``: SIGKILL, restart on the same port and journal;
+- ``pause_node``: SIGSTOP a node (stable or mortal) for at most 0.4 x ``client_ttl_s``.
+  This is also how partitions are modelled: the clients are threads of this process
+  and cannot be moved into a network namespace, so a node is cut from everyone (master
+  and clients) by pausing it, not by a link going down (``test_rel_partition.py`` does
+  the real netns partition of a node from the master);
+- ``kill_node``: SIGKILL the mortal node, start the next one under a new name;
+- ``fill_disk``: fill the journal disk, hold, free it;
+- ``fill_free_kill``: fill, free, let writes be acknowledged, SIGKILL + restart the master.
+
+Model (what the checker may expect; ``jepsen_support.py`` has the exact rules):
+
+- The master's metadata is durable (journal, ``fsync: always``): a master pause, kill or
+  full disk loses nothing acknowledged and never cross-wires an object.
+- A node's DRAM is the data: a node SIGKILL loses the replicas on it. Only the mortal
+  node is ever killed, and each write has two replicas on distinct segments, so an
+  acknowledged object keeps a replica on a stable node. A write whose recorded placement
+  (``stat`` after the put) lies only on killed nodes may vanish (reported as excused).
+- Node pauses stay well under ``client_ttl_s``: the master must not expire a paused node.
+  A paused *master* must not expire healthy nodes either (issue 16, item 1).
+- Indeterminate operations (timeouts, master gone) may or may not take effect; the
+  worker stops using a key after one (so each key has at most one open operation).
+- No eviction: live data stays far below the 0.90 watermark.
+
+After the run everything is healed (disk freed, every process resumed and alive), the
+test waits ``put_timeout_s`` + 1 s, then reads every key ever touched. The checker then
+verifies: every acknowledged write not later replaced or removed is readable with its
+exact bytes; no read ever returned bytes that were never written to that key; a key
+whose remove was acknowledged stays absent unless re-put. And the healed cluster must
+take a new write.
+
+On failure the history (``history.jsonl``), every process's log and a summary are kept
+in a directory named in the assertion message, with the command that replays the same
+fault schedule (timing still differs run to run: the schedule is seeded, the interleaving
+is not).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import tempfile
+import threading
+import time
+import urllib.request
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from faults import SmallDisk, kill9, pause_for
+from jepsen_support import History, check, digest, make_value, parse_head
+from store_client_procs import (
+    MASTER_READY,
+    Cluster,
+    Proc,
+    free_port,
+    remove_shm_of,
+    spawn,
+    stop,
+)
+
+from mooncake_core.config.models import MasterConfig
+from mooncake_core.store import ReplicateConfig
+from mooncake_core.store.client import Client
+from mooncake_core.store.client_options import ClientOptions
+from mooncake_core.store.errors import (
+    ConflictError,
+    ErrorCode,
+    InvalidArgumentError,
+    NotFoundError,
+    StoreError,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SECONDS = float(os.environ.get("MOONCAKE_JEPSEN_SECONDS", "60"))
+WORKERS = int(os.environ.get("MOONCAKE_JEPSEN_WORKERS", "4"))
+SEED = int(os.environ.get("MOONCAKE_JEPSEN_SEED") or random.SystemRandom().randrange(1 << 31))
+LIVE = 10  # present keys per worker: 4 x 10 x 64 KiB x 2 replicas, far below 3 x 64 MiB
+SIZES = (300, 4096, 20_000, 65_536)
+DISK = 16 << 20
+
+MASTER: dict[str, Any] = {
+    "client_ttl_s": 4.0,
+    "heartbeat_interval_s": 0.5,
+    "unmount_grace_s": 0.5,
+    "put_timeout_s": 5.0,
+    "lease_ttl_s": 2.0,  # reads lease for 2 s (10 by default): upserts are refused less
+    "max_slice_size": 16 << 20,
+    "max_object_size": 100 << 20,
+    "snapshot_every": 1000,  # snapshots happen, on a disk that fills up
+    "fsync": "always",
+}
+TTL = MASTER["client_ttl_s"]
+REFUSED = (ErrorCode.OBJECT_LEASED, ErrorCode.OBJECT_ALREADY_EXISTS)
+"""Refusals of PutStart/Upsert itself: the write definitely had no effect."""
+RPC_TIMEOUT = 3.0
+
+
+def _err(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"[:300]
+
+
+class Rig:
+    """The real processes: master (journal on ``disk``), stable nodes, one mortal node."""
+
+    def __init__(self, tmp: Path, disk: SmallDisk) -> None:
+        self.disk = disk
+        self.cfg = tmp / "mooncake.yaml"
+        master = {**MASTER, "data_dir": str(disk.path / "journal")}
+        self.cfg.write_text(yaml.safe_dump({"state_dir": str(tmp), "master": master}))
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.procs: list[tuple[str, Proc]] = []  # every process started, for the logs
+        self.masters = 0
+        self.cluster = Cluster(self.cfg, self._spawn_master(), self.address, {})
+        self.mortal_seq = 0
+        self.mortal = "m0"
+        self.counters: Counter[str] = Counter()  # summed over master incarnations
+
+    def _spawn_master(self) -> Proc:
+        cmd = ["master", "--config", str(self.cfg), "--port", str(self.port)]
+        p = spawn([*cmd, "--metrics-port", "0"], MASTER_READY)
+        self.masters += 1
+        self.procs.append((f"master-{self.masters}", p))
+        return p
+
+    @property
+    def master(self) -> Proc:
+        return self.cluster.master
+
+    def start_nodes(self) -> None:
+        names = ["s0", "s1", self.mortal]
+        threads = [threading.Thread(target=self.start_node, args=(n,)) for n in names]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        missing = set(names) - set(self.cluster.nodes)
+        assert not missing, f"nodes {sorted(missing)} did not start"
+
+    def start_node(self, name: str) -> Proc:
+        p = self.cluster.start_node(name)
+        self.procs.append((name, p))
+        return p
+
+    def scrape(self) -> None:
+        """Add the master's counters to ``counters`` (they restart at 0 with the master)."""
+        url = f"http://127.0.0.1:{self.master.match[3]}/metrics"
+        with contextlib.suppress(OSError):
+            text = urllib.request.urlopen(url, timeout=2).read().decode()
+            for line in text.splitlines():
+                for name in ("master_lost_objects_total", "master_evicted_objects_total"):
+                    if line.startswith(name + " "):
+                        self.counters[name] += int(float(line.split()[1]))
+
+    def restart_master(self, history: History) -> None:
+        """Start the master again on its port and journal; a refusal is recorded, retried."""
+        for attempt in range(4):
+            try:
+                self.cluster.master = self._spawn_master()
+                return
+            except AssertionError as e:
+                tail = str(e).strip().splitlines()[-1:] or [""]
+                history.record("nemesis", f="master_start_failed", attempt=attempt, err=tail[0])
+                self.disk.free()
+                time.sleep(1.0)
+        raise AssertionError("the master did not start again after 4 attempts")
+
+    def heal(self, history: History) -> None:
+        self.disk.free()
+        for _, p in [("master", self.master), *self.cluster.nodes.items()]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.proc.pid, signal.SIGCONT)
+        if self.master.proc.poll() is not None:
+            history.record("nemesis", f="heal_master_restart")
+            self.restart_master(history)
+
+    def close(self) -> None:
+        for p in self.cluster.nodes.values():
+            with contextlib.suppress(Exception):
+                stop(p)
+            remove_shm_of(p.proc.pid)
+        with contextlib.suppress(Exception):
+            stop(self.master)
+
+    def dump_logs(self, out: Path) -> None:
+        (out / "logs").mkdir(exist_ok=True)
+        for name, p in self.procs:
+            (out / "logs" / f"{name}.log").write_text("".join(p.log))
+
+
+class Nemesis:
+    """Seeded faults, one at a time, each recorded in the history (start and end)."""
+
+    FAULTS = (
+        ("pause_master", 2.0),
+        ("kill_master", 2.0),
+        ("pause_node", 2.0),
+        ("kill_node", 1.5),
+        ("fill_disk", 1.5),
+        ("fill_free_kill", 1.0),
+    )
+
+    def __init__(self, rig: Rig, history: History, seed: int) -> None:
+        self.rig = rig
+        self.h = history
+        self.rng = random.Random(seed)
+        self.stop = threading.Event()
+        self.done: Counter[str] = Counter()
+        self.error: str | None = None
+
+    def run(self) -> None:
+        try:
+            names = [f for f, _ in self.FAULTS]
+            weights = [w for _, w in self.FAULTS]
+            while not self.stop.wait(self.rng.uniform(0.5, 2.0)):
+                f = self.rng.choices(names, weights)[0]
+                getattr(self, f)()
+                self.done[f] += 1
+        except BaseException as e:
+            self.error = _err(e)
+            self.h.record("nemesis", f="error", err=self.error)
+
+    def pause_master(self) -> None:
+        s = round(self.rng.uniform(0.5, 2.2 * TTL), 2)
+        self.h.record("nemesis", f="pause_master", phase="start", seconds=s)
+        pause_for(self.rig.master.proc, s)
+        self.h.record("nemesis", f="pause_master", phase="end")
+
+    def _kill_master(self) -> None:
+        self.rig.scrape()
+        self.h.record("nemesis", f="kill_master", phase="start")
+        kill9(self.rig.master.proc)
+        time.sleep(self.rng.uniform(0.0, 1.5))
+        self.rig.restart_master(self.h)
+        self.h.record("nemesis", f="kill_master", phase="end")
+
+    def kill_master(self) -> None:
+        self._kill_master()
+
+    def pause_node(self) -> None:
+        name = self.rng.choice(["s0", "s1", self.rig.mortal])
+        s = round(self.rng.uniform(0.2, 0.4 * TTL), 2)
+        self.h.record("nemesis", f="pause_node", phase="start", node=name, seconds=s)
+        pause_for(self.rig.cluster.nodes[name].proc, s)
+        self.h.record("nemesis", f="pause_node", phase="end", node=name)
+
+    def kill_node(self) -> None:
+        old = self.rig.mortal
+        p = self.rig.cluster.nodes.pop(old)
+        # Recorded before the signal: a read after this line may find the replicas gone.
+        self.h.record("nemesis", f="kill_node", node=old, segments=[p.match[1]])
+        kill9(p.proc)
+        remove_shm_of(p.proc.pid)
+        self.rig.mortal_seq += 1
+        self.rig.mortal = f"m{self.rig.mortal_seq}"
+        self.rig.start_node(self.rig.mortal)
+        self.h.record("nemesis", f="node_started", node=self.rig.mortal)
+
+    def fill_disk(self) -> None:
+        s = round(self.rng.uniform(1.0, 4.0), 2)
+        n = self.rig.disk.fill()
+        self.h.record("nemesis", f="fill_disk", phase="start", bytes=n, seconds=s)
+        time.sleep(s)
+        self.rig.disk.free()
+        self.h.record("nemesis", f="fill_disk", phase="end")
+
+    def fill_free_kill(self) -> None:
+        self.fill_disk()
+        time.sleep(self.rng.uniform(0.5, 2.0))  # writes are acknowledged again (or not)
+        self._kill_master()
+
+
+@dataclass
+class Worker:
+    """One client thread owning keys ``j/<wid>/<n>``; a key is retired after an open op."""
+
+    wid: int
+    rig: Rig
+    h: History
+    seed: int
+    live: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    own: set[str] = field(default_factory=set)  # digests of this worker's writes
+    errors: Counter[str] = field(default_factory=Counter)
+    seq: int = 0
+    crashed: str | None = None
+
+    def run(self, deadline: float) -> None:
+        rng = random.Random(f"{self.seed}-{self.wid}")
+        opts = ClientOptions(
+            master=self.rig.address,
+            master_config=MasterConfig(**MASTER),
+            rpc_timeout_s=RPC_TIMEOUT,
+            transport="tcp" if self.wid % 2 else "auto",
+        )
+        try:
+            with Client(opts).setup() as cl:
+                while time.monotonic() < deadline:
+                    if not self.step(cl, rng):
+                        time.sleep(0.05)
+        except BaseException as e:
+            self.crashed = _err(e)
+
+    def _key(self) -> str:
+        self.seq += 1
+        return f"j/{self.wid}/{self.seq}"
+
+    def _retire(self, key: str) -> None:
+        for keys in (self.live, self.removed):
+            if key in keys:
+                keys.remove(key)
+
+    def step(self, cl: Client, rng: random.Random) -> bool:
+        r = rng.random()
+        if not self.live or (r < 0.30 and len(self.live) < LIVE):
+            return self.write(cl, rng, self._key(), "put")
+        if r < 0.38 and self.removed:
+            return self.write(cl, rng, self.removed[-1], "put")
+        if r < 0.72:
+            pool = self.removed if self.removed and rng.random() < 0.15 else self.live
+            return self.get(cl, rng.choice(pool))
+        if r < 0.84:
+            return self.write(cl, rng, rng.choice(self.live), "upsert")
+        return self.remove(cl, rng.choice(self.live))
+
+    def write(self, cl: Client, rng: random.Random, key: str, f: str) -> bool:
+        self.seq += 1
+        write = f"w{self.wid}-{self.seq}"
+        value = make_value(key, write, rng.choice(SIZES), rng)
+        d = digest(value)
+        self.own.add(d)
+        op = self.h.invoke(f"w{self.wid}", f, key, write=write, digest=d)
+        try:
+            (cl.put if f == "put" else cl.upsert)(key, value, ReplicateConfig(replica_num=2))
+        except (InvalidArgumentError, ConflictError) as e:
+            if isinstance(e, InvalidArgumentError) or e.code in REFUSED:
+                exists = {"exists": True} if e.code == ErrorCode.OBJECT_ALREADY_EXISTS else {}
+                self.h.complete(op, "fail", err=_err(e), **exists)  # refused: no change
+                self.errors[f"{f}:{e.code.name}"] += 1
+                return False
+            self.h.complete(op, "info", err=_err(e))
+            self.errors[f"{f}:{e.code.name}"] += 1
+            self._retire(key)
+            return False
+        except Exception as e:  # the write may or may not have happened
+            self.h.complete(op, "info", err=_err(e))
+            self.errors[f"{f}:{type(e).__name__}"] += 1
+            self._retire(key)
+            return False
+        self.h.complete(op, "ok")
+        self._retire(key)
+        self.live.append(key)
+        with contextlib.suppress(StoreError):
+            segs = {s.segment for r in cl.stat(key).replicas for s in r}
+            self.h.record("placement", write=write, segments=sorted(segs))
+        return True
+
+    def get(self, cl: Client, key: str) -> bool:
+        op = self.h.invoke(f"w{self.wid}", "get", key)
+        try:
+            value = cl.get(key)
+        except NotFoundError:
+            self.h.complete(op, "ok", digest=None)
+            return True
+        except Exception as e:
+            self.h.complete(op, "fail", err=_err(e))
+            self.errors[f"get:{type(e).__name__}"] += 1
+            return False
+        d = digest(value)
+        extra = {} if d in self.own else {"head": parse_head(value[:512]), "size": len(value)}
+        self.h.complete(op, "ok", digest=d, **extra)
+        return True
+
+    def remove(self, cl: Client, key: str) -> bool:
+        op = self.h.invoke(f"w{self.wid}", "remove", key)
+        try:
+            cl.remove(key, force=True)
+        except NotFoundError:
+            self.h.complete(op, "ok", absent=True)
+            return True
+        except InvalidArgumentError as e:
+            self.h.complete(op, "fail", err=_err(e))
+            return False
+        except Exception as e:
+            self.h.complete(op, "info", err=_err(e))
+            self.errors[f"remove:{type(e).__name__}"] += 1
+            self._retire(key)
+            return False
+        self.h.complete(op, "ok")
+        self._retire(key)
+        self.removed = [*self.removed[-9:], key]
+        return True
+
+
+def _final_reads(rig: Rig, h: History, keys: list[str], budget_s: float) -> None:
+    """Read every key once more, retrying transient errors; the last error is a fail."""
+    opts = ClientOptions(
+        master=rig.address, master_config=MasterConfig(**MASTER), rpc_timeout_s=5.0
+    )
+    deadline = time.monotonic() + budget_s
+    with Client(opts).setup() as cl:
+        for key in keys:
+            op = h.invoke("final", "get", key, final=True)
+            key_deadline = min(deadline, time.monotonic() + 10.0)
+            while True:
+                try:
+                    value = cl.get(key)
+                except NotFoundError:
+                    h.complete(op, "ok", digest=None)
+                    break
+                except Exception as e:
+                    if time.monotonic() < key_deadline:
+                        time.sleep(0.2)
+                        continue
+                    h.complete(op, "fail", err=_err(e))
+                    break
+                d = digest(value)
+                h.complete(op, "ok", digest=d, head=parse_head(value[:512]), size=len(value))
+                break
+
+
+def _probe_write(rig: Rig, timeout_s: float) -> str | None:
+    """The healed cluster takes a new write and reads it back; None, or the last error."""
+    opts = ClientOptions(
+        master=rig.address, master_config=MasterConfig(**MASTER), rpc_timeout_s=5.0
+    )
+    deadline = time.monotonic() + timeout_s
+    last = "no attempt"
+    with Client(opts).setup() as cl:
+        while time.monotonic() < deadline:
+            key = f"probe/{time.monotonic_ns()}"
+            try:
+                cl.put(key, b"probe" * 100, ReplicateConfig(replica_num=2))
+                if cl.get(key) == b"probe" * 100:
+                    return None
+                last = "read back other bytes"
+            except Exception as e:
+                last = _err(e)
+            time.sleep(0.5)
+    return last
+
+
+def test_rel_jepsen_acknowledged_writes_survive_random_faults(tmp_path: Path) -> None:
+    print(f"jepsen seed {SEED} ({SECONDS:.0f} s, {WORKERS} workers)")
+    h = History()
+    with SmallDisk(DISK) as disk:
+        rig = Rig(tmp_path, disk)
+        try:
+            rig.start_nodes()
+            _run(rig, h)
+        finally:
+            rig.close()
+
+
+def _run(rig: Rig, h: History) -> None:
+    h.record("meta", seed=SEED, seconds=SECONDS, workers=WORKERS, master=MASTER)
+    deadline = time.monotonic() + SECONDS
+    workers = [Worker(i, rig, h, SEED) for i in range(WORKERS)]
+    threads = [threading.Thread(target=w.run, args=(deadline,)) for w in workers]
+    for t in threads:
+        t.start()
+    nemesis = Nemesis(rig, h, SEED)
+    nt = threading.Thread(target=nemesis.run)
+    nt.start()
+    while time.monotonic() < deadline and nt.is_alive():
+        time.sleep(0.2)
+    nemesis.stop.set()
+    nt.join(60)
+    for t in threads:
+        t.join(60)
+    h.record("nemesis", f="heal")
+    rig.heal(h)
+    time.sleep(MASTER["put_timeout_s"] + 1.0)  # abandoned writes are discarded by now
+    keys = sorted({ev["key"] for ev in h.events if ev["type"] == "invoke"})
+    t_final = time.monotonic()
+    _final_reads(rig, h, keys, budget_s=120.0)
+    final_s = time.monotonic() - t_final
+    probe = _probe_write(rig, 30.0)
+    rig.scrape()
+
+    res = check(h.events)
+    summary = {
+        "seed": SEED,
+        "seconds": SECONDS,
+        "workers": WORKERS,
+        "keys": len(keys),
+        "ops": res.counts,
+        "faults": dict(nemesis.done),
+        "client_errors": dict(sum((w.errors for w in workers), Counter())),
+        "anomalies": dict(Counter(a["kind"] for a in res.anomalies)),
+        "excused": len(res.excused),
+        "master_counters": dict(rig.counters),
+        "master_incarnations": rig.masters,
+        "final_read_s": round(final_s, 1),
+        "probe_write": probe or "ok",
+    }
+    print(json.dumps(summary))
+    problems = []
+    if not res.ok:
+        problems.append(res.summary())
+    if nemesis.error:
+        problems.append(f"nemesis failed: {nemesis.error}")
+    crashed = [f"w{w.wid}: {w.crashed}" for w in workers if w.crashed]
+    if crashed:
+        problems.append(f"workers crashed: {crashed}")
+    if probe is not None:
+        problems.append(f"the healed cluster refused a new write: {probe}")
+    if res.counts.get("put:ok", 0) < 20:
+        problems.append(f"only {res.counts.get('put:ok', 0)} puts acknowledged")
+    if rig.counters["master_evicted_objects_total"]:
+        problems.append("objects were evicted: the model (no eviction) does not hold")
+    if not problems:
+        return
+    out = Path(os.environ.get("MOONCAKE_JEPSEN_DIR") or tempfile.mkdtemp(prefix="mc-jepsen-"))
+    out.mkdir(parents=True, exist_ok=True)
+    h.dump(out / "history.jsonl")
+    rig.dump_logs(out)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    (out / "anomalies.json").write_text(json.dumps(res.anomalies, indent=2))
+    replay = (
+        f"MOONCAKE_JEPSEN_SEED={SEED} MOONCAKE_JEPSEN_SECONDS={SECONDS:g} "
+        f"MOONCAKE_JEPSEN_WORKERS={WORKERS} python3 -m pytest -q "
+        "tests/functional/reliability/test_rel_jepsen.py"
+    )
+    raise AssertionError(
+        f"jepsen seed {SEED}: " + "\n".join(problems) + f"\nhistory and logs kept in {out}"
+        f"\nreplay (same fault schedule): {replay}\nsummary: {json.dumps(summary)}"
+    )
