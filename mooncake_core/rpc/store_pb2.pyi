@@ -201,16 +201,18 @@ class HeartbeatResponse(_message.Message):
     def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ..., known: _Optional[bool] = ...) -> None: ...
 
 class PutStartRequest(_message.Message):
-    __slots__ = ("client_id", "key", "size", "config")
+    __slots__ = ("client_id", "key", "size", "config", "avoid_segments")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
+    AVOID_SEGMENTS_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     key: str
     size: int
     config: ReplicateConfig
-    def __init__(self, client_id: _Optional[str] = ..., key: _Optional[str] = ..., size: _Optional[int] = ..., config: _Optional[_Union[ReplicateConfig, _Mapping]] = ...) -> None: ...
+    avoid_segments: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, client_id: _Optional[str] = ..., key: _Optional[str] = ..., size: _Optional[int] = ..., config: _Optional[_Union[ReplicateConfig, _Mapping]] = ..., avoid_segments: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PutStartResponse(_message.Message):
     __slots__ = ("error", "replicas")

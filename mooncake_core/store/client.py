@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -349,14 +350,33 @@ class Client(BatchOps):
         config: ReplicateConfig | None,
         upsert: bool,
     ) -> None:
-        replicas = self._m.put_start(key, size, config, upsert=upsert)
-        ops = [o for r in replicas for o in plan(OpCode.WRITE, region, off, r)]
-        (err,) = self._dp.run([ops])
-        if err is not None:
+        # A replica target that cannot be reached (its node died, its data port
+        # refuses) fails the attempt: it is revoked, and PutStart is asked again naming
+        # the failed segments, so the master places the write elsewhere and stops
+        # placing anyone's writes there. Until rpc_timeout_s, while new segments fail.
+        deadline = time.monotonic() + self.options.rpc_timeout_s
+        avoid: set[str] = set()
+        while True:
+            try:
+                replicas = self._m.put_start(key, size, config, upsert=upsert, avoid=sorted(avoid))
+            except StoreError as exc:
+                if not avoid:
+                    raise
+                raise UnavailableError(
+                    ErrorCode.UNAVAILABLE,
+                    f"put {key!r}: writing a replica failed on {', '.join(sorted(avoid))}; "
+                    f"revoked, and placing it elsewhere failed: {exc.message}",
+                ) from None
+            ops = [o for r in replicas for o in plan(OpCode.WRITE, region, off, r)]
+            (err,), (bad,) = self._dp.run_reporting([ops])
+            if err is None:
+                break
             self._revoke([key])
-            raise UnavailableError(
-                ErrorCode.UNAVAILABLE, f"put {key!r}: writing a replica failed ({err}); revoked"
-            )
+            if not bad - avoid or time.monotonic() >= deadline:
+                raise UnavailableError(
+                    ErrorCode.UNAVAILABLE, f"put {key!r}: writing a replica failed ({err}); revoked"
+                )
+            avoid |= bad
         self._m.put_end(key)
 
     def _revoke(self, keys: Sequence[str]) -> None:

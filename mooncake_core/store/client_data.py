@@ -27,7 +27,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mooncake_core.transfer import (
     Batch,
@@ -160,6 +160,8 @@ class Pending:
     reqs: list[TransferRequest]
     owners: list[int]
     errors: list[str | None]
+    failed: list[set[str]] = field(default_factory=list)
+    """Per group, the segments that could not be reached or refused a transfer."""
 
 
 Directory = Callable[[], dict[str, tuple[str, str]]]
@@ -255,6 +257,14 @@ class DataPath:
         """
         return self.finish(self.start(groups))
 
+    def run_reporting(
+        self, groups: Sequence[Sequence[Op]]
+    ) -> tuple[list[str | None], list[set[str]]]:
+        """:meth:`run`, also returning per group the segments that failed (a put
+        reports them to the master, which places the write elsewhere)."""
+        p = self.start(groups)
+        return self.finish(p), p.failed
+
     def start(self, groups: Sequence[Sequence[Op]]) -> Pending:
         """Submit the remote ops and do the local copies; :meth:`finish` waits for the rest.
 
@@ -264,6 +274,7 @@ class DataPath:
             with contextlib.suppress(StoreError):  # master away: keep the handles we have
                 self.refresh()
         errors: list[str | None] = [None] * len(groups)
+        failed: list[set[str]] = [set() for _ in groups]
         jobs: list[bytes] = []
         reqs: list[TransferRequest] = []
         owners: list[int] = []
@@ -287,6 +298,7 @@ class DataPath:
                     seg = self._open(o.segment)
                 except TransferError as exc:
                     errors[g] = f"segment {o.segment}: {exc}"
+                    failed[g].add(o.segment)
                     self.forget(o.segment)  # look it up again next time
                     continue
                 reqs.append(TransferRequest(o.op, o.region, o.offset, seg, o.seg_offset, o.length))
@@ -295,12 +307,12 @@ class DataPath:
         if jobs:
             # Runs while the engine moves the remote slices; GIL released in C.
             _native.copy_many(b"".join(jobs), _COPY_THREADS, _SPLIT_MIN)
-        return Pending(batch, reqs, owners, errors)
+        return Pending(batch, reqs, owners, errors, failed)
 
     def finish(self, p: Pending) -> list[str | None]:
         """Wait for what :meth:`start` submitted; per group ``None`` or a reason."""
         if p.batch is not None:
-            self._finish(p.batch, p.reqs, p.owners, p.errors)
+            self._finish(p.batch, p.reqs, p.owners, p.errors, p.failed)
         return p.errors
 
     def _submit(
@@ -324,12 +336,18 @@ class DataPath:
         reqs: list[TransferRequest],
         owners: list[int],
         errors: list[str | None],
+        failed: list[set[str]],
     ) -> None:
         statuses = self.engine.wait(batch, timeout=self._timeout)
         for req, g, st in zip(reqs, owners, statuses, strict=True):
-            if st.state is not TransferState.COMPLETED and errors[g] is None:
+            if st.state is TransferState.COMPLETED:
+                continue
+            segment = req.segment.name.rpartition("/")[2]
+            if failed:
+                failed[g].add(segment)
+            if errors[g] is None:
                 reason = st.reason or "still pending at the client's timeout"
                 errors[g] = f"{req.segment.name}@{req.target_offset}+{req.length}: {reason}"
-                self.forget(req.segment.name.rpartition("/")[2])
+                self.forget(segment)
         with contextlib.suppress(TransferError):
             self.engine.free_batch(batch)

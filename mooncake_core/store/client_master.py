@@ -231,11 +231,22 @@ class SyncMaster:
 
     # ------------------------------------------------------------------ writes
     def put_start(
-        self, key: str, size: int, config: ReplicateConfig | None, *, upsert: bool = False
+        self,
+        key: str,
+        size: int,
+        config: ReplicateConfig | None,
+        *,
+        upsert: bool = False,
+        avoid: Sequence[str] = (),
     ) -> tuple[Replica, ...]:
-        """PutStart (or Upsert): allocate replicas for ``key``."""
+        """PutStart (or Upsert): allocate replicas for ``key``; ``avoid``: segments this
+        client could not reach (a retry), placed around and reported to the master."""
         req = pb.PutStartRequest(
-            client_id=self.client_id, key=key, size=size, config=cv.config_to_pb(config)
+            client_id=self.client_id,
+            key=key,
+            size=size,
+            config=cv.config_to_pb(config),
+            avoid_segments=list(avoid),
         )
         fn = self._stub.Upsert if upsert else self._stub.PutStart
         r = self._call(fn, req)

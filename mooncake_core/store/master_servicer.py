@@ -183,19 +183,23 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
     # ------------------------------------------------------------------ writes
     async def PutStart(self, request: pb.PutStartRequest, context: Ctx) -> pb.PutStartResponse:
         cfg = cv.config_from_pb(request.config)
+        avoid = tuple(request.avoid_segments)
         r = await self._svc.call(
             "PutStart",
-            lambda now: self._st.put_start(request.key, request.size, request.client_id, now, cfg),
+            lambda now: self._st.put_start(
+                request.key, request.size, request.client_id, now, cfg, avoid=avoid
+            ),
             started=lambda reps: [started_record(request.key, request.size, reps)],
         )
         return _put_response(r)
 
     async def Upsert(self, request: pb.PutStartRequest, context: Ctx) -> pb.PutStartResponse:
         cfg = cv.config_from_pb(request.config)
+        avoid = tuple(request.avoid_segments)
         r = await self._svc.call(
             "Upsert",
             lambda now: self._st.upsert_start(
-                request.key, request.size, request.client_id, now, cfg
+                request.key, request.size, request.client_id, now, cfg, avoid=avoid
             ),
             started=lambda reps: [started_record(request.key, request.size, reps)],
         )

@@ -106,7 +106,10 @@ class MasterState:
         self._adding: dict[str, tuple[Replica, float]] = {}  # key -> (replica, start time)
         self._dropping: dict[str, list[tuple[float, Replica]]] = {}  # key -> (free at, rep)
         self._keys = SortedKeys()
-        self._segments = SegmentTable(alignment)
+        hb = self.config.heartbeat_interval_s
+        # Suspect after missing one heartbeat by half an interval; a reported node only
+        # clears itself with a heartbeat sent after the report.
+        self._segments = SegmentTable(alignment, suspect_after_s=1.5 * hb, report_hold_s=hb)
         self._pins = PinTable()
         self._events: list[ev.Event] = []
         self._evicted_objects = 0
@@ -245,10 +248,17 @@ class MasterState:
         client_id: str,
         now: float,
         config: ReplicateConfig | None = None,
+        *,
+        avoid: Collection[str] = (),
     ) -> tuple[Replica, ...]:
         """Allocate the replicas of a new object (state PROCESSING, invisible to readers).
 
         Evicts least-recently-used objects if the space is not there.
+
+        Args:
+            avoid: segments the writer just failed to reach (a retry after a revoked
+                write): this placement leaves them out, and they become suspect for
+                every placement until their node heartbeats again.
 
         Returns:
             The replicas the writer must fill, then call :meth:`put_end`.
@@ -258,7 +268,11 @@ class MasterState:
             ConflictError: the key exists (complete or being written).
             CapacityError: fewer usable segments than replicas, or no space after eviction.
         """
-        return write_ops.put_start(self, key, size, client_id, now, config)
+        if not avoid:
+            return write_ops.put_start(self, key, size, client_id, now, config)
+        self._segments.report_unreachable(avoid, now)
+        with self._segments.avoiding(avoid):
+            return write_ops.put_start(self, key, size, client_id, now, config)
 
     def upsert_start(
         self,
@@ -267,6 +281,8 @@ class MasterState:
         client_id: str,
         now: float,
         config: ReplicateConfig | None = None,
+        *,
+        avoid: Collection[str] = (),
     ) -> tuple[Replica, ...]:
         """Like :meth:`put_start`, but an existing complete object is replaced.
 
@@ -277,7 +293,11 @@ class MasterState:
             ConflictError: the old value is leased (OBJECT_LEASED) or being written.
             Others: as :meth:`put_start`.
         """
-        return write_ops.upsert_start(self, key, size, client_id, now, config)
+        if not avoid:
+            return write_ops.upsert_start(self, key, size, client_id, now, config)
+        self._segments.report_unreachable(avoid, now)
+        with self._segments.avoiding(avoid):
+            return write_ops.upsert_start(self, key, size, client_id, now, config)
 
     def put_end(self, key: str, now: float) -> None:
         """Mark a written object COMPLETE: readable from now on.
@@ -827,10 +847,11 @@ class MasterState:
 
     # ------------------------------------------------------------ maintenance
     def tick(self, now: float) -> None:
-        """Periodic upkeep, in this order: client expiry, unmount grace, stale puts,
-        stale replica additions, dropped replicas whose lease ended, pin TTLs, drain
-        completion, SSD tier (stage timeouts, stage copies whose lease ended, offloads
-        ahead of eviction), watermark eviction."""
+        """Periodic upkeep, in this order: suspect segments (missed heartbeats), client
+        expiry, unmount grace, stale puts, stale replica additions, dropped replicas
+        whose lease ended, pin TTLs, drain completion, SSD tier (stage timeouts, stage
+        copies whose lease ended, offloads ahead of eviction), watermark eviction."""
+        self._segments.update_suspects(now)
         self.expire_clients(now)
         self.finish_unmounts(now)
         self.discard_stale_puts(now)

@@ -7,7 +7,10 @@ Rules, for ``replica_num`` replicas of an object cut into slices of at most
 - a replica's slices may spread over several segments (the strategy decides), but a
   replica takes a new segment only while enough untouched segments remain for the
   replicas still to place;
-- all or nothing: if any slice does not fit, everything allocated so far is released.
+- all or nothing: if any slice does not fit, everything allocated so far is released;
+- suspect segments (their node missed a heartbeat, or a writer could not reach it) are
+  left out while at least ``replica_num`` others remain, except the writer's own
+  segments (it is alive: it is writing) and the ones it names as preferred.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ def place_replicas(
     Returns:
         The replicas, or ``None`` when they do not fit (nothing is left allocated then).
     """
+    segments = healthy(segments, replica_num, ctx)
     taken: set[str] = set()
     replicas: list[Replica] = []
     done: list[Slice] = []
@@ -70,6 +74,22 @@ def place_replicas(
         done.extend(slices)
         replicas.append(tuple(slices))
     return tuple(replicas)
+
+
+def healthy(segments: Sequence[Segment], replica_num: int, ctx: AllocContext) -> Sequence[Segment]:
+    """``segments`` less the suspect ones, when at least ``replica_num`` remain.
+
+    A suspect segment hosted by the writer or named in its preferences stays: the writer
+    is alive, and a preference it asked for is worth one retry if the node is dead.
+    """
+    if not any(s.suspect for s in segments):
+        return segments
+    keep = [
+        s
+        for s in segments
+        if not s.suspect or s.client_id == ctx.client_id or s.name in ctx.preferred
+    ]
+    return keep if len(keep) >= replica_num else segments
 
 
 def _rollback(segments: Sequence[Segment], slices: list[Slice]) -> None:

@@ -6,6 +6,9 @@
                              (readable, no new allocations)
 
 A client that stops heartbeating loses its segments at once (no grace: its memory is gone).
+Before that, a segment whose client missed a heartbeat, or whose data port a writer
+reported unreachable, is *suspect*: still MOUNTED and readable, but new replicas go to
+other segments while enough healthy ones remain (see :mod:`.segment_table`).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ class Segment:
         "ssd_capacity",
         "ssd_keys",
         "state",
+        "suspect",
         "transport_address",
         "unmount_deadline",
     )
@@ -67,6 +71,8 @@ class Segment:
         self.location = location
         self.allocator = OffsetAllocator(capacity, alignment)
         self.state = SegmentState.MOUNTED
+        self.suspect = False
+        """Its client missed a heartbeat or its data port was reported unreachable."""
         self.unmount_deadline = 0.0
         self.keys: set[str] = set()
         """Keys with at least one slice here (so losing the segment is O(its keys))."""
@@ -104,6 +110,7 @@ class Segment:
             largest_free=self.allocator.largest_free,
             ssd_capacity=self.ssd_capacity,
             ssd_keys=len(self.ssd_keys),
+            suspect=self.suspect,
         )
 
 
@@ -125,3 +132,6 @@ class SegmentSnapshot:
     """SSD tier bytes behind the segment (0: none)."""
     ssd_keys: int = 0
     """Objects with an SSD copy on this segment's node."""
+    suspect: bool = False
+    """Left out of new placements: its client missed a heartbeat, or a writer found its
+    data port unreachable (see :mod:`.segment_table`)."""

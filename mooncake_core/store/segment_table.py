@@ -1,8 +1,21 @@
-"""The master's segment table and client liveness (no object knowledge here)."""
+"""The master's segment table and client liveness (no object knowledge here).
+
+Liveness, per client, in the master's running time (see :mod:`.running_clock`)::
+
+    heartbeat ──> alive ──silent > suspect_after_s──> suspect ──silent >= client_ttl_s──> expired
+                    ▲                                  │   (readable; no new placements)
+                    └──────────── next heartbeat ◀─────┘
+    a writer reports the data port unreachable ──> suspect until a heartbeat that arrives
+    at least ``report_hold_s`` after the report
+
+Suspicion only steers placement (fast: one heartbeat interval, or at once on a report);
+expiry, which drops the segment's data, still waits for the whole ``client_ttl_s``.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Collection, Iterator
 
 from .errors import ErrorCode, NotFoundError
 from .segment import Segment, SegmentState
@@ -14,15 +27,33 @@ class SegmentTable:
 
     Args:
         alignment: allocation alignment of new segments.
+        suspect_after_s: silence after which a client's segments are suspect.
+        report_hold_s: a reported segment stays suspect until a heartbeat at least this
+            long after the report (one that was already on its way does not clear it).
     """
 
-    __slots__ = ("_by_name", "_clients", "_order", "alignment")
+    __slots__ = (
+        "_avoid",
+        "_by_name",
+        "_clients",
+        "_order",
+        "_reported",
+        "alignment",
+        "report_hold_s",
+        "suspect_after_s",
+    )
 
-    def __init__(self, alignment: int) -> None:
+    def __init__(
+        self, alignment: int, suspect_after_s: float = 1.5, report_hold_s: float = 1.0
+    ) -> None:
         self.alignment = alignment
+        self.suspect_after_s = suspect_after_s
+        self.report_hold_s = report_hold_s
         self._by_name: dict[str, Segment] = {}
         self._order: list[Segment] = []
         self._clients: dict[str, float] = {}
+        self._reported: dict[str, float] = {}  # client -> when its data port was reported
+        self._avoid: frozenset[str] = frozenset()
 
     def __len__(self) -> int:
         return len(self._order)
@@ -46,8 +77,19 @@ class SegmentTable:
         return seg
 
     def allocatable(self) -> list[Segment]:
-        """MOUNTED segments in name order."""
+        """MOUNTED segments in name order, less those :meth:`avoiding` leaves out."""
+        if self._avoid:
+            return [s for s in self._order if s.allocatable and s.name not in self._avoid]
         return [s for s in self._order if s.allocatable]
+
+    @contextlib.contextmanager
+    def avoiding(self, names: Collection[str]) -> Iterator[None]:
+        """Leave ``names`` out of :meth:`allocatable` for the body (one placement)."""
+        self._avoid = frozenset(names)
+        try:
+            yield
+        finally:
+            self._avoid = frozenset()
 
     def add(
         self,
@@ -104,10 +146,46 @@ class SegmentTable:
         return len(self._clients)
 
     def touch_client(self, client_id: str, now: float) -> bool:
-        """Record a sign of life; returns whether the client was known."""
+        """Record a sign of life; returns whether the client was known.
+
+        Its segments stop being suspect, unless a report against them is younger than
+        ``report_hold_s``.
+        """
         known = client_id in self._clients
         self._clients[client_id] = now
+        reported = self._reported.get(client_id)
+        if reported is not None and now - reported >= self.report_hold_s:
+            del self._reported[client_id]
+            reported = None
+        if reported is None:
+            for seg in self._order:
+                if seg.client_id == client_id:
+                    seg.suspect = False
         return known
+
+    def report_unreachable(self, names: Collection[str], now: float) -> list[str]:
+        """A writer could not reach these segments: make them suspect at once.
+
+        Returns:
+            The names that were known, sorted (unknown ones are ignored).
+        """
+        hit = sorted(n for n in set(names) if n in self._by_name)
+        for name in hit:
+            seg = self._by_name[name]
+            self._reported[seg.client_id] = now
+            for s in self._order:
+                if s.client_id == seg.client_id:
+                    s.suspect = True
+        return hit
+
+    def update_suspects(self, now: float) -> None:
+        """Mark segments suspect whose client is silent for over ``suspect_after_s`` or
+        reported unreachable; clear the others."""
+        for seg in self._order:
+            seen = self._clients.get(seg.client_id)
+            seg.suspect = seg.client_id in self._reported or (
+                seen is not None and now - seen > self.suspect_after_s
+            )
 
     def silent_clients(self, now: float, ttl: float) -> list[str]:
         """Clients whose last sign of life is ``ttl`` or more ago, sorted."""
@@ -116,3 +194,4 @@ class SegmentTable:
     def forget_client(self, client_id: str) -> None:
         """Drop a client (its segments are the caller's business)."""
         self._clients.pop(client_id, None)
+        self._reported.pop(client_id, None)

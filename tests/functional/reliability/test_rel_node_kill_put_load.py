@@ -1,0 +1,138 @@
+"""SIGKILL a store node under single-replica put load: it leaves placement fast, and a
+put whose replica target died is placed again elsewhere instead of failing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faults import kill9
+from store_client_procs import TEST_MASTER, Cluster, make_client, start_cluster
+
+from mooncake_core.store.errors import StoreError
+
+pytestmark = pytest.mark.integration
+
+HB = float(TEST_MASTER["heartbeat_interval_s"])  # 0.5 s
+TTL = float(TEST_MASTER["client_ttl_s"])  # 2 s
+WRITERS = 4
+SIZE = 16 << 10
+
+
+@pytest.fixture
+def three_nodes(tmp_path: Path) -> Iterator[Cluster]:
+    c = start_cluster(tmp_path, nodes=("n0", "n1", "n2"))
+    yield c
+    c.close()
+
+
+def _segments(c: Cluster) -> dict[str, dict[str, Any]]:
+    port = int(c.master.match.group(3))
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/snapshot", timeout=10) as r:
+        return {s["name"]: s for s in json.loads(r.read())["segments"]}
+
+
+def test_rel_killed_node_leaves_placement_fast_and_puts_do_not_fail(
+    three_nodes: Cluster,
+) -> None:
+    c = three_nodes
+    stop = threading.Event()
+    lock = threading.Lock()
+    done: list[tuple[float, str, str]] = []  # (finished at, key, sha256)
+    failed: list[tuple[float, str]] = []  # (failed at, error)
+
+    def writer(w: int) -> None:
+        with make_client(c, transport="tcp") as cl:
+            i = 0
+            while not stop.is_set():
+                key = f"w{w}-{i}"
+                value = (key.encode() * (SIZE // len(key) + 1))[:SIZE]
+                try:
+                    cl.put(key, value)
+                    with lock:
+                        done.append((time.monotonic(), key, hashlib.sha256(value).hexdigest()))
+                except StoreError as e:
+                    with lock:
+                        failed.append((time.monotonic(), f"{type(e).__name__}: {e}"))
+                i += 1
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(WRITERS)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(3.0)
+        killed_at = time.monotonic()
+        kill9(c.nodes["n1"].proc)
+        # Excluded: gone from the table, or still listed but marked suspect.
+        excluded_at = None
+        while time.monotonic() - killed_at < TTL + 10:
+            n1 = _segments(c).get("n1")
+            if n1 is None or n1.get("suspect"):
+                excluded_at = time.monotonic()
+                break
+            time.sleep(0.02)
+        time.sleep(max(0.0, killed_at + TTL + 3.0 - time.monotonic()))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+
+    assert excluded_at is not None, "n1 never left placement"
+    exclusion = excluded_at - killed_at
+    after_kill = [f for f in failed if f[0] >= killed_at]
+    after_exclusion = [f for f in failed if f[0] >= excluded_at]
+    puts_after = sum(1 for d in done if d[0] >= killed_at)
+    print(
+        f"exclusion {exclusion:.3f} s after SIGKILL (heartbeat {HB} s, client_ttl_s {TTL} s); "
+        f"puts ok before kill {len(done) - puts_after}, after {puts_after}; failed puts "
+        f"{len(after_kill)} after the kill, {len(after_exclusion)} after exclusion"
+    )
+    assert len(done) - puts_after > 50, "the load did not run"
+    assert puts_after > 50, "no put succeeded after the kill"
+    assert after_exclusion == [], after_exclusion[:5]
+    assert after_kill == [], after_kill[:5]
+    assert failed == [], failed[:5]
+    assert exclusion < 3 * HB, f"excluded only after {exclusion:.2f} s"
+
+    # Every acknowledged put written after the kill is on a live node and byte-exact.
+    with make_client(c, transport="tcp") as cl:
+        for at, key, digest in done:
+            if at >= killed_at:
+                assert hashlib.sha256(cl.get(key)).hexdigest() == digest, key
+
+
+def test_rel_silent_node_leaves_placement_within_a_heartbeat(tmp_path: Path) -> None:
+    # No writer reports it: only the missed heartbeats tell the master.
+    c = start_cluster(tmp_path)
+    try:
+        assert not _segments(c)["n1"]["suspect"]
+        killed_at = time.monotonic()
+        kill9(c.nodes["n1"].proc)
+        while not _segments(c)["n1"]["suspect"]:
+            assert time.monotonic() - killed_at < TTL, "n1 expired before it was suspect"
+            time.sleep(0.01)
+        exclusion = time.monotonic() - killed_at
+        with make_client(c, transport="tcp") as cl:
+            for i in range(20):  # new single-replica puts all go to n0 now
+                cl.put(f"after-{i}", b"x" * 4096)
+                assert cl.stat(f"after-{i}").replicas[0][0].segment == "n0"
+        gone_at = None
+        while gone_at is None and time.monotonic() - killed_at < TTL + 10:
+            if "n1" not in _segments(c):
+                gone_at = time.monotonic() - killed_at
+            time.sleep(0.02)
+        print(
+            f"silent node suspect {exclusion:.3f} s after SIGKILL (heartbeat {HB} s), "
+            f"expired after {gone_at} s (client_ttl_s {TTL} s)"
+        )
+        assert exclusion < 3 * HB
+        assert gone_at is not None and gone_at >= TTL - HB - 0.2
+    finally:
+        c.close()
