@@ -152,6 +152,36 @@ class OffsetAllocator:
         insort(self._by_size, (length, start))
         self.used -= need
 
+    def allocate_at(self, offset: int, size: int) -> bool:
+        """Allocate exactly ``[offset, offset + rounded(size))`` if all of it is free.
+
+        For putting an object back at the range its bytes occupy (undoing a change the
+        journal refused); the normal path is :meth:`allocate`.
+
+        Returns:
+            False (nothing changed) when part of the range is taken or outside.
+        """
+        need = self.rounded(size)
+        if size <= 0 or offset < 0 or offset % self.alignment:
+            return False
+        j = bisect_right(self._starts, offset) - 1
+        if j < 0:
+            return False
+        start = self._starts[j]
+        length = self._len_at[start]
+        if offset + need > start + length:
+            return False
+        self._remove_size(length, start)
+        del self._starts[j]
+        del self._len_at[start]
+        for s, n in ((start, offset - start), (offset + need, start + length - offset - need)):
+            if n:
+                insort(self._starts, s)
+                self._len_at[s] = n
+                insort(self._by_size, (n, s))
+        self.used += need
+        return True
+
     def _remove_size(self, length: int, start: int) -> None:
         i = bisect_left(self._by_size, (length, start))
         del self._by_size[i]

@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import json
 import logging
 import os
@@ -124,6 +125,21 @@ def decode_all(data: bytes) -> ReadResult:
         out.append(rec)
         pos = end
     return ReadResult(out, pos, False)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` to ``fd`` (continuing after short writes).
+
+    Raises:
+        OSError: the write failed (ENOSPC, EIO...) or made no progress; part of
+            ``data`` may have been written.
+    """
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        if n <= 0:
+            raise OSError(errno.ENOSPC, "write made no progress")
+        view = view[n:]
 
 
 def _name(kind: str, seq: int) -> str:
@@ -223,6 +239,9 @@ class Journal:
         self.since_snapshot = 0
         self.fsyncs = 0
         self._fd = self._open_log(last_seq, good_bytes or {})
+        self._size = os.fstat(self._fd).st_size
+        self._dirty_from: int | None = None
+        """Where a failed append's partial bytes start when cutting them failed too."""
         self._syncing: asyncio.Task[None] | None = None
         self._retired: list[int] = []
         self._closed = False
@@ -248,20 +267,50 @@ class Journal:
 
     # ---------------------------------------------------------------- append
     def append(self, records: Iterable[Record]) -> int:
-        """Number and write the records (not yet synced).
+        """Number and write the records (not yet synced), all of them or none.
+
+        Every byte is written (a short write is continued); when the write fails (disk
+        full, I/O error) the file is cut back to where this call started, so the log
+        never holds a partial frame followed by later good ones, and the seqs are not
+        used up. When even the cut fails, the next call cuts first.
 
         Returns:
             The seq of the last record written (the value to pass to :meth:`wait_durable`).
+
+        Raises:
+            OSError: nothing of this call is in the log (the caller must not apply it).
         """
         chunks = []
+        seq = self.last_seq
         for rec in records:
-            self.last_seq += 1
-            rec["s"] = self.last_seq
+            seq += 1
+            rec["s"] = seq
             chunks.append(encode(rec))
-        if chunks:
-            os.write(self._fd, b"".join(chunks))
-            self.since_snapshot += len(chunks)
-        return self.last_seq
+        if not chunks:
+            return self.last_seq
+        self._cut_dirty_tail()
+        start = self._size
+        try:
+            write_all(self._fd, b"".join(chunks))
+        except OSError:
+            self._cut(start)
+            raise
+        self._size = start + sum(len(c) for c in chunks)
+        self.last_seq = seq
+        self.since_snapshot += len(chunks)
+        return seq
+
+    def _cut(self, size: int) -> None:
+        try:
+            os.ftruncate(self._fd, size)
+            self._dirty_from = None
+        except OSError:
+            self._dirty_from = size
+
+    def _cut_dirty_tail(self) -> None:
+        if self._dirty_from is not None:
+            os.ftruncate(self._fd, self._dirty_from)  # OSError: still failing, refuse
+            self._dirty_from = None
 
     async def wait_durable(self, seq: int) -> None:
         """Return once every record up to ``seq`` is durable under the fsync policy.
@@ -303,15 +352,19 @@ class Journal:
             The seq the snapshot to write next must cover.
         """
         os.fsync(self._fd)
-        if self._syncing is None:
-            os.close(self._fd)
-        else:
-            # A group-commit fsync may be running on it in a thread: that round closes it.
-            self._retired.append(self._fd)
         seq = self.last_seq
-        self._fd = os.open(
+        # Open the new log first: when that fails (disk full) nothing has changed.
+        fd = os.open(
             self.directory / _name("log", seq), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
         )
+        old, self._fd = self._fd, fd
+        if self._syncing is None:
+            os.close(old)
+        else:
+            # A group-commit fsync may be running on it in a thread: that round closes it.
+            self._retired.append(old)
+        self._size = os.fstat(self._fd).st_size
+        self._dirty_from = None
         self.durable_seq = seq
         self.since_snapshot = 0
         return seq
@@ -357,8 +410,9 @@ class Journal:
     async def _snapshot_in_thread(self, seq: int, records: list[Record]) -> None:
         try:
             await asyncio.to_thread(self.write_snapshot, seq, records)
-        except OSError:
-            log.exception("journal snapshot at seq %d failed; logs are kept", seq)
+        except OSError as exc:
+            (self.directory / _name("snap", seq)).with_suffix(".mj.tmp").unlink(missing_ok=True)
+            log.warning("journal snapshot at seq %d failed (%s); logs are kept", seq, exc)
         finally:
             self._snapshotting = None
 

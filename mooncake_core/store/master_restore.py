@@ -11,11 +11,13 @@ restored by :meth:`MasterState.restore_ssd_copies`.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from . import events as ev
+from . import master_removal as removal_ops
 from .allocator import OffsetAllocator
-from .errors import ConflictError, ErrorCode
+from .errors import ConflictError, ErrorCode, StoreError
 from .objects import ObjectMeta, ObjectState, Replica
 
 if TYPE_CHECKING:
@@ -100,10 +102,16 @@ def restore_objects(
             for off, length in ranges[name]:
                 segs[name].allocator.release(off, length)
         raise
+    st._tier.next_token = token_base
+    _install(st, objects, now)
+
+
+def _install(st: MasterState, objects: Sequence[RestoredObject], now: float) -> None:
+    """Register objects whose ranges are already reserved."""
     objects_table, processing, keys = st._objects, st._processing, st._keys
     complete_state = ObjectState.COMPLETE
     tier = st._tier
-    tier.next_token = token_base
+    segs = st._segments
     # Hot loop (promotion time grows with it): plain loops, no generators.
     for key, size, replicas, complete in objects:
         meta = ObjectMeta(size, replicas, "", now)
@@ -116,7 +124,7 @@ def restore_objects(
         keys.add(key)
         for r in replicas:
             for sl in r:
-                segs[sl.segment].keys.add(key)
+                segs.get(sl.segment).keys.add(key)
 
 
 def restore_ssd_copies(ms: MasterState, key: str, segments: Iterable[str]) -> None:
@@ -130,3 +138,56 @@ def restore_ssd_copies(ms: MasterState, key: str, segments: Iterable[str]) -> No
         seg.ssd_keys.add(key)
     if obj.complete and not obj.replicas and obj.ssd:
         ms._ssd_only.add(key)
+
+
+def reconcile(
+    ms: MasterState,
+    objects: Mapping[str, RestoredObject | None],
+    pins: Mapping[tuple[str, bool], tuple[bool, float | None] | None],
+    now: float,
+) -> None:
+    """Put the named objects and key/prefix pins back as the journal has them (an undo).
+
+    The service calls this when a change it applied to the tables could not be
+    journaled: every key the change touched is dropped (its ranges released) and
+    reinstalled at exactly the ranges the journal gives (``None``: the key is absent),
+    every pin touched is set or cleared likewise. Dropping first frees whatever the
+    failed change allocated, so the journal's ranges are free again when they are
+    reserved. Events emitted on the way are discarded (an undo is not news).
+
+    Args:
+        objects: key -> ``(key, size, replicas, complete)`` as journaled, or ``None``.
+        pins: ``(target, is_prefix)`` -> ``(hard, expires_at)`` (monotonic), or ``None``.
+
+    Raises:
+        RebuildError, StoreError: the journal's version cannot be reinstalled (the
+            caller then rebuilds the whole state from the journal).
+    """
+    for key in objects:
+        obj = ms._objects.get(key)
+        if obj is not None:
+            removal_ops.drop(ms, key, obj, ev.RemoveReason.REVOKED, now, keep_pin=True)
+    back = [o for o in objects.values() if o is not None]
+    taken: list[tuple[OffsetAllocator, int, int]] = []
+    try:
+        for key, _, replicas, _ in back:
+            for r in replicas:
+                for sl in r:
+                    alloc = ms._segments.get(sl.segment).allocator  # NotFoundError
+                    if not alloc.allocate_at(sl.offset, sl.length):
+                        raise RebuildError(
+                            f"{key!r}: range [{sl.offset}, +{sl.length}) of segment "
+                            f"{sl.segment!r} is taken"
+                        )
+                    taken.append((alloc, sl.offset, sl.length))
+    except (RebuildError, StoreError):
+        for alloc, off, length in taken:
+            alloc.release(off, length)
+        raise
+    _install(ms, back, now)
+    for (target, is_prefix), want in pins.items():
+        if want is None:
+            ms._pins.clear(target, is_prefix=is_prefix)
+        else:
+            ms._pins.set(target, is_prefix=is_prefix, hard=want[0], expires_at=want[1])
+    ms._events.clear()

@@ -593,7 +593,10 @@ class MasterService:
 
         done = undo(self.state, self.image, records, self._owed, self._clock(), self._wall())
         if done.rebuilt:
-            log.warning("journal: state rebuilt from the journal after a refused change")
+            log.warning(
+                "journal: state rebuilt from the journal after a refused change (%s)",
+                ", ".join(sorted({str(r.get("t")) for r in records})),
+            )
             self.state = done.state
         self._owed = done.owed
         return -1 if done.refused else 0
