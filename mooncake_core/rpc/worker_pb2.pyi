@@ -146,12 +146,14 @@ class FetchPrefixReply(_message.Message):
     def __init__(self, fetched_blocks: _Optional[int] = ..., already_cached: _Optional[int] = ..., fetch_s: _Optional[float] = ...) -> None: ...
 
 class PrepareRequest(_message.Message):
-    __slots__ = ("request_id", "num_tokens")
+    __slots__ = ("request_id", "num_tokens", "max_tokens")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     NUM_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     num_tokens: int
-    def __init__(self, request_id: _Optional[str] = ..., num_tokens: _Optional[int] = ...) -> None: ...
+    max_tokens: int
+    def __init__(self, request_id: _Optional[str] = ..., num_tokens: _Optional[int] = ..., max_tokens: _Optional[int] = ...) -> None: ...
 
 class PrepareReply(_message.Message):
     __slots__ = ("seq_id", "segment", "blocks", "block_nbytes", "layer_nbytes")

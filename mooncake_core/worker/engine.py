@@ -303,7 +303,7 @@ class InferenceEngine:
         return sid
 
     def reserve_kv(
-        self, num_tokens: int, *, seq_id: str | None = None
+        self, num_tokens: int, *, seq_id: str | None = None, max_tokens: int = 0
     ) -> tuple[str, tuple[int, ...]]:
         """Reserve blocks for KV that a transport will write in place (decode side, zero copy).
 
@@ -311,23 +311,44 @@ class InferenceEngine:
         pool at ``block * cache.block_nbytes``), then call :meth:`adopt_kv`, or
         :meth:`abort_kv` if the transfer failed.
 
+        With ``max_tokens``, the blocks the sequence's decode will need are reserved now
+        too: generating ``max_tokens`` tokens writes KV for ``max_tokens - 1`` of them
+        (the last one is sampled, never fed back), so :meth:`decode_step` never has to
+        find a block later, and a full pool refuses the request here, before any work.
+
+        Args:
+            num_tokens: tokens whose KV the transport writes.
+            seq_id: id for the sequence (default a fresh one).
+            max_tokens: tokens the request may generate (0: reserve the prompt only).
+
         Returns:
-            The sequence id and its ``ceil(num_tokens / block_size)`` block ids in order.
+            The sequence id and the ``ceil(num_tokens / block_size)`` block ids the
+            transport writes, in order (the decode headroom is not listed).
 
         Raises:
-            ValueError: ``num_tokens < 1`` or a duplicate id; CacheFullError: no room.
+            ValueError: ``num_tokens < 1``, a duplicate id, or ``num_tokens + max_tokens``
+                beyond ``max_seq_len`` (decode would stop short of ``max_tokens``);
+                CacheFullError: no room.
         """
         if num_tokens < 1:
             raise ValueError(f"num_tokens must be >= 1, got {num_tokens}")
+        if max_tokens < 0:
+            raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
+        limit = self.config.max_seq_len
+        if max_tokens and num_tokens + max_tokens > limit:
+            raise ValueError(
+                f"prompt of {num_tokens} tokens plus max_tokens {max_tokens} does not fit "
+                f"max_seq_len {limit}"
+            )
         sid = self._new_id(seq_id)
         self.cache.create_sequence(sid)
         try:
-            self.cache.reserve(sid, num_tokens)
+            self.cache.reserve(sid, num_tokens + max(max_tokens - 1, 0))
         except BaseException:
             self.cache.free(sid)
             raise
         self._pending_kv[sid] = num_tokens
-        return sid, self.cache.block_table(sid)
+        return sid, self.cache.block_table(sid)[: -(-num_tokens // self.hashing.block_size)]
 
     def adopt_kv(
         self,

@@ -582,7 +582,9 @@ class WorkerService(pbg.WorkerServicer):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "not a decode worker")
         assert self._decode is not None
         try:
-            sid, blocks = await self._decode.prepare(request.request_id, request.num_tokens)
+            sid, blocks = await self._decode.prepare(
+                request.request_id, request.num_tokens, request.max_tokens
+            )
         except Exception as exc:
             await _abort(context, exc)
         c = self.engine.cache

@@ -10,6 +10,7 @@ engine thread, push each new token to its request's queue, retire finished seque
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
@@ -79,15 +80,28 @@ class DecodeRunner:
 
     # ---- reservations ---------------------------------------------------------------------
 
-    async def prepare(self, request_id: str, num_tokens: int) -> tuple[str, tuple[int, ...]]:
-        """Reserve blocks for ``num_tokens`` of incoming KV.
+    async def prepare(
+        self, request_id: str, num_tokens: int, max_tokens: int = 0
+    ) -> tuple[str, tuple[int, ...]]:
+        """Reserve blocks for ``num_tokens`` of incoming KV and for ``max_tokens`` of decode.
+
+        Reserving the decode's blocks up front is what keeps a full pool from failing
+        requests mid-decode: one step that cannot find a block fails the whole batch, so
+        a pool that is full refuses here (``CacheFullError``: the conductor answers 429),
+        before prefill, and an admitted request always has the KV it will need.
+
+        Returns:
+            The sequence id and the blocks the prompt's KV is written into.
 
         Raises:
-            ValueError: duplicate request; CacheFullError: no room.
+            ValueError: duplicate request, or prompt plus ``max_tokens`` beyond the
+                model's ``max_seq_len``; CacheFullError: no room.
         """
         if request_id in self._reserved or request_id in self._live:
             raise ValueError(f"request {request_id!r} already has KV on this instance")
-        sid, blocks = await self._call(self.engine.reserve_kv, num_tokens)
+        sid, blocks = await self._call(
+            functools.partial(self.engine.reserve_kv, num_tokens, max_tokens=max_tokens)
+        )
         self._reserved[request_id] = sid
         return sid, blocks
 

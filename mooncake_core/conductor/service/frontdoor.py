@@ -334,7 +334,9 @@ class FrontDoor:
         try:
             try:
                 reserved = await dec.stub.Prepare(
-                    pb.PrepareRequest(request_id=rid, num_tokens=len(tokens)),
+                    pb.PrepareRequest(
+                        request_id=rid, num_tokens=len(tokens), max_tokens=req.max_tokens
+                    ),
                     timeout=self.rpc_timeout_s,
                     metadata=dec.metadata,
                 )

@@ -6,8 +6,8 @@ conductor's audit database file says how each one ended.
 - rejected by admission (HTTP 429 ``decode_full``): the only decode slot is taken;
 - rejected after admission (HTTP 429 ``decode_kv_full``): the prompt needs more KV
   blocks than the decode pool has (Prepare answers RESOURCE_EXHAUSTED);
-- failed (HTTP 503): the prompt fits the decode pool but not the model's
-  ``max_seq_len``, so the prefill worker refuses it;
+- failed (HTTP 503): the prompt does not fit the model's ``max_seq_len``, so the decode
+  worker refuses it at Prepare (before any capacity check: it could never run);
 - cancelled: a streaming client goes away after the first token.
 """
 
@@ -29,10 +29,10 @@ from mooncake_cli.main import app
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 BLOCK = 16
-DECODE_BLOCKS = 80  # 1280 tokens of decode KV
+DECODE_BLOCKS = 40  # 640 tokens of decode KV
 MAX_SEQ = TINY_MODEL["max_seq_len"]  # 1024
-KV_FULL_TOKENS = DECODE_BLOCKS * BLOCK + 40  # more than the decode pool holds
-TOO_LONG_TOKENS = MAX_SEQ + 6  # fits the decode pool, not the model
+KV_FULL_TOKENS = DECODE_BLOCKS * BLOCK + 40  # more than the decode pool holds, < max_seq_len
+TOO_LONG_TOKENS = MAX_SEQ + 6  # does not fit the model
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,7 @@ def test_every_way_a_request_ends_is_in_the_audit_file(cluster: Cluster) -> None
     assert r.status_code == 429, r.text
     assert r.json()["error"]["message"].startswith("decode_kv_full")
 
-    # admitted, then failed on the prefill worker
+    # admitted, then failed: the decode worker refuses a request the model cannot hold
     r = _post(cluster, [66] * TOO_LONG_TOKENS)
     assert r.status_code == 503, r.text
 
@@ -89,7 +89,7 @@ def test_every_way_a_request_ends_is_in_the_audit_file(cluster: Cluster) -> None
         req = c.build_request(
             "POST",
             cluster.url + "/v1/completions",
-            json={"prompt": "hold the slot", "max_tokens": 1000, "stream": True},
+            json={"prompt": "hold the slot", "max_tokens": 500, "stream": True},
         )
         resp = c.send(req, stream=True)
         try:

@@ -69,7 +69,7 @@ def test_serving_rejects_with_429_when_decode_is_full(cluster: Cluster) -> None:
         req = c.build_request(
             "POST",
             cluster.url + "/v1/completions",
-            json={"prompt": prompt, "max_tokens": 1000, "stream": True},
+            json={"prompt": prompt, "max_tokens": 900, "stream": True},
         )
         resp = c.send(req, stream=True)
         assert resp.status_code == 200

@@ -68,3 +68,33 @@ async def test_serving_decode_runner_cancel_drops_a_reservation() -> None:
                 pass
     finally:
         ex.shutdown()
+
+
+async def test_serving_decode_runner_reserves_decode_blocks_at_prepare() -> None:
+    # 4 blocks of 16. "a": 30 prompt tokens + 19 decoded (max_tokens 20) = 49 -> 4 blocks,
+    # all taken at prepare, so "b" is refused there, and "a" still decodes to the end.
+    eng = InferenceEngine(MODEL, HashingConfig(block_size=16), num_blocks=4, device="cpu")
+    ex = ThreadPoolExecutor(1)
+    runner = DecodeRunner(eng, ex, max_batch=2)
+    loop_task = asyncio.create_task(runner.run())
+    try:
+        sid, blocks = await runner.prepare("a", 30, max_tokens=20)
+        assert len(blocks) == 2  # the prompt's blocks; the decode headroom is not listed
+        assert eng.cache.snapshot().used_blocks == 4
+        with pytest.raises(CacheFullError, match="need 1 blocks, 0 free"):
+            await runner.prepare("b", 1, max_tokens=1)
+        with pytest.raises(CacheFullError):  # 50 + 39 tokens: 6 blocks of 4, nothing taken
+            await runner.prepare("c", 50, max_tokens=40)
+        sampling = SamplingParams(max_tokens=20, stop_at_eos=False)
+        toks = [t.token async for t in runner.admit("a", sid, [5] * 30, 7, sampling)]
+        assert len(toks) == 19 and runner.failed == 0
+        await _idle(eng)
+        assert eng.cache.snapshot().used_blocks == 0
+        # Prompt plus max_tokens past max_seq_len (512) is refused before anything runs.
+        with pytest.raises(ValueError, match="max_seq_len 512"):
+            await runner.prepare("d", 500, max_tokens=13)
+        assert eng.cache.snapshot().used_blocks == 0
+    finally:
+        runner.stop()
+        await asyncio.gather(loop_task, return_exceptions=True)
+        ex.shutdown()
