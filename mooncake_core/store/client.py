@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mooncake_core.transfer import OpCode, Region, TransferEngine, TransferError
@@ -349,13 +349,15 @@ class Client(BatchOps):
         size: int,
         config: ReplicateConfig | None,
         upsert: bool,
+        avoid: Collection[str] = (),
     ) -> None:
         # A replica target that cannot be reached (its node died, its data port
         # refuses) fails the attempt: it is revoked, and PutStart is asked again naming
         # the failed segments, so the master places the write elsewhere and stops
         # placing anyone's writes there. Until rpc_timeout_s, while new segments fail.
+        # ``avoid``: segments a first attempt (a batch put) already failed on.
         deadline = time.monotonic() + self.options.rpc_timeout_s
-        avoid: set[str] = set()
+        avoid = set(avoid)
         while True:
             try:
                 replicas = self._m.put_start(key, size, config, upsert=upsert, avoid=sorted(avoid))

@@ -15,7 +15,7 @@ Small batches (under ``_PIPELINE_MIN`` bytes) take one chunk: two round trips in
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 from mooncake_core.transfer import OpCode, Region
@@ -77,6 +77,16 @@ class BatchOps:
         def _stage(self, size: int) -> Region: ...
         def _order(self, replicas: Sequence[Replica]) -> list[Replica]: ...
         def _revoke(self, keys: Sequence[str]) -> None: ...
+        def _put_region(
+            self,
+            key: str,
+            region: Region,
+            off: int,
+            size: int,
+            config: ReplicateConfig | None,
+            upsert: bool,
+            avoid: Collection[str] = (),
+        ) -> None: ...
 
     def _find_all(self, ptrs: Sequence[int], sizes: Sequence[int]) -> list[Where]:
         where: list[Where] = []
@@ -164,16 +174,20 @@ class BatchOps:
                 groups.append([o for r in reps for o in plan(OpCode.WRITE, region, off, r)])
             return [i for i, _ in got], self._dp.start(groups)
 
+        retry: list[tuple[int, set[str]]] = []
+
         def settle(idx: list[int], pending: Pending) -> list[int]:
             errors = self._dp.finish(pending)
-            failed = [(i, e) for i, e in zip(idx, errors, strict=True) if e is not None]
+            failed = [n for n, e in enumerate(errors) if e is not None]
             if failed:
-                self._revoke([keys[i] for i, _ in failed])
-                for i, e in failed:
-                    out[i] = UnavailableError(
+                self._revoke([keys[idx[n]] for n in failed])
+                for n in failed:
+                    out[idx[n]] = UnavailableError(
                         ErrorCode.UNAVAILABLE,
-                        f"put {keys[i]!r}: writing a replica failed ({e}); revoked",
+                        f"put {keys[idx[n]]!r}: writing a replica failed ({errors[n]}); revoked",
                     )
+                    if pending.failed[n]:
+                        retry.append((idx[n], pending.failed[n]))
             return [i for i, e in zip(idx, errors, strict=True) if e is None]
 
         def complete(done: list[int]) -> None:
@@ -188,6 +202,15 @@ class BatchOps:
             if nxt is not None:
                 cur = write(nxt)
             complete(done)  # overlaps copy k+1
+        # A write whose target could not be reached is placed again around it, alone
+        # (as a single put would be).
+        for i, bad in retry:
+            region, off = where[i]  # type: ignore[misc]
+            try:
+                self._put_region(keys[i], region, off, sizes[i], config, False, avoid=bad)
+                out[i] = None
+            except StoreError as exc:
+                out[i] = exc
         return out
 
     # ------------------------------------------------------------------- reads

@@ -136,3 +136,22 @@ def test_rel_silent_node_leaves_placement_within_a_heartbeat(tmp_path: Path) -> 
         assert gone_at is not None and gone_at >= TTL - HB - 0.2
     finally:
         c.close()
+
+
+def test_rel_batch_put_items_on_a_dead_node_are_placed_again(tmp_path: Path) -> None:
+    c = start_cluster(tmp_path)
+    try:
+        with make_client(c, transport="tcp") as cl:
+            cl.put_batch([f"warm-{i}" for i in range(8)], [b"w" * 4096] * 8)  # opens n0, n1
+            kill9(c.nodes["n1"].proc)
+            # At once: n1 has not missed a heartbeat yet, so about half the items are
+            # placed on it and fail; each is revoked and placed again on n0.
+            keys = [f"b-{i}" for i in range(40)]
+            values = [k.encode() * 1024 for k in keys]
+            res = cl.put_batch(keys, values)
+            assert res == [None] * len(keys), [r for r in res if r is not None][:3]
+            for k, v in zip(keys, values, strict=True):
+                assert cl.get(k) == v
+                assert cl.stat(k).replicas[0][0].segment == "n0"
+    finally:
+        c.close()
