@@ -30,13 +30,13 @@ import contextlib
 import threading
 import time
 from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mooncake_core.transfer import OpCode, Region, TransferEngine, TransferError
 
 from . import client_tensor
 from .client_batch import BatchOps
-from .client_data import Buffers, DataPath, plan
+from .client_data import Buffers, DataPath, plan, plan_window
 from .client_heartbeat import Heartbeat, Mount
 from .client_master import SyncMaster
 from .client_options import ClientOptions
@@ -45,7 +45,7 @@ from .master_client import default_client_id
 from .objects import ObjectInfo, Replica
 from .pins import Pin
 from .results import GetResult, ListKeysResult, RemoveManyResult, ReplicateConfig
-from .validation import check_key
+from .validation import check_key, compile_pattern, utf8_of
 
 if TYPE_CHECKING:
     import torch
@@ -53,8 +53,18 @@ if TYPE_CHECKING:
     from mooncake_core.transfer import TransferSnapshot
 
 _MIN_STAGING = 1 << 20
+STREAM_WINDOW = 16 << 20
+"""Most bytes :meth:`Client.put_file` holds in memory at once (also capped by the
+master's ``max_slice_size``)."""
 _RANK = {"local": 0, "shm": 1, "unknown": 2, "tcp": 3}
 """Read preference by how a segment is reached (lower first)."""
+
+
+class Readable(Protocol):
+    """What :meth:`Client.put_file` reads from: a binary file object (``open(p, "rb")``,
+    ``sys.stdin.buffer``, ``io.BytesIO``)."""
+
+    def readinto(self, buffer: memoryview, /) -> int | None: ...
 
 
 class Client(BatchOps):
@@ -341,6 +351,72 @@ class Client(BatchOps):
         region, off = self._buffers.find(buffer_ptr, size)
         self._put_region(key, region, off, size, config, upsert=True)
 
+    def put_file(
+        self,
+        key: str,
+        source: Readable,
+        size: int,
+        config: ReplicateConfig | None = None,
+        *,
+        upsert: bool = False,
+    ) -> None:
+        """Store ``size`` bytes read from ``source`` (a binary file object), streamed.
+
+        The size is checked and the replicas allocated (``PutStart``) before a byte is
+        read; the bytes then pass through one staging buffer of at most
+        ``max_slice_size`` (and :data:`STREAM_WINDOW`) bytes, window by window, so
+        memory stays bounded whatever the object's size. Readers see the object only
+        after its last window is written (``PutEnd``); any failure revokes it.
+
+        Raises:
+            InvalidArgumentError: bad key or size (nothing read), or ``source`` ended
+                before ``size`` bytes (revoked).
+            OSError: reading ``source`` failed (revoked).
+            (and the errors of :meth:`put`)
+        """
+        self._check_key(key)
+        self._check_size(key, size)
+        window = min(size, self.options.master_config.max_slice_size, STREAM_WINDOW)
+        with self._staging_lock:
+            st = self._stage(window)
+            replicas = self._m.put_start(key, size, config, upsert=upsert)
+            try:
+                self._stream_windows(key, source, size, window, st, replicas)
+            except BaseException:
+                self._revoke([key])
+                raise
+            self._m.put_end(key)
+
+    def _stream_windows(
+        self,
+        key: str,
+        source: Readable,
+        size: int,
+        window: int,
+        st: Region,
+        replicas: Sequence[Replica],
+    ) -> None:
+        view = st.view()
+        pos = 0
+        while pos < size:
+            n = min(window, size - pos)
+            got = 0
+            while got < n:
+                k = source.readinto(view[got:n])
+                if not k:
+                    raise InvalidArgumentError(
+                        ErrorCode.INVALID_PARAMS,
+                        f"put {key!r}: the source ended after {pos + got} of {size} bytes; revoked",
+                    )
+                got += k
+            ops = [o for r in replicas for o in plan_window(OpCode.WRITE, st, r, pos, n)]
+            (err,) = self._dp.run([ops])
+            if err is not None:
+                raise UnavailableError(
+                    ErrorCode.UNAVAILABLE, f"put {key!r}: writing a replica failed ({err}); revoked"
+                )
+            pos += n
+
     def _put_region(
         self,
         key: str,
@@ -474,6 +550,8 @@ class Client(BatchOps):
         self, prefix: str = "", start_after: str = "", limit: int = 1000
     ) -> ListKeysResult:
         """One page of keys in key order (pass ``next_start_after`` back for the next)."""
+        utf8_of("prefix", prefix)
+        utf8_of("start_after", start_after)
         return self._m.list_keys(prefix, start_after, limit)
 
     # ---------------------------------------------------------------- removals
@@ -483,11 +561,14 @@ class Client(BatchOps):
         self._m.remove(key, force)
 
     def remove_by_regex(self, pattern: str, *, force: bool = False) -> RemoveManyResult:
-        """Remove every removable key matching ``pattern`` (Python ``re.search``)."""
+        """Remove every removable key matching ``pattern`` (RE2 ``search``: Python ``re``
+        syntax without backreferences or lookaround; checked here before the master)."""
+        compile_pattern(pattern)
         return self._m.remove_by_regex(pattern, force)
 
     def remove_by_prefix(self, prefix: str, *, force: bool = False) -> RemoveManyResult:
         """Remove every removable key under ``prefix`` (non-empty)."""
+        utf8_of("prefix", prefix)
         return self._m.remove_by_prefix(prefix, force)
 
     def remove_all(self, *, force: bool = False) -> RemoveManyResult:
@@ -499,10 +580,12 @@ class Client(BatchOps):
         self, target: str, *, prefix: bool = False, hard: bool = False, ttl_s: float | None = None
     ) -> Pin:
         """Pin a key (must exist) or a key prefix (also covers keys written later)."""
+        utf8_of("pin target", target)
         return self._m.pin(target, prefix, hard, ttl_s)
 
     def unpin(self, target: str, *, prefix: bool = False) -> Pin:
         """Clear the pin on exactly this key or prefix (``PIN_NOT_FOUND`` if none)."""
+        utf8_of("pin target", target)
         return self._m.unpin(target, prefix)
 
     def list_pins(self) -> list[Pin]:

@@ -82,6 +82,27 @@ def plan(op: OpCode, region: Region, offset: int, replica: Replica) -> list[Op]:
     return out
 
 
+def plan_window(op: OpCode, region: Region, replica: Replica, start: int, length: int) -> list[Op]:
+    """Ops that move object bytes ``[start, start + length)`` of one replica between
+    ``region[0:length]`` and the slices that hold them (a streamed put's window)::
+
+        object   |---- slice A ----|------- slice B -------|-- slice C --|
+        window              [start ............ start+length)
+        ops                 [A tail][  B head  ]
+    """
+    out: list[Op] = []
+    end = start + length
+    obj = 0
+    for s in replica:
+        lo, hi = max(obj, start), min(obj + s.length, end)
+        if lo < hi:
+            out.append(Op(op, region, lo - start, s.segment, s.offset + (lo - obj), hi - lo))
+        obj += s.length
+        if obj >= end:
+            break
+    return out
+
+
 class Buffers:
     """Registered user buffers, looked up by address range (``register_buffer``)."""
 

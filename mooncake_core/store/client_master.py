@@ -362,7 +362,7 @@ class SyncMaster:
         return _many(self._call(self._stub.RemoveByPrefix, req))
 
     def remove_by_regex(self, pattern: str, force: bool) -> RemoveManyResult:
-        """RemoveByRegex (Python ``re.search`` on the master)."""
+        """RemoveByRegex (RE2 ``search`` on the master)."""
         req = pb.RemoveByRegexRequest(pattern=pattern, force=force)
         return _many(self._call(self._stub.RemoveByRegex, req))
 

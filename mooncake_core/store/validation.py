@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from mooncake_core.config.models import MasterConfig
 
@@ -21,16 +21,77 @@ MAX_NAME = 256
 
 
 def check_key(key: str, max_len: int) -> None:
-    """Raise INVALID_KEY unless ``key`` is a non-empty string of at most ``max_len`` UTF-8 bytes."""
+    """Raise INVALID_KEY unless ``key`` is a non-empty string of at most ``max_len`` UTF-8 bytes.
+
+    A string that has no UTF-8 form (a lone surrogate, as ``os.fsdecode`` makes of a
+    command-line argument that is not UTF-8) is refused here, not by the RPC encoder.
+    """
     if not isinstance(key, str) or not key:
         raise InvalidArgumentError(
             ErrorCode.INVALID_KEY, f"key must be a non-empty string, got {key!r}"
         )
-    n = len(key.encode("utf-8", "surrogatepass"))
+    n = len(utf8_of("key", key, ErrorCode.INVALID_KEY))
     if n > max_len:
         raise InvalidArgumentError(
             ErrorCode.INVALID_KEY, f"key of {n} bytes exceeds max_key_length {max_len}"
         )
+
+
+def utf8_of(what: str, text: str, code: ErrorCode = ErrorCode.INVALID_PARAMS) -> bytes:
+    """``text`` encoded as UTF-8.
+
+    Raises:
+        InvalidArgumentError: ``code``, naming the first character with no UTF-8 form.
+    """
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(
+            code,
+            f"{what} is not valid UTF-8: {text[exc.start : exc.end]!r} at character "
+            f"{exc.start} has no UTF-8 form (was it decoded from non-UTF-8 bytes?)",
+        ) from None
+
+
+MAX_PATTERN = 1024
+"""Longest user regular expression accepted."""
+
+
+def compile_pattern(pattern: str) -> Any:
+    """Compile a user's regular expression with RE2 (linear time in the text, no ReDoS).
+
+    RE2 is Python ``re`` syntax without backreferences and lookaround; a pattern that
+    needs them is refused rather than run on a backtracking engine.
+
+    Returns:
+        A compiled RE2 pattern (``.search(text)`` as with ``re``).
+
+    Raises:
+        InvalidArgumentError: INVALID_PARAMS for a pattern that is too long, not UTF-8,
+            malformed or unsupported by RE2.
+    """
+    import re2  # google-re2
+
+    if not isinstance(pattern, str):
+        raise InvalidArgumentError(
+            ErrorCode.INVALID_PARAMS, f"regex must be a string, got {pattern!r}"
+        )
+    if len(pattern) > MAX_PATTERN:
+        raise InvalidArgumentError(
+            ErrorCode.INVALID_PARAMS, f"regex is {len(pattern)} characters; at most {MAX_PATTERN}"
+        )
+    utf8_of("regex", pattern)
+    opts = re2.Options()
+    opts.log_errors = False  # the error goes back to the caller, not to stderr
+    try:
+        return re2.compile(pattern, opts)
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else exc
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
+        raise InvalidArgumentError(
+            ErrorCode.INVALID_PARAMS, f"invalid regex {pattern!r}: {reason}"
+        ) from None
 
 
 def check_name(what: str, value: str) -> None:
