@@ -72,6 +72,7 @@ def web(
             targets=tuple(target or ()),
             interval_s=interval,
             poll_timeout_s=min(2.0, 0.8 * interval),
+            bind_host=host,
         )
         application = create_app(cfg, opts)
     except (OSError, ValueError) as exc:

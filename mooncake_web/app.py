@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from importlib import resources
 
 from fastapi import FastAPI, Request, Response
@@ -17,6 +17,7 @@ from .auth import SessionStore
 from .backend import Backend, read_token
 from .deps import WebState
 from .drains import DrainJobs
+from .hosts import HostCheck, allowed_hosts
 from .options import WebOptions
 from .pages import router as pages_router
 
@@ -87,6 +88,7 @@ def create_app(config: ClusterConfig, options: WebOptions | None = None) -> Fast
     app.include_router(pages_router)
     static = resources.files("mooncake_web").joinpath("static")
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
+    app.add_middleware(HostCheck, allowed=_host_names(config, opts))
 
     @app.middleware("http")
     async def security_headers(request: Request, call_next):
@@ -99,3 +101,10 @@ def create_app(config: ClusterConfig, options: WebOptions | None = None) -> Fast
         return response
 
     return app
+
+
+def _host_names(config: ClusterConfig, opts: WebOptions) -> frozenset[str]:
+    extra = [*config.dashboard.allowed_hosts, *opts.allowed_hosts]
+    with suppress(KeyError):
+        extra.append(config.host(config.dashboard.host).address)
+    return allowed_hosts(opts.bind_host, extra)

@@ -24,6 +24,8 @@ class WebOptions:
         page_cap: Largest page size a list endpoint accepts.
         session_ttl_s: Lifetime of a login session.
         anonymous_read: Override of ``DashboardConfig.anonymous_read`` (``None``: config).
+        bind_host: Address the server binds (one of the names accepted in ``Host``).
+        allowed_hosts: More ``Host`` names to accept, beside ``dashboard.allowed_hosts``.
     """
 
     master: str | None = None
@@ -37,6 +39,8 @@ class WebOptions:
     page_cap: int = 1000
     session_ttl_s: float = 12 * 3600.0
     anonymous_read: bool | None = None
+    bind_host: str = "127.0.0.1"
+    allowed_hosts: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
         if not self.interval_s > 0:

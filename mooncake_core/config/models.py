@@ -306,6 +306,12 @@ class DashboardConfig(_Strict):
     """HTTP port."""
     anonymous_read: bool = True
     """Whether read-only pages open without the cluster token."""
+    allowed_hosts: list[Annotated[str, Field(min_length=1, max_length=253)]] = Field(
+        default_factory=list, max_length=64
+    )
+    """Extra names the dashboard answers to in the HTTP ``Host`` header (besides
+    localhost, 127.0.0.1, ::1, its bind address and its host's address); others get 421,
+    so a DNS-rebinding page cannot read it. ``"*"`` turns the check off."""
 
 
 class EtcdConfig(_Strict):

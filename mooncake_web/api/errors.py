@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import re
+from typing import Any
 
 from fastapi import HTTPException
 
@@ -48,18 +48,25 @@ def check_prefix(prefix: str, what: str = "prefix") -> str:
     return prefix
 
 
-def compile_regex(pattern: str) -> re.Pattern[str]:
-    """Compile a user's regular expression.
+def compile_regex(pattern: str) -> Any:
+    """Compile a user's regular expression with RE2 (linear time: no ReDoS).
+
+    Returns:
+        The compiled pattern (``.search(text)``).
 
     Raises:
-        HTTPException: 422 naming the pattern and the error.
+        HTTPException: 422 naming the pattern and the error (malformed, too long, or a
+            backtracking-only feature such as backreferences or lookaround).
     """
-    if len(pattern) > MAX_PREFIX:
-        raise HTTPException(422, f"regex is {len(pattern)} characters; at most {MAX_PREFIX}")
+    from mooncake_core.store.errors import StoreError
+    from mooncake_core.store.validation import compile_pattern
+
     try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise HTTPException(422, f"malformed regex {pattern!r}: {exc}") from None
+        return compile_pattern(pattern)
+    except StoreError as exc:
+        raise HTTPException(
+            422, exc.message.replace("invalid regex", "malformed regex", 1)
+        ) from None
 
 
 def check_limit(limit: int, cap: int) -> int:
