@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import os
+import re
 import struct
 import threading
 import time
@@ -49,6 +51,8 @@ _COPY_THREADS = 2
 """Threads for a large local copy (two cores on the reference machine)."""
 _SPLIT_MIN = 4 << 20
 """Local copies below this use one thread: starting a thread costs more."""
+_SHM_OWNER = re.compile(r"^mooncake-(\d+)-[0-9a-f]+$")
+"""Name of a Transfer Engine's /dev/shm segment file: ``mooncake-<pid>-<token>``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +175,27 @@ class Buffers:
                 f"({where}); call register_buffer first",
             )
         return region, address - region.address
+
+
+def _exited_owner(shm_path: str) -> int | None:
+    """The pid of the engine owning ``shm_path`` if that process has exited (or is a
+    zombie), else ``None`` (running, or the name does not say)."""
+    m = _SHM_OWNER.match(os.path.basename(shm_path))
+    if m is None:
+        return None
+    pid = int(m.group(1))
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return pid
+    except PermissionError:
+        return None  # alive, another user's
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rpartition(b")")[2].split()[:1]
+    except OSError:
+        return None
+    return pid if state == [b"Z"] else None
 
 
 @dataclass(slots=True)
@@ -334,7 +359,32 @@ class DataPath:
         """Wait for what :meth:`start` submitted; per group ``None`` or a reason."""
         if p.batch is not None:
             self._finish(p.batch, p.reqs, p.owners, p.errors, p.failed)
+            self._check_shm_owners(p)
         return p.errors
+
+    def _check_shm_owners(self, p: Pending) -> None:
+        # A same-host segment is written through a mapping of its owner's /dev/shm file,
+        # and the mapping outlives a SIGKILLed owner: the copy "succeeds" into memory
+        # nobody will ever serve. A write there counts only if the owner still runs
+        # (checked after the copy; same PID namespace, as the engine's stale-file sweep
+        # already assumes).
+        gone: dict[str, int | None] = {}
+        for req, g in zip(p.reqs, p.owners, strict=True):
+            if req.op != OpCode.WRITE or req.segment.transport != "shm" or p.errors[g]:
+                continue
+            path = req.segment.info.shm_path or ""
+            if path not in gone:
+                gone[path] = _exited_owner(path)
+            pid = gone[path]
+            if pid is not None:
+                segment = req.segment.name.rpartition("/")[2]
+                p.errors[g] = (
+                    f"{req.segment.name}: its node process {pid} has exited "
+                    "(its memory is still mapped here, but nobody serves it)"
+                )
+                if p.failed:
+                    p.failed[g].add(segment)
+                self.forget(segment)
 
     def _submit(
         self, reqs: list[TransferRequest], owners: list[int], errors: list[str | None]
