@@ -137,7 +137,7 @@ class MountSegmentRequest(_message.Message):
     def __init__(self, client_id: _Optional[str] = ..., name: _Optional[str] = ..., capacity: _Optional[int] = ..., transport_address: _Optional[str] = ..., location: _Optional[str] = ..., ssd_capacity: _Optional[int] = ...) -> None: ...
 
 class SegmentInfo(_message.Message):
-    __slots__ = ("name", "client_id", "state", "capacity", "used", "keys", "transport_address", "location", "free_blocks", "largest_free", "ssd_capacity", "ssd_keys")
+    __slots__ = ("name", "client_id", "state", "capacity", "used", "keys", "transport_address", "location", "free_blocks", "largest_free", "ssd_capacity", "ssd_keys", "suspect")
     NAME_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -150,6 +150,7 @@ class SegmentInfo(_message.Message):
     LARGEST_FREE_FIELD_NUMBER: _ClassVar[int]
     SSD_CAPACITY_FIELD_NUMBER: _ClassVar[int]
     SSD_KEYS_FIELD_NUMBER: _ClassVar[int]
+    SUSPECT_FIELD_NUMBER: _ClassVar[int]
     name: str
     client_id: str
     state: SegmentState
@@ -162,7 +163,8 @@ class SegmentInfo(_message.Message):
     largest_free: int
     ssd_capacity: int
     ssd_keys: int
-    def __init__(self, name: _Optional[str] = ..., client_id: _Optional[str] = ..., state: _Optional[_Union[SegmentState, str]] = ..., capacity: _Optional[int] = ..., used: _Optional[int] = ..., keys: _Optional[int] = ..., transport_address: _Optional[str] = ..., location: _Optional[str] = ..., free_blocks: _Optional[int] = ..., largest_free: _Optional[int] = ..., ssd_capacity: _Optional[int] = ..., ssd_keys: _Optional[int] = ...) -> None: ...
+    suspect: bool
+    def __init__(self, name: _Optional[str] = ..., client_id: _Optional[str] = ..., state: _Optional[_Union[SegmentState, str]] = ..., capacity: _Optional[int] = ..., used: _Optional[int] = ..., keys: _Optional[int] = ..., transport_address: _Optional[str] = ..., location: _Optional[str] = ..., free_blocks: _Optional[int] = ..., largest_free: _Optional[int] = ..., ssd_capacity: _Optional[int] = ..., ssd_keys: _Optional[int] = ..., suspect: _Optional[bool] = ...) -> None: ...
 
 class MountSegmentResponse(_message.Message):
     __slots__ = ("error", "segment")

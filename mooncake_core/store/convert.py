@@ -106,6 +106,7 @@ def segment_to_pb(s: SegmentSnapshot) -> pb.SegmentInfo:
         largest_free=s.largest_free,
         ssd_capacity=s.ssd_capacity,
         ssd_keys=s.ssd_keys,
+        suspect=s.suspect,
     )
 
 
@@ -124,6 +125,7 @@ def segment_from_pb(m: pb.SegmentInfo) -> SegmentSnapshot:
         largest_free=m.largest_free,
         ssd_capacity=m.ssd_capacity,
         ssd_keys=m.ssd_keys,
+        suspect=m.suspect,
     )
 
 

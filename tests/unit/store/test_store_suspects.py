@@ -101,3 +101,13 @@ def test_upsert_avoids_too(make_master: MakeMaster) -> None:
     m.put_end("k", 0.0)
     reps = m.upsert_start("k", 10, "w", 0.1, avoid=("a",))
     assert {sl.segment for r in reps for sl in r} == {"b"}
+
+
+def test_suspect_flag_crosses_the_wire(make_master: MakeMaster) -> None:
+    from mooncake_core.store.convert import segment_from_pb, segment_to_pb
+
+    m = make_master(NODES[:2])
+    m.put_start("x", 10, "w", 0.0, avoid=("a",))
+    snaps = m.snapshot().segments
+    assert [s.suspect for s in snaps] == [True, False]
+    assert [segment_from_pb(segment_to_pb(s)) for s in snaps] == list(snaps)
