@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .launcher import Started
-from .runstate import ComponentRecord
+from .runstate import PRIVATE_UMASK, ComponentRecord
 from .spec import ComponentSpec
 
 
@@ -45,9 +45,10 @@ class LocalLauncher:
         Raises:
             OSError: the executable cannot be started.
         """
-        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         argv = self.argv(spec)
-        with open(log_path, "ab") as log:
+        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "ab") as log:
             log.write(
                 f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} start: {' '.join(argv)}\n".encode()
             )
@@ -59,6 +60,7 @@ class LocalLauncher:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
+                umask=PRIVATE_UMASK,
             )
         # The Popen object is dropped on purpose: the component outlives this command.
         # Reap it if it dies while we are still running, so it does not linger as a zombie.

@@ -7,6 +7,9 @@ Layout under the cluster's ``state_dir``::
                            their host under the same relative path)
     secret                 the cluster secret (0600), unless ``secret_file`` says otherwise
 
+The directories are 0700 and every file 0600, whatever the umask (components run with
+umask 077, see :data:`PRIVATE_UMASK`).
+
 One file per component (not one cluster file) so that ``restart master`` rewrites only
 the master's record and two commands never overwrite each other's components.
 """
@@ -20,6 +23,41 @@ from pathlib import Path
 
 RUN_DIR = "run"
 LOG_DIR = "logs"
+PRIVATE_UMASK = 0o077
+"""Umask of components started by ``cluster up``: what they create in the state
+directory (journals, audit.db and its -wal/-shm, SSD tier files) is theirs alone."""
+
+
+def prepare_state_dir(state_dir: Path) -> None:
+    """Create ``state_dir`` with ``run/`` and ``logs/``, all mode 0700, and check that it
+    takes files (a read-only mount is found here, not halfway through ``up``).
+
+    Raises:
+        PermissionError, OSError: with a message naming the directory; ``strerror`` holds
+            the reason (e.g. ``Read-only file system``).
+    """
+    for d in (state_dir, state_dir / RUN_DIR, state_dir / LOG_DIR):
+        try:
+            d.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if d.stat().st_uid == os.geteuid():
+                os.chmod(d, 0o700)
+            probe = d / f".probe-{os.getpid()}"
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            probe.unlink()
+        except OSError as exc:
+            raise type(exc)(
+                exc.errno, f"state_dir {state_dir} is not writable ({exc.strerror or exc})"
+            ) from None
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically with mode 0600 (whatever the umask)."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(f.fileno(), 0o600)
+        f.write(text)
+    os.replace(tmp, path)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,11 +106,10 @@ class RunState:
 
     def save(self, rec: ComponentRecord) -> None:
         """Write ``rec`` atomically (a reader never sees half a file)."""
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        path = self.run_dir / f"{rec.name}.json"
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(asdict(rec), indent=1, sort_keys=True))
-        os.replace(tmp, path)
+        self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_private(
+            self.run_dir / f"{rec.name}.json", json.dumps(asdict(rec), indent=1, sort_keys=True)
+        )
 
     def load(self, name: str) -> ComponentRecord | None:
         """The record of ``name``, or None if none (or it is unreadable)."""

@@ -206,7 +206,7 @@ class SshLauncher:
         log = f"{self._state}/{LOG_DIR}/{shlex.quote(spec.name)}.log"
         pidf = f"{self._state}/{RUN_DIR}/{shlex.quote(spec.name)}.pid"
         cmd = (
-            f"mkdir -p {self._state}/{LOG_DIR} {self._state}/{RUN_DIR} && "
+            f"umask 077 && mkdir -p {self._state}/{LOG_DIR} {self._state}/{RUN_DIR} && "
             f"(setsid nohup {' '.join(words)} >> {log} 2>&1 < /dev/null & echo $! > {pidf}) && "
             f"cat {pidf}"
         )

@@ -22,7 +22,7 @@ from .launcher import Launcher
 from .local import LocalLauncher
 from .ports import port_in_use
 from .probes import ProbeResult, http_get_json, probe
-from .runstate import ComponentRecord, RunState
+from .runstate import ComponentRecord, RunState, prepare_state_dir, write_private
 from .spec import ROLE_ORDER, ComponentSpec, Probe, plan
 from .ssh import SshError, SshLauncher
 
@@ -75,7 +75,7 @@ def ensure_secret(path: Path) -> bool:
                 f"cluster secret {path} has mode {mode:o}; others can read it: chmod 600 {path}"
             )
         return False
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(secrets.token_hex(32) + "\n")
@@ -93,9 +93,9 @@ def resolve_config_file(cfg: ClusterConfig, given: Path | None, state: RunState)
     for cand in (given, os.environ.get(CONFIG_ENV), Path("mooncake.yaml")):
         if cand and Path(cand).is_file():
             return Path(cand).resolve()
-    state.run_dir.mkdir(parents=True, exist_ok=True)
+    prepare_state_dir(state.state_dir)
     path = state.run_dir / "config.yaml"
-    path.write_text(dump_config(cfg))
+    write_private(path, dump_config(cfg))
     return path
 
 
@@ -186,7 +186,12 @@ class Supervisor:
             ClusterError: a port is taken, a start fails, or a component is not ready in
                 time; whatever this call started has been stopped again.
         """
-        if ensure_secret(self.cfg.secret_path):
+        try:
+            prepare_state_dir(self.state.state_dir)
+            created = ensure_secret(self.cfg.secret_path)
+        except OSError as exc:
+            raise ClusterError(exc.strerror or str(exc)) from None
+        if created:
             self.report(f"generated the cluster secret {self.cfg.secret_path} (mode 0600)")
         started: list[ComponentRecord] = []
         try:

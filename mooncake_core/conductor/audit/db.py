@@ -102,7 +102,9 @@ def make_engine(url: str, *, create_dir: bool = False, foreign_keys: bool = True
     path = _sqlite_path(url)
     if path is not None:
         if create_dir:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # Private whatever the umask: SQLite gives -wal and -shm the file's mode.
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
         elif not path.exists():
             raise SchemaError(
                 f"no audit database at {path}; run `mooncake db upgrade` to create it"
