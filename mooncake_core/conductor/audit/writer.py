@@ -14,7 +14,14 @@ record after re-reading ``max(id)``.
 If the database cannot keep up, the deque is bounded by ``queue_max`` and further
 records are dropped and counted (``snapshot().dropped``): decisions are never blocked.
 
-    submit() --append--> deque --[writer thread: batch_size or flush_interval_s]--> DB
+Durability on demand: ``when_written(callback)`` queues a barrier and wakes the thread at
+once; the callback runs on the writer thread when everything queued before it is
+committed. The front door awaits one before it dispatches or answers a request, so a
+SIGKILL can only lose rows of requests nobody has seen an effect of yet. Barriers that
+arrive while a batch commits ride on the next one (group commit): under load one commit
+covers many requests.
+
+    submit() --append--> deque --[writer thread: batch_size, flush_interval_s or a barrier]--> DB
                                   \\-- every retention_interval_s: apply_retention()
 """
 
@@ -24,6 +31,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -116,6 +124,13 @@ class WriterSnapshot:
     running: bool
 
 
+@dataclass(frozen=True, slots=True)
+class _Barrier:
+    """A queue item whose callback runs once the items queued before it are committed."""
+
+    callback: Callable[[bool], None]
+
+
 class RecordSource(Protocol):
     """Anything that can turn itself into audit records (the conductor's ``Decision``)."""
 
@@ -145,7 +160,11 @@ class AuditWriter:
         self._own_engine = own_engine
         self._opts = options or WriterOptions()
         self._q: deque[
-            tuple[DecisionRecord, Sequence[CandidateRecord]] | Update | OutcomeUpdate | RecordSource
+            tuple[DecisionRecord, Sequence[CandidateRecord]]
+            | Update
+            | OutcomeUpdate
+            | RecordSource
+            | _Barrier
         ]
         self._q = deque()
         self._io_lock = threading.Lock()
@@ -276,6 +295,24 @@ class AuditWriter:
         self._q.append(OutcomeUpdate(request_id, outcome, detail))
         return True
 
+    def when_written(self, callback: Callable[[bool], None]) -> None:
+        """Call ``callback(ok)`` once everything queued before this call is committed.
+
+        Wakes the writer thread at once (no ``flush_interval_s`` wait). The callback runs
+        on the writer thread (or the thread that calls :meth:`flush` / :meth:`close`):
+        keep it short and thread-safe (``loop.call_soon_threadsafe``). ``ok`` is false
+        when the batch failed (some rows may still have been written one by one), and
+        when the writer is closed or its queue full: then it is called right here.
+
+        Args:
+            callback: called once with whether the preceding items are in the database.
+        """
+        if len(self._q) >= self._limit:
+            callback(False)
+            return
+        self._q.append(_Barrier(callback))
+        self._wake.set()
+
     # -- lifecycle -------------------------------------------------------------------
 
     def start(self) -> None:
@@ -385,12 +422,15 @@ class AuditWriter:
         # Each update with the number of decisions queued before it in this batch, so
         # it applies to the decision it followed even if a newer one has the same id.
         updates: list[tuple[Update | OutcomeUpdate, int]] = []
+        barriers: list[_Barrier] = []
         pacer = GilPacer()
         for it in items:
             if type(it) is tuple:
                 rows.append(it)
             elif isinstance(it, (Update, OutcomeUpdate)):
                 updates.append((it, len(rows)))
+            elif isinstance(it, _Barrier):
+                barriers.append(it)
             else:
                 pacer.tick()  # to_record() is the slow part; let the decision thread in
                 try:
@@ -398,6 +438,9 @@ class AuditWriter:
                 except Exception as exc:
                     self._failed += 1
                     self._last_error = f"to_record() of {type(it).__name__}: {exc}"
+        if not rows and not updates:  # only barriers: what they wait for is committed
+            self._release(barriers, True)
+            return n
         try:
             self._commit(rows, updates, pacer)
         except Exception as exc:
@@ -410,11 +453,20 @@ class AuditWriter:
             )
             self._last_error = str(exc)
             self._retry_singly(rows, updates)
+            self._release(barriers, False)
             return n
         self._written += len(rows)
         self._updates += len(updates)
         self._batches += 1
+        self._release(barriers, True)
         return n
+
+    def _release(self, barriers: list[_Barrier], ok: bool) -> None:
+        for b in barriers:
+            try:
+                b.callback(ok)
+            except Exception as exc:  # a waiter's bug must not stop the writer
+                log.warning("audit barrier callback failed: %s", exc)
 
     def _commit(
         self,

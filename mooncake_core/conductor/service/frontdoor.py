@@ -6,8 +6,9 @@ The HTTP adapter (``mooncake_web/frontdoor``) only translates JSON/SSE to and fr
 ```
 complete(req)
   tokens -> block keys -> Conductor.schedule -> audit.submit_source
-  rejected?  -> raise Rejected(retry_after)                       (HTTP 429)
-  decode.Prepare(len)            reserve blocks, learn the pool segment
+  rejected?  -> audit row committed -> raise Rejected(retry_after)   (HTTP 429)
+  audit row committed            (a SIGKILL now cannot lose the decision of a dispatched request)
+  decode.Prepare(len, max_tokens) reserve the prompt's and the decode's blocks
   prefill.Prefill(tokens, fetch keys, target blocks)
         worker: Store fetch -> incremental prefill -> layer-wise store + KV WRITEs
   yield first token                                               (TTFT)
@@ -15,7 +16,12 @@ complete(req)
   decode.Admit(...) stream -> yield tokens                        (TBT)
   on_decode_done, on_actual, audit.update_actual
   every end (done, 429, error, cancel) -> audit.record_outcome
+  done, 429 or error: outcome committed before the answer ends
 ```
+
+"Committed" waits for the audit writer's next group commit (``AuditWriter.when_written``,
+about a millisecond), at most ``audit_wait_s``: a database that hangs slows requests by
+that much, never stops them (counted in ``FrontDoorStats.audit_unconfirmed``).
 """
 
 from __future__ import annotations
@@ -152,6 +158,8 @@ class FrontDoorStats:
     stored_blocks: int = 0
     cpp: int = 0
     kv_full: int = 0
+    audit_unconfirmed: int = 0
+    """Waits for an audit commit that timed out or failed (the request went on)."""
     by_reason: dict[str, int] = field(default_factory=dict)
 
 
@@ -183,6 +191,8 @@ class FrontDoor:
         cpp_threshold: prompts longer than this run on a 2-stage CPP group (the chosen
             prefill instance and the next one in config order); 0 disables CPP.
         cpp_chunk_tokens: CPP chunk size.
+        audit_wait_s: longest wait for the audit row of a decision (or an outcome) to be
+            committed before the request goes on.
     """
 
     def __init__(
@@ -198,6 +208,7 @@ class FrontDoor:
         vocab_size: int = 259,
         cpp_threshold: int = 0,
         cpp_chunk_tokens: int = 256,
+        audit_wait_s: float = 2.0,
     ) -> None:
         self.conductor = conductor
         self.links = links
@@ -209,6 +220,7 @@ class FrontDoor:
         self.vocab_size = vocab_size
         self.cpp_threshold = cpp_threshold
         self.cpp_chunk_tokens = cpp_chunk_tokens
+        self.audit_wait_s = audit_wait_s
         self.tokenizer = ByteTokenizer()
         self.stats = FrontDoorStats()
         self._ids = itertools.count(1)
@@ -216,6 +228,30 @@ class FrontDoor:
         # Per prefill instance, in dispatch order: the worker runs them FIFO on its engine
         # thread, so the head is the one computing (on_prefill_start when it reaches it).
         self._fifo: dict[str, deque[str]] = {}
+
+    async def _audit_committed(self) -> None:
+        """Wait until everything queued to the audit so far is committed (bounded)."""
+        audit = self.audit
+        if audit is None:
+            return
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
+
+        def settle(ok: bool) -> None:
+            if not fut.done():
+                fut.set_result(ok)
+
+        def done(ok: bool) -> None:  # on the writer thread
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(settle, ok)
+
+        audit.when_written(done)
+        try:
+            ok = await asyncio.wait_for(fut, self.audit_wait_s)
+        except TimeoutError:
+            ok = False
+        if not ok:
+            self.stats.audit_unconfirmed += 1
 
     def _link(self, name: str) -> WorkerLink:
         try:
@@ -302,6 +338,7 @@ class FrontDoor:
             detail = d.admission.detail
             if self.audit is not None:
                 self.audit.record_outcome(rid, "rejected", f"{d.reason}: {detail}")
+                await self._audit_committed()
             raise Rejected(d.reason, detail, d.retry_after_s or 1.0)
         async for chunk in self._run(rid, d, tokens, keys, req, arrival):
             yield chunk
@@ -332,6 +369,7 @@ class FrontDoor:
         admitted = False
         finished = False
         try:
+            await self._audit_committed()  # nothing is dispatched for a decision not on disk
             try:
                 reserved = await dec.stub.Prepare(
                     pb.PrepareRequest(
@@ -475,7 +513,12 @@ class FrontDoor:
             else:
                 self.stats.cancelled += 1
             await self._cleanup(rid, d, dec, reserved, admitted)
+            if isinstance(exc, Exception):  # a 429 or 503 is answered after its outcome is
+                await self._audit_committed()
             raise
+        # The answer ends (the last chunk of a stream, the whole body otherwise) once the
+        # outcome is committed.
+        await self._audit_committed()
 
     async def _cleanup(
         self,

@@ -328,6 +328,7 @@ class ConductorService:
                 "stored_blocks": st.stored_blocks,
                 "cpp": st.cpp,
                 "kv_full": st.kv_full,
+                "audit_unconfirmed": st.audit_unconfirmed,
                 "rejected_by_reason": dict(st.by_reason),
             }
         return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from dataclasses import replace
 
@@ -271,3 +272,51 @@ def test_submit_source_converts_on_the_writer_side(db_url: str) -> None:
         ("r0", 3),
         ("r2", 1),
     ]
+
+
+def test_when_written_fires_after_the_rows_before_it_are_committed(db_url: str) -> None:
+    # A long flush interval: only the barrier can make the thread write this soon.
+    w = AuditWriter.open(db_url, WriterOptions(batch_size=100, flush_interval_s=60.0))
+    w.start()
+    seen: list[tuple[bool, object]] = []
+    fired = threading.Event()
+
+    def done(ok: bool) -> None:
+        seen.append((ok, _rows(db_url, "SELECT count(*) FROM decisions")[0][0]))
+        fired.set()
+
+    for i in range(3):
+        w.submit(_dec(i), _cands())
+    w.record_outcome("r2", "completed")
+    w.when_written(done)
+    w.submit(_dec(3), _cands())  # after the barrier: not waited for
+    assert fired.wait(10)
+    assert seen[0][0] is True and int(str(seen[0][1])) >= 3
+    assert _rows(db_url, "SELECT outcome FROM decisions WHERE request_id = 'r2'") == [
+        ("completed",)
+    ]
+    w.close()
+    # Closed (or full): the callback runs at once with False.
+    late: list[bool] = []
+    w.when_written(late.append)
+    assert late == [False]
+
+
+def test_when_written_on_a_full_queue_is_false_at_once(db_url: str) -> None:
+    w = AuditWriter.open(db_url, WriterOptions(batch_size=10, queue_max=2))
+    w.submit(_dec(0), _cands())
+    w.submit(_dec(1), _cands())
+    got: list[bool] = []
+    w.when_written(got.append)
+    assert got == [False]
+    w.close()
+
+
+def test_when_written_alone_needs_no_transaction(db_url: str) -> None:
+    w = AuditWriter.open(db_url, WriterOptions(batch_size=10))
+    got: list[bool] = []
+    w.when_written(got.append)
+    w.flush()
+    assert got == [True]
+    assert w.snapshot().batches == 0
+    w.close()
