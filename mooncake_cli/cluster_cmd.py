@@ -55,7 +55,10 @@ def supervisor(config: Path | None, ready_timeout_s: float = 60.0) -> Supervisor
     from mooncake_core.cluster import RunState, Supervisor, resolve_config_file
 
     cfg = load(config)
-    config_file = resolve_config_file(cfg, config, RunState(cfg.state_path))
+    try:
+        config_file = resolve_config_file(cfg, config, RunState(cfg.state_path))
+    except OSError as exc:
+        fail(exc.strerror or str(exc))
     ssh: dict[str, object] = {}
     if remote := os.environ.get(REMOTE_COMMAND_ENV):
         ssh["mooncake"] = tuple(remote.split())

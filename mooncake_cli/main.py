@@ -64,6 +64,41 @@ def _root(
     """Mooncake-py operator CLI."""
 
 
+DEBUG_ENV = "MOONCAKE_DEBUG"
+"""Set to 1 to get the traceback of an unexpected error instead of its one line."""
+
+
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point.
+
+    Commands report the errors they expect as one ``error:`` line (exit 1, or 2 for bad
+    input); this is the net for the rest: a file that cannot be written, a store error
+    from a code path that does not catch it... still one line, exit 1, no traceback
+    (``MOONCAKE_DEBUG=1`` shows it).
+    """
+    import os
+    import sys
+
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        sys.stderr.write(f"error: {_one_line(exc)}\n")
+        sys.exit(1)
+
+
+def _one_line(exc: Exception) -> str:
+    """A person's description of ``exc``: what failed and on which file or key."""
+    msg = getattr(exc, "message", None)  # StoreError and friends
+    code = getattr(getattr(exc, "code", None), "name", None)
+    if isinstance(msg, str) and code:
+        text = f"{code}: {msg}"
+    elif isinstance(exc, OSError) and exc.strerror:
+        where = f": {exc.filename}" if exc.filename else ""
+        text = f"{exc.strerror}{where}"
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return " ".join(text.split()) or type(exc).__name__

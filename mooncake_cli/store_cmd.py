@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
@@ -15,7 +16,7 @@ import typer
 from .common import ConfigOption, JsonOption, err, fail, load, out, write_stdout
 
 if TYPE_CHECKING:
-    from mooncake_core.store.client import Client
+    from mooncake_core.store.client import Client, Readable
     from mooncake_core.store.client_options import ClientOptions
 
 app = typer.Typer(
@@ -81,10 +82,17 @@ def _client(
     config: Path | None, master: str | None, secret_file: Path | None, transport: str = "auto"
 ) -> Iterator[Client]:
     """A client that hosts nothing (it only uses other processes' segments)."""
+    opts = _options(config, master, secret_file, transport=transport, connect_timeout_s=5.0)
+    with _client_of(opts) as c:
+        yield c
+
+
+@contextmanager
+def _client_of(opts: ClientOptions) -> Iterator[Client]:
+    """A client over ``opts``; a store error anywhere inside becomes one line, exit 1."""
     from mooncake_core.store.client import Client
     from mooncake_core.store.errors import StoreError
 
-    opts = _options(config, master, secret_file, transport=transport, connect_timeout_s=5.0)
     try:
         with Client(opts) as c:
             yield c
@@ -258,21 +266,68 @@ def put(
     transport: TransportOption = "auto",
     as_json: JsonOption = False,
 ) -> None:
-    """Store a file (or stdin) under KEY."""
+    """Store a file (or stdin) under KEY.
+
+    A file is streamed: its size is checked against the store (max_object_size, space)
+    before a byte is read, and memory stays bounded by the slice size. Stdin that is not
+    a regular file is read into memory, at most max_object_size bytes.
+    """
     from mooncake_core.store import ReplicateConfig
 
-    try:
-        data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
-    except OSError as exc:
-        fail(f"cannot read {source}: {exc}")
     rc = ReplicateConfig(replica_num=replicas, soft_pin=soft_pin, hard_pin=hard_pin)
-    with _client(config, master, secret_file, transport) as c:
-        (c.upsert if upsert else c.put)(key, data, rc)
-        info = c.stat(key)
+    opts = _options(config, master, secret_file, transport=transport, connect_timeout_s=5.0)
+    limit = int(opts.master_config.max_object_size)
+    with contextlib.ExitStack() as stack:
+        reader, size = _open_source(source, limit, stack)
+        with _client_of(opts) as c:
+            try:
+                c.put_file(key, reader, size, rc, upsert=upsert)
+            except OSError as exc:
+                fail(f"cannot read {source}: {exc.strerror or exc}")
+            info = c.stat(key)
     if as_json:
-        _json({"key": key, "size": len(data), "replicas": len(info.replicas)})
+        _json({"key": key, "size": size, "replicas": len(info.replicas)})
     else:
-        err.print(f"stored {key} ({_human(len(data))}, {len(info.replicas)} replica(s))")
+        err.print(f"stored {key} ({_human(size)}, {len(info.replicas)} replica(s))")
+
+
+def _open_source(source: str, limit: int, stack: contextlib.ExitStack) -> tuple[Readable, int]:
+    """What ``store put`` reads and its size, known before a byte is read (a regular file
+    or stdin redirected from one: streamed; a pipe: read whole, at most ``limit``)."""
+    import io
+    import os
+    import stat as st_mod
+
+    try:
+        if source == "-":
+            fd = sys.stdin.fileno()
+        else:
+            fd = stack.enter_context(open(source, "rb")).fileno()  # noqa: SIM115
+        mode = os.fstat(fd).st_mode
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        fd, mode = -1, 0  # stdin that is no file at all (an in-process runner)
+    except OSError as exc:
+        fail(f"cannot read {source}: {exc.strerror or exc}")
+    if st_mod.S_ISREG(mode):
+        f = stack.enter_context(open(fd, "rb", closefd=False))  # noqa: SIM115
+        size = os.fstat(fd).st_size - f.tell()
+        if size > limit:
+            fail(
+                f"{source} is {_human(size)} ({size} bytes); the store's max_object_size "
+                f"is {_human(limit)}",
+                code=2,
+            )
+        reader: Readable = f
+    elif source != "-":
+        fail(f"{source} is not a regular file", code=2)
+    else:
+        data = sys.stdin.buffer.read(limit + 1)
+        if len(data) > limit:
+            fail(f"stdin holds more than the store's max_object_size ({_human(limit)})", code=2)
+        reader, size = io.BytesIO(data), len(data)
+    if size == 0:
+        fail(f"{source} is empty; empty values are not stored", code=2)
+    return reader, size
 
 
 @app.command()
@@ -307,16 +362,31 @@ def ls(
     start_after: Annotated[
         str, typer.Option("--start-after", help="List keys after this one (next page).")
     ] = "",
+    regex: Annotated[
+        str | None,
+        typer.Option("--regex", help="Keep keys of the page matching it (RE2 search)."),
+    ] = None,
     master: MasterOption = None,
     config: ConfigOption = None,
     secret_file: SecretOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """List one page of keys under PREFIX in key order (--start-after for the next page)."""
+    pattern = None
+    if regex is not None:
+        from mooncake_core.store.errors import StoreError
+        from mooncake_core.store.validation import compile_pattern
+
+        try:
+            pattern = compile_pattern(regex)
+        except StoreError as exc:
+            fail(exc.message, code=2)
     with _client(config, master, secret_file) as c:
         page = c.list_keys(prefix, start_after, limit)
     rows: list[dict[str, Any]] = [
-        {"key": e.key, "size": e.size, "state": e.state.name} for e in page.entries
+        {"key": e.key, "size": e.size, "state": e.state.name}
+        for e in page.entries
+        if pattern is None or pattern.search(e.key)
     ]
     if as_json:
         _json({"entries": rows, "next_start_after": page.next_start_after})
@@ -409,7 +479,8 @@ def rm(
         str | None, typer.Option("--prefix", help="Remove every key under it.")
     ] = None,
     regex: Annotated[
-        str | None, typer.Option("--regex", help="Remove keys matching it (Python re.search).")
+        str | None,
+        typer.Option("--regex", help="Remove keys matching it (RE2 search, on the master)."),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Also remove leased objects.")] = False,
     master: MasterOption = None,
