@@ -97,8 +97,10 @@ def test_redos_regex_is_answered_fast_and_health_stays_responsive(web: Dashboard
         time.sleep(0.2)
         stop_at.set()
         probe.join(30)
-    print(f"ReDoS request over 100 keys: {[round(t * 1000, 1) for t in times]} ms; "
-          f"/health during it: max {max(lat) * 1000:.1f} ms over {len(lat)} probes")
+    print(
+        f"ReDoS request over 100 keys: {[round(t * 1000, 1) for t in times]} ms; "
+        f"/health during it: max {max(lat) * 1000:.1f} ms over {len(lat)} probes"
+    )
     # The bar is < 100 ms; asserted with margin for the shared 2-core machine.
     assert min(times) < 0.5
     assert max(lat) < 1.0
@@ -117,7 +119,7 @@ def test_redos_regex_is_answered_fast_and_health_stays_responsive(web: Dashboard
 )
 def test_host_header_is_checked(web: Dashboard, host: str, allowed: bool) -> None:
     value = f"{host}:{web.port}" if host else ""
-    for path in ("/api/store/objects?prefix=kv/", "/api/audit/requests", "/health", "/"):
+    for path in ("/api/store/objects?prefix=kv/", "/api/audit/decisions", "/health", "/"):
         r = httpx.get(web.url + path, headers={"Host": value}, timeout=10)
         if allowed:
             assert r.status_code != 421, (path, r.text)
