@@ -24,7 +24,7 @@ def _master(cfg: ClusterConfig) -> tuple[str, bytes | None]:
     secret = None
     if cfg.secret_path.exists():
         secret = cfg.secret_path.read_bytes().strip() or None
-    return f"{cfg.host(cfg.master.host).address}:{cfg.master.port}", secret
+    return cfg.master_target, secret
 
 
 @app.command("ls")
@@ -41,7 +41,9 @@ def ls(config: ConfigOption = None, json_out: JsonOption = False) -> None:
     address, secret = _master(cfg)
 
     async def go() -> list[dict[str, object]]:
-        async with MasterClient(address, client_id="mooncake-node-cli", secret=secret) as mc:
+        async with MasterClient.for_target(
+            address, client_id="mooncake-node-cli", secret=secret
+        ) as mc:
             snap = await mc.get_snapshot()
         return [
             {
@@ -125,7 +127,9 @@ def drain(
     host = cfg.host(cfg.master.host).address
 
     async def go() -> tuple[MoveReport, list[str]]:
-        async with MasterClient(address, client_id="mooncake-node-cli", secret=secret) as mc:
+        async with MasterClient.for_target(
+            address, client_id="mooncake-node-cli", secret=secret
+        ) as mc:
             segs = await drain_node(mc, node)
             err.print(
                 f"{node}: {', '.join(segs)} DRAINING (readable, no new objects)", highlight=False
@@ -182,7 +186,9 @@ def undrain(node: NodeArg, config: ConfigOption = None) -> None:
     address, secret = _master(cfg)
 
     async def go() -> list[str]:
-        async with MasterClient(address, client_id="mooncake-node-cli", secret=secret) as mc:
+        async with MasterClient.for_target(
+            address, client_id="mooncake-node-cli", secret=secret
+        ) as mc:
             return await undrain_node(mc, node)
 
     try:

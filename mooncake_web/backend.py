@@ -47,14 +47,8 @@ class NicPoint:
 
 
 def master_address(cfg: ClusterConfig, given: str | None) -> str:
-    """``host:port`` of the master: ``given``, else the config's."""
-    if given:
-        return given
-    try:
-        addr = cfg.host(cfg.master.host).address
-    except KeyError:
-        addr = "127.0.0.1"
-    return f"{addr}:{cfg.master.port}"
+    """The master to talk to: ``given``, else the config's (etcd URL under HA)."""
+    return given or cfg.master_target
 
 
 def audit_url_for(cfg: ClusterConfig, given: str | None) -> str | None:
@@ -135,7 +129,9 @@ class Backend:
         """Start polling and connect the master client (call on the app's event loop)."""
         from mooncake_core.store.master_client import MasterClient
 
-        self._mc = MasterClient(self.master, client_id="mooncake-web", secret=self.secret)
+        self._mc = MasterClient.for_target(
+            self.master, client_id="mooncake-web", secret=self.secret
+        )
         self.poll_once()
         self._thread = threading.Thread(target=self._run, name="web-collector", daemon=True)
         self._thread.start()

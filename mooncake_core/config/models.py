@@ -457,6 +457,21 @@ class ClusterConfig(_Strict):
         raise KeyError(name)
 
     @property
+    def master_target(self) -> str:
+        """Where every client finds the master.
+
+        ``etcd://HOST:PORT/NAME`` when ``etcd.enabled`` (the HA leader, looked up in the
+        cluster's etcd and followed on failover), else the master's ``host:port``.
+        """
+        try:
+            addr = self.host(self.master.host).address
+        except KeyError:
+            addr = "127.0.0.1"
+        if self.etcd.enabled:
+            return f"etcd://{addr}:{self.etcd.client_port}/{self.name}"
+        return f"{addr}:{self.master.port}"
+
+    @property
     def state_path(self) -> Path:
         """The state directory with ``~`` expanded."""
         return self.state_dir.expanduser()

@@ -109,7 +109,8 @@ class ClientOptions:
 
         Args:
             cfg: the loaded cluster config.
-            master: ``host:port`` overriding the configured master.
+            master: ``host:port`` (or ``etcd://...``) overriding the configured master
+                (default: ``cfg.master_target``, the etcd URL when HA is enabled).
             secret_file: secret file overriding ``cfg.secret_path``; the secret is read
                 when the file exists (no file: no authentication).
             overrides: any other field of this class.
@@ -117,11 +118,7 @@ class ClientOptions:
         from .auth import read_secret
 
         if master is None:
-            try:
-                addr = cfg.host(cfg.master.host).address
-            except KeyError:
-                addr = "127.0.0.1"
-            master = f"{addr}:{cfg.master.port}"
+            master = cfg.master_target
         path = secret_file or cfg.secret_path
         secret = read_secret(path) if path.is_file() else None
         kw: dict[str, object] = {

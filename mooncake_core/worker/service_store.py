@@ -195,7 +195,7 @@ def store_bridge_factory(
         from mooncake_core.store.client import Client
         from mooncake_core.store.client_options import ClientOptions
 
-        master = f"{cluster.host(cluster.master.host).address}:{cluster.master.port}"
+        master = cluster.master_target
         client = Client(
             ClientOptions(
                 master=master,

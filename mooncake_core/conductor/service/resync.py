@@ -196,7 +196,7 @@ class StoreResync:
         """
         from mooncake_core.store.master_client import MasterClient
 
-        async with MasterClient(self.address, secret=self.secret) as mc:
+        async with MasterClient.for_target(self.address, secret=self.secret) as mc:
             held = await list_store_blocks(
                 mc, self.feed.model, self.layers, self.feed, page=self.page
             )

@@ -168,7 +168,7 @@ class ConductorService:
             from mooncake_core.conductor.service.store_events import follow_store
             from mooncake_core.conductor.store_feed import StoreFeed
 
-            master = f"{cl.host(cl.master.host).address}:{cl.master.port}"
+            master = cl.master_target
             feed = StoreFeed(cl.model.name)
             self._store_task = asyncio.create_task(
                 follow_store(

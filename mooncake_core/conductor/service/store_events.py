@@ -59,7 +59,7 @@ async def follow_store(
 
     while True:
         try:
-            async with MasterClient(address, secret=secret) as mc:
+            async with MasterClient.for_target(address, secret=secret) as mc:
                 async for watched in mc.watch_events():
                     ev = as_block_event(watched.event, layers)
                     if ev is None:

@@ -85,3 +85,18 @@ def test_hashing_covers_block_size_seed_and_model() -> None:
         "block_size": 32, "seed": 5, "model": "mooncake-tiny", "layers": 4, "kv_heads": 2,
         "hidden": 256,
     }  # fmt: skip
+
+
+def test_ha_masters_run_under_a_keeper() -> None:
+    cfg = ClusterConfig(etcd=EtcdConfig(enabled=True, masters=2))
+    masters = [s for s in plan(cfg, CFG, SECRET, ALL) if s.role == "master"]
+    assert [m.name for m in masters] == ["master", "master-1"]
+    assert all("--respawn" in m.argv for m in masters)
+    solo = [s for s in plan(ClusterConfig(), CFG, SECRET, ALL) if s.role == "master"]
+    assert "--respawn" not in solo[0].argv
+
+
+def test_master_target_follows_the_etcd_leader_under_ha() -> None:
+    assert ClusterConfig().master_target == "127.0.0.1:50051"
+    ha = ClusterConfig(name="prod", etcd=EtcdConfig(enabled=True, client_port=2399))
+    assert ha.master_target == "etcd://127.0.0.1:2399/prod"
