@@ -94,6 +94,15 @@ def master(
             help="Leader lease TTL, seconds (default: etcd.lease_ttl_s, 3).",
         ),
     ] = None,
+    respawn: Annotated[
+        bool,
+        typer.Option(
+            "--respawn",
+            help="Keep this master running: start it again whenever it exits unasked "
+            "(a crash, a kill, a lost lease); under --ha it rejoins as a follower. "
+            "`cluster up` sets it for HA masters.",
+        ),
+    ] = False,
 ) -> None:
     """Serve until SIGINT/SIGTERM; prints one 'serving on' line on stderr when ready."""
     import asyncio
@@ -104,6 +113,8 @@ def master(
     from mooncake_core.store.master_service import ServiceOptions
 
     cfg = load(config)
+    if respawn:
+        _keep(member_id or "master")
     mcfg = cfg.master
     try:
         bind = host or cfg.host(mcfg.host).address
@@ -194,6 +205,20 @@ def master(
     asyncio.run(run())
     if exit_code:
         raise typer.Exit(exit_code)
+
+
+def _keep(name: str) -> None:
+    """Run this same command without ``--respawn`` under a keeper; exit with it."""
+    import sys
+
+    from mooncake_core.cluster.keeper import keep_running
+
+    argv = [sys.executable, "-m", "mooncake_cli", *(a for a in sys.argv[1:] if a != "--respawn")]
+
+    def report(line: str) -> None:
+        err.print(f"mooncake master keeper: {line}", highlight=False, markup=False)
+
+    raise typer.Exit(keep_running(argv, report=report, what=name))
 
 
 def _make_service(

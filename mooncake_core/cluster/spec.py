@@ -172,7 +172,15 @@ def plan(
         # configured ports, the others the next ports up (master.port + i,
         # master.metrics_port + i): the config has one port pair for the master role.
         maddr = cfg.host(cfg.master.host).address
-        ha = ("--ha", f"etcd://{maddr}:{cfg.etcd.client_port}", "--ha-cluster", cfg.name)
+        # Each runs under a keeper (--respawn): a crashed, killed or deposed master is
+        # started again at once and rejoins as a follower.
+        ha = (
+            "--ha",
+            f"etcd://{maddr}:{cfg.etcd.client_port}",
+            "--ha-cluster",
+            cfg.name,
+            "--respawn",
+        )
         for i in range(cfg.etcd.masters):
             name = "master" if i == 0 else f"master-{i}"
             port, metrics = cfg.master.port + i, cfg.master.metrics_port + i
