@@ -59,6 +59,10 @@ def default_client_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
+UNRESOLVED_LEADER = "unix:/nonexistent/mooncake-leader-not-resolved-yet"
+"""Channel target of an HA client before its first leader lookup: fails at once, locally."""
+
+
 class MasterClient:
     """Typed async wrapper over the MasterService stubs.
 
@@ -98,6 +102,30 @@ class MasterClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    @classmethod
+    def for_target(cls, master: str, **kwargs: Any) -> MasterClient:
+        """A client of ``master``: ``host:port``, or ``etcd://host:port[/cluster]`` for the
+        HA leader (looked up in etcd on the first call and followed on every change).
+
+        No I/O happens here (safe from synchronous code on an event loop); under HA the
+        first call finds the leader through the ``UNAVAILABLE`` path of every call.
+
+        Args:
+            master: the master target, e.g. ``ClusterConfig.master_target``.
+            kwargs: as the constructor (client_id, secret, timeout_s, failover_timeout_s).
+        """
+        from .client_master import split_master_url
+
+        endpoint, cluster = split_master_url(master)
+        if endpoint is None:
+            return cls(master, **kwargs)
+        from .ha.discovery import EtcdLeaderResolver
+
+        resolver = EtcdLeaderResolver(endpoint, cluster)
+        client = cls(UNRESOLVED_LEADER, resolver=resolver, **kwargs)
+        client._owned_resolver = resolver
+        return client
 
     @classmethod
     async def from_etcd(
@@ -155,8 +183,16 @@ class MasterClient:
         deadline: float | None = None
         delay = 0.05
         while True:
+            channel = self._channel
             try:
                 return await make()
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if channel is self._channel or (task is not None and task.cancelling()):
+                    raise
+                # Another task moved this client to a new leader and closed the channel
+                # under this call: not our cancellation, send it again over the new one.
+                continue
             except grpc.aio.AioRpcError as exc:
                 err = self._transport_error(exc)
                 if exc.code() != grpc.StatusCode.UNAVAILABLE:
@@ -359,12 +395,30 @@ class MasterClient:
         cv.raise_for(r.error)
         return r.removed
 
-    async def heartbeat(self) -> bool:
-        """Tell the master this client is alive; False: it forgot us, remount segments."""
+    async def heartbeat(self, timeout_s: float | None = None) -> bool:
+        """Tell the master this client is alive; False: it forgot us, remount segments.
+
+        Args:
+            timeout_s: this call's deadline (default: the client's ``timeout_s``).
+        """
         req = pb.HeartbeatRequest(client_id=self.client_id)
-        r = await self._call(lambda: self._stub.Heartbeat(req, **self._kw))
+        kw = {"metadata": self._metadata, "timeout": timeout_s or self._timeout}
+        r = await self._call(lambda: self._stub.Heartbeat(req, **kw))
         cv.raise_for(r.error)
         return r.known
+
+    async def _follow_leader(self) -> bool:
+        """Ask the resolver for the leader now; True if this client moved to it."""
+        if self._resolver is None:
+            return False
+        try:
+            address = await self._resolver()
+        except StoreError:
+            return False
+        if address == self.address:
+            return False
+        await self._switch(address)
+        return True
 
     async def keep_alive(
         self,
@@ -378,15 +432,22 @@ class MasterClient:
             on_forgotten: awaited when the master answers ``known=False`` (it expired
                 this client or restarted): remount the segments there.
 
-        Transport errors are logged and retried at the next beat, so a master restart
-        does not end the loop.
+        Each beat has a deadline of ``2 x interval_s`` (at least 1 s): a paused or
+        partitioned master cannot hold the loop for a whole RPC timeout. After a failed
+        beat an HA client asks etcd for the leader at once and, if it changed, beats
+        there without waiting (a failover costs the client about one beat, not the
+        call timeout). Transport errors are logged and retried at the next beat, so a
+        master restart does not end the loop.
         """
+        deadline = max(2 * interval_s, 1.0)
         while True:
             try:
-                if not await self.heartbeat() and on_forgotten is not None:
+                if not await self.heartbeat(deadline) and on_forgotten is not None:
                     await on_forgotten()
             except StoreError as exc:
                 log.warning("heartbeat of %s failed: %s", self.client_id, exc)
+                if await self._follow_leader():
+                    continue
             await asyncio.sleep(interval_s)
 
     # ------------------------------------------------------------------ writes

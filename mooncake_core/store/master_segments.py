@@ -151,6 +151,8 @@ def list_objects(
 
 def expire_clients(ms: MasterState, now: float) -> list[str]:
     """Body of :meth:`MasterState.expire_clients`."""
+    if now < ms.expiry_hold_until:
+        return []
     ttl = ms.config.client_ttl_s
     dead = ms._segments.silent_clients(now, ttl)
     for client in dead:

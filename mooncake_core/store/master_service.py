@@ -237,6 +237,11 @@ class MasterService:
         """Extra readiness fields (set by the HA controller)."""
         self.leader_hint: tuple[str, str] | None = None
         """(id, address) of the current leader while this master is not serving."""
+        self.lease_until: float | None = None
+        """HA: monotonic time until which etcd surely still holds this master's lease
+        (when the last confirmed keepalive was sent, plus its TTL); ``None``: no lease
+        (standalone). A leader past it serves nothing, reads included: it may have
+        been paused or cut off while another master took over."""
         self._sink_error: str | None = None
         """Why the journal cannot be written (``None``: it can); see :meth:`_journal`."""
         self._sink_error_since = 0.0
@@ -331,14 +336,27 @@ class MasterService:
 
     @property
     def serving(self) -> bool:
-        """Whether this master answers RPCs (standalone, or the elected leader)."""
-        return self.role in ("standalone", "leader")
+        """Whether this master answers RPCs (standalone, or the elected leader whose
+        lease is confirmed: a resumed or cut-off leader must not serve stale state)."""
+        if self.role == "standalone":
+            return True
+        return self.role == "leader" and self.lease_confirmed()
+
+    def lease_confirmed(self) -> bool:
+        """Whether this master's etcd lease surely has not run out (no lease: True)."""
+        return self.lease_until is None or time.monotonic() < self.lease_until
 
     async def become_leader(
         self, state: MasterState, sink: RecordSink, image: MetadataImage
     ) -> None:
         """Start serving ``state`` (rebuilt from the replicated image), journaling to ``sink``."""
         async with self._lock:
+            # Clients were heartbeating the old leader; each finds this one within a
+            # heartbeat deadline plus a leader lookup. Nobody is expired before they
+            # had that time on top of a full client_ttl_s (their data is in their
+            # memory, not lost); silent ones are suspect and get no new replicas.
+            hold = PROMOTION_GRACE_FACTOR * state.config.client_ttl_s
+            state.hold_expiry(self._clock() + hold)
             self.state = state
             self.sink = sink
             self.image = image
@@ -739,6 +757,10 @@ def _offer(q: asyncio.Queue[object], item: object) -> None:
 
 
 NOT_LEADER = "NOT_LEADER"
+PROMOTION_GRACE_FACTOR = 2.0
+"""A new leader expires no client for this many client_ttl_s after taking over: a
+restored client that stays silent is forgotten 2 x client_ttl_s after the promotion
+(not client_ttl_s, the time it may need to notice the failover and find the leader)."""
 LEADER_METADATA = "mooncake-leader"
 
 
@@ -770,6 +792,12 @@ class RoleGate(grpc.aio.ServerInterceptor):
 def _not_leader(handler: Any, svc: MasterService) -> Any:
     def refusal() -> tuple[str, tuple[tuple[str, str], ...]]:
         hint = svc.leader_hint
+        if svc.role == "leader":
+            return (
+                f"{NOT_LEADER}: this master's leader lease is not confirmed (it was paused "
+                "or cut off from etcd); ask etcd for the leader",
+                (),
+            )
         if hint is None:
             return f"{NOT_LEADER}: this master is {svc.role}; no leader known yet", ()
         text = f"{NOT_LEADER}: this master is {svc.role}; the leader is {hint[0]} at {hint[1]}"

@@ -110,6 +110,9 @@ class MasterState:
         # Suspect after missing one heartbeat by half an interval; a reported node only
         # clears itself with a heartbeat sent after the report.
         self._segments = SegmentTable(alignment, suspect_after_s=1.5 * hb, report_hold_s=hb)
+        self.expiry_hold_until = float("-inf")
+        """No client is expired before this time of the core's clock (a new HA leader
+        gives every client it restored time to find it: :meth:`hold_expiry`)."""
         self._pins = PinTable()
         self._events: list[ev.Event] = []
         self._evicted_objects = 0
@@ -227,6 +230,11 @@ class MasterState:
             InvalidArgumentError: limit outside 1..100000.
         """
         return segment_ops.list_objects(self, segment, start_after, limit)
+
+    def hold_expiry(self, until: float) -> None:
+        """Expire no client before ``until`` (core clock); placement still avoids the
+        silent ones (suspect), only their forgetting and data loss waits."""
+        self.expiry_hold_until = max(self.expiry_hold_until, until)
 
     def expire_clients(self, now: float) -> list[str]:
         """Forget clients silent for ``client_ttl_s``; their segments go at once.

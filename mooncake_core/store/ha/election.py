@@ -104,7 +104,9 @@ class HaController:
         Raises:
             EtcdError: etcd is unreachable.
         """
+        sent = time.monotonic()
         self._lease = await self._etcd.lease_grant(self.options.lease_ttl_s)
+        self._svc.lease_until = sent + self.options.lease_ttl_s
         self._tasks = [
             asyncio.create_task(self._keepalive(), name="ha-keepalive"),
             asyncio.create_task(self._run(), name="ha-election"),
@@ -143,6 +145,7 @@ class HaController:
         last_ok = time.monotonic()
         while True:
             await asyncio.sleep(period)
+            sent = time.monotonic()
             try:
                 ttl = await self._etcd.lease_keepalive(self._lease)
             except Exception as exc:
@@ -150,7 +153,10 @@ class HaController:
                 ttl = -1
             now = time.monotonic()
             if ttl > 0:
-                last_ok = now
+                # etcd restarted the countdown after it got the request: the lease
+                # surely lives until sent + ttl (what the service serves reads under).
+                last_ok = sent
+                self._svc.lease_until = sent + min(ttl, self.options.lease_ttl_s)
                 continue
             expired = ttl == 0 or now - last_ok >= self.options.lease_ttl_s
             if not expired:
@@ -159,8 +165,10 @@ class HaController:
                 self._depose("the leader lease expired")
                 return
             with contextlib.suppress(Exception):  # a follower just needs a new lease
+                sent = time.monotonic()
                 self._lease = await self._etcd.lease_grant(self.options.lease_ttl_s)
-                last_ok = time.monotonic()
+                last_ok = sent
+                self._svc.lease_until = sent + self.options.lease_ttl_s
 
     def _depose(self, reason: str) -> None:
         self._svc.step_down(reason)

@@ -140,3 +140,11 @@ def test_drain(make_master: MakeMaster) -> None:
     m.unmount_segment("a", 21.0)
     with pytest.raises(ConflictError, match="UNMOUNTING, cannot drain"):
         m.drain_segment("a", 22.0)
+
+
+def test_expiry_hold_delays_forgetting_not_suspicion(make_master: MakeMaster) -> None:
+    m = two_nodes(make_master, heartbeat_interval_s=1.0)
+    m.hold_expiry(25.0)
+    m.hold_expiry(20.0)  # a hold only ever grows
+    assert m.expire_clients(24.999) == []
+    assert m.expire_clients(25.0) == ["c1", "c2"]
