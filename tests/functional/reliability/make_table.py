@@ -99,6 +99,171 @@ ROWS = (
         (R + "test_rel_serving_faults.py::test_rel_decode_worker_killed_mid_request",),
     ),
     Row(
+        "fault",
+        "master SIGSTOPped 2 x client_ttl_s, then SIGCONT; master clock jumped forward",
+        "real master + 2 nodes, objects written; the master stopped for twice the clients' TTL "
+        "(and, journaled, 15 s then SIGKILL + restart); libfaketime steps the master's wall and "
+        "monotonic clocks forward past the TTL",
+        "0 objects lost, all byte-exact, lost_objects_total unchanged: liveness counts the master's "
+        "running time, a stall or jump counts one heartbeat interval (was: 1798 objects lost, 1332 "
+        "with the journal). A really dead node is still expired after the TTL",
+        (
+            R + "test_rel_master_pause.py::test_rel_master_paused_twice_client_ttl_loses_nothing",
+            R + "test_rel_master_pause.py::test_rel_master_clock_jump_forward_keeps_healthy_nodes",
+            R
+            + "test_rel_master_pause.py::test_rel_journaled_master_paused_15s_then_killed_loses_nothing",
+        ),
+    ),
+    Row(
+        "fault",
+        "store node SIGKILLed under single-replica put load",
+        "3 nodes, client threads putting single-replica objects (tcp and auto/shm); SIGKILL one "
+        "node; a silent (SIGSTOPped) node; a 40-item put_batch right after a kill",
+        "the node leaves placement within a heartbeat (suspect; measured 0.06 s, was 1.8 s+) and "
+        "a put whose target failed is placed again around it: 0 failed puts (was 219 / ~900), "
+        "every put started after the kill survives the node's expiry",
+        (
+            R
+            + "test_rel_node_kill_put_load.py::test_rel_killed_node_leaves_placement_fast_and_puts_do_not_fail",
+            R
+            + "test_rel_node_kill_put_load.py::test_rel_silent_node_leaves_placement_within_a_heartbeat",
+            R
+            + "test_rel_node_kill_put_load.py::test_rel_batch_put_items_on_a_dead_node_are_placed_again",
+        ),
+    ),
+    Row(
+        "fault",
+        "journal disk full, then room again, then master SIGKILL + restart",
+        "SmallDisk (8 MiB tmpfs) as --data-dir; 300 puts + 30 removes; fill; 400 puts + 30 "
+        "removes; free; 300 puts + 20 removes; kill -9 and restart",
+        "while full, puts and removes refused cleanly (UNAVAILABLE, nothing changed), /health "
+        "durable: false + journal_error, reads served, 0 bytes left reserved; writes accepted "
+        "again 0.03 s after the room came back, no restart; after the restart every acknowledged "
+        "object byte-exact (531), 0 missing, 0 wrong bytes, removed keys stay removed, 0 tracebacks, "
+        "one log line per outage (was: durable: true, 4833 tracebacks, 6000 puts lost, another "
+        "object's 4096 bytes served)",
+        (
+            R + "test_rel_journal_disk_full.py::test_rel_journal_disk_full_then_room_then_sigkill",
+            "tests/unit/durability/test_durability_journal_faults.py::test_partial_record_alone_reads_as_nothing",
+            "tests/unit/durability/test_durability_undo.py::test_refused_remove_puts_the_object_back_at_its_range",
+            "tests/unit/durability/test_durability_undo.py::test_refused_put_start_releases_its_space",
+        ),
+    ),
+    Row(
+        "fault",
+        "HA leader SIGKILLed, then the new leader SIGSTOPped past its lease (through `cluster up`)",
+        "`mooncake.yaml` with etcd + 3 masters, `cluster up --detach`; objects via `mooncake store "
+        "put/get` without `--master`; leader from `cluster status`; a read queued at a paused "
+        "leader whose key the new leader removed",
+        "every object byte-exact through the CLI's default master after each fault and after "
+        "2 x client_ttl_s; new leader 3.7 s after the kill; the old leader back as a caught-up "
+        "follower by itself (keeper); the resumed leader refuses the queued read (NOT_LEADER) "
+        "(was: 0 of 10 objects readable, masters left down, stale replica list served)",
+        (
+            "tests/functional/cluster/test_cluster_ha_failover.py::test_leader_kill_and_pause_through_cluster_up_lose_nothing",
+            "tests/functional/durability/test_durability_stale_leader.py::test_resumed_leader_refuses_reads_after_losing_its_lease",
+        ),
+    ),
+    Row(
+        "fault",
+        "randomized (Jepsen-style): pauses, kills, full journal disk",
+        "4 client threads put/upsert/get/remove unique values (replica_num=2) while a seeded "
+        "nemesis (MOONCAKE_JEPSEN_SEED) pauses/kills/restarts the master and nodes and fills the "
+        "journal tmpfs, one fault at a time, MOONCAKE_JEPSEN_SECONDS (60 s in CI); partitions "
+        "by pausing; history kept on failure with a replay command",
+        "checker: every acknowledged write readable with its exact bytes, no read of bytes never "
+        "written to that key, removed keys stay removed (on the code before this wave: 18 "
+        "cross-wired or never-written reads and 54 lost writes with seed 1, 52 lost with seed 2)",
+        (
+            R + "test_rel_jepsen.py::test_rel_jepsen_acknowledged_writes_survive_random_faults",
+            "tests/unit/reliability/test_jepsen_checker.py::test_a_lost_write_is_caught",
+            "tests/unit/reliability/test_jepsen_checker.py::test_wrong_bytes_are_caught",
+            "tests/unit/reliability/test_jepsen_checker.py::test_a_resurrected_removed_key_is_caught",
+        ),
+    ),
+    Row(
+        "fault",
+        "conductor SIGKILLed / SIGTERMed under load",
+        "16 clients back to back, 2 decode slots, SIGKILL after 4 s; 8 clients, SIGTERM",
+        "every answered request (200 or 429) has its decision row and outcome: the front door "
+        "waits for the audit commit before it dispatches or answers (was: 13 answered 429s "
+        "without a row); SIGKILL loses only decisions not yet acted on; SIGTERM writes all",
+        (
+            R + "test_rel_conductor_audit.py::test_sigkill_under_load_loses_no_answered_decision",
+            R + "test_rel_conductor_audit.py::test_sigterm_writes_every_decided_request",
+        ),
+    ),
+    Row(
+        "load",
+        "200 concurrent clients, small decode KV pool",
+        "200 clients x 3 requests (31-token prompts, max_tokens 40) at the front door; 1 decode "
+        "worker with 20 KV blocks, 8 slots",
+        "0 mid-decode capacity failures (was 14 of 21 admitted): the decode worker reserves the "
+        "KV of every token a request may generate at Prepare; each request completes or gets a "
+        "429 up front; audit: 0 failed",
+        (R + "test_rel_decode_capacity.py::test_admitted_requests_never_fail_for_decode_kv",),
+    ),
+    Row(
+        "input",
+        "dashboard without login: ReDoS regex, foreign Host header (DNS rebinding)",
+        "`GET /api/store/objects?regex=^kv/moonc([\\w/-]+)+!$` over 100 keys with /health probed "
+        "meanwhile; requests with Host evil.example, 127.0.0.1.nip.io, empty",
+        "regex answered in 11-25 ms on RE2 off the event loop, /health max 29 ms (was > 10 s, "
+        "/health blocked); foreign Host refused 421 on every route, no key or audit row served",
+        (
+            R
+            + "test_rel_dashboard_input.py::test_redos_regex_is_answered_fast_and_health_stays_responsive",
+            R + "test_rel_dashboard_input.py::test_host_header_is_checked",
+        ),
+    ),
+    Row(
+        "input",
+        "CLI / config input: billion laughs, deep YAML, huge files, bad keys, read-only state_dir",
+        "`config validate` on an alias bomb, 10k-deep nesting, a 64 MiB file, broken YAML; "
+        "`store put` of a 2 GiB sparse file and an 80 MiB file; non-UTF-8 keys (API, CLI); "
+        "`cluster up` on a read-only tmpfs; `store ls --regex` ReDoS",
+        "one line and exit 2 in <= 1.4 s at 72 MiB RSS (was > 120 s growing / RecursionError); "
+        "2 GiB refused before reading (72 MiB RSS, was 2.2 GB), 80 MiB streamed at 81 MiB RSS; "
+        "INVALID_KEY (was UnicodeEncodeError); read-only state_dir one line naming it, exit 1",
+        (
+            R
+            + "test_rel_cli_input.py::test_billion_laughs_config_is_refused_fast_with_bounded_memory",
+            R + "test_rel_cli_input.py::test_deep_config_is_a_clear_error",
+            R + "test_rel_cli_input.py::test_huge_config_file_is_refused_before_parsing",
+            R + "test_rel_cli_input.py::test_broken_yaml_is_one_line",
+            R + "test_rel_cli_input.py::test_put_of_a_2gib_sparse_file_is_refused_before_reading",
+            R + "test_rel_cli_input.py::test_put_streams_a_file_larger_than_a_slice",
+            R + "test_rel_cli_input.py::test_put_of_a_directory_or_missing_file_is_one_line",
+            R + "test_rel_cli_input.py::test_invalid_utf8_key_from_the_python_api",
+            R + "test_rel_cli_input.py::test_invalid_utf8_key_from_the_cli",
+            R + "test_rel_cli_input.py::test_redos_regex_from_the_cli_is_fast",
+            R + "test_rel_cli_input.py::test_cluster_up_on_a_read_only_state_dir_is_one_line",
+        ),
+    ),
+    Row(
+        "security",
+        "file modes under state_dir",
+        "umask 022 and a pre-made 0755 state_dir; `cluster up` (journaled master, nodes, "
+        "dashboard) and `db upgrade`; walk the state_dir",
+        "every directory 0700, every file 0600 (secret, audit.db + -wal/-shm, journal, logs, "
+        "run/*.json) (was 0755 / 0644)",
+        (R + "test_rel_file_modes.py::test_state_dir_is_private_after_cluster_up",),
+    ),
+    Row(
+        "harness",
+        "the fault tools themselves",
+        "SIGSTOP a ticking process; fill a tmpfs; step a child's clocks with libfaketime; "
+        "throttle a loop device's writes with a blkio cgroup",
+        "a stopped process prints nothing and resumes; ENOSPC then room; wall and monotonic "
+        "clocks jump by the step; 2 MiB + fsync at 1 MiB/s takes > 1 s",
+        (
+            R + "test_rel_harness.py::test_paused_process_makes_no_progress_and_resumes",
+            R + "test_rel_harness.py::test_small_disk_fills_frees_and_grows",
+            R + "test_rel_harness.py::test_fake_clock_jumps_wall_and_monotonic_of_a_child",
+            R + "test_rel_harness.py::test_slow_disk_throttles_fsync_of_one_process",
+        ),
+    ),
+    Row(
         "load",
         "soak: concurrent put/get/remove",
         "6 client threads (3 shm, 3 tcp) against a real master + 2 nodes for MOONCAKE_SOAK_SECONDS "
