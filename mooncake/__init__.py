@@ -2,7 +2,7 @@
 
 ``mooncake.store`` (``MooncakeDistributedStore``, ``ReplicateConfig``,
 ``SoftPinAction``) and the ``mooncake_master`` console script speak upstream's surface so
-vLLM, SGLang and LMCache integrations run unchanged; see ``docs/compatibility.md`` for
+vLLM, SGLang and LMCache integrations run unchanged; see ``docs/compat.md`` for
 what is supported and what is refused.
 
 Upstream's wheel (``mooncake-transfer-engine*``) installs a package of the same name.
