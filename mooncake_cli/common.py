@@ -32,6 +32,21 @@ err = Console(stderr=True, soft_wrap=True)
 readiness probes grep them)."""
 
 
+def setup_service_logging() -> None:
+    """Log lines of a long-running component: INFO and up, one line each, timestamped.
+
+    Client libraries log every HTTP request at INFO (httpx: each etcd call, several a
+    second under HA); only their warnings reach a component's log.
+    """
+    import logging
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print a clear error on stderr and exit with ``code``."""
     from rich.markup import escape

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .common import ConfigOption, err, fail, load
+from .common import ConfigOption, err, fail, load, setup_service_logging
 
 app = typer.Typer(help="Run the conductor (global scheduler + front door).", no_args_is_help=True)
 
@@ -52,7 +52,6 @@ def serve(
 ) -> None:
     """Serve until SIGINT/SIGTERM; ready when GET /health answers 200."""
     import asyncio
-    import logging
 
     from mooncake_core.conductor.service import ConductorServiceOptions
     from mooncake_core.store.auth import read_secret
@@ -73,9 +72,7 @@ def serve(
     except KeyError:
         fail(f"conductor.host {cfg.conductor.host!r} is not one of the configured hosts")
     port = cfg.conductor.http_port
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    setup_service_logging()
     opts = ConductorServiceOptions(
         secret=secret,
         store_kv=not no_store_kv,

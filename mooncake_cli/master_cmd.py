@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .common import ConfigOption, err, fail, load
+from .common import ConfigOption, err, fail, load, setup_service_logging
 
 if TYPE_CHECKING:
     from mooncake_core.config.models import MasterConfig
@@ -106,7 +106,6 @@ def master(
 ) -> None:
     """Serve until SIGINT/SIGTERM; prints one 'serving on' line on stderr when ready."""
     import asyncio
-    import logging
     import signal
 
     from mooncake_core.store.auth import read_secret
@@ -143,9 +142,7 @@ def master(
         # reported on /health so `cluster check` can compare every component's hashing
         hashing={"block_size": cfg.hashing.block_size, "seed": cfg.hashing.seed},
     )
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    setup_service_logging()
 
     directory = data_dir or mcfg.data_dir
     exit_code = 0

@@ -13,7 +13,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from .common import ConfigOption, JsonOption, err, fail, load, out, write_stdout
+from .common import (
+    ConfigOption,
+    JsonOption,
+    err,
+    fail,
+    load,
+    out,
+    setup_service_logging,
+    write_stdout,
+)
 
 if TYPE_CHECKING:
     from mooncake_core.store.client import Client, Readable
@@ -175,7 +184,6 @@ def node(
     ``store_nodes`` entry called NAME, if any.
     """
     import asyncio
-    import logging
     import signal
 
     from mooncake_core.store.client_options import ClientOptions
@@ -207,9 +215,7 @@ def node(
         )
     except (OSError, ValueError) as exc:
         fail(f"cannot read the cluster secret: {exc}")
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    setup_service_logging()
     bind = host
 
     async def run() -> None:

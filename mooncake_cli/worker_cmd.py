@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .common import ConfigOption, JsonOption, err, fail, load, write_stdout
+from .common import ConfigOption, JsonOption, err, fail, load, setup_service_logging, write_stdout
 
 app = typer.Typer(help="Run a prefill or decode worker (tiny torch model).", no_args_is_help=True)
 
@@ -25,7 +25,6 @@ def _serve(
     role: str, name: str, config: Path | None, secret_file: Path | None, no_store: bool = False
 ) -> None:
     import asyncio
-    import logging
     import signal
 
     from mooncake_core.store.auth import read_secret
@@ -45,9 +44,7 @@ def _serve(
         opts = WorkerServiceOptions.from_cluster(cfg, role, name, secret=secret)  # type: ignore[arg-type]
     except KeyError as exc:
         fail(str(exc.args[0]))
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    setup_service_logging()
 
     async def run() -> None:
         factory = None
