@@ -21,7 +21,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from mooncake_core.store.client import Client
 from mooncake_core.store.errors import ErrorCode, StoreError
@@ -31,6 +31,9 @@ from ._ranges import BufferHandle, Registry, ranged_reads, scatter
 from ._replicate import ReplicateConfig, SoftPinAction
 from ._setup import SetupArgs, args_from_dict, log, start_client
 from .config import ConfigError, load_setup_dict
+
+if TYPE_CHECKING:
+    from ._dummy import MemPool
 
 __all__ = ["BufferHandle", "MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction"]
 
@@ -52,6 +55,7 @@ class MooncakeDistributedStore:
         self._local_buffer_size = 0
         self._registry = Registry()
         self._lock = threading.Lock()
+        self._pool: MemPool | None = None
 
     # ---------------------------------------------------------------- lifecycle
     def setup(self, *args: Any, **kwargs: Any) -> int:
@@ -86,17 +90,54 @@ class MooncakeDistributedStore:
             self._hostname = name
             self._local_buffer_size = a.local_buffer_size
             self._registry = Registry()
+            self._pool = None
         if old is not None:
             old.close()
         return 0
 
     def setup_dummy(self, mem_pool_size: int, local_buffer_size: int, server_address: str) -> int:
-        """Upstream's dummy client (memory lent by a ``mooncake_client`` process).
+        """Attach to the ``mooncake_client`` at ``server_address`` (upstream's dummy client).
 
-        Refused with ``NOT_SUPPORTED`` (-1012): use :meth:`setup` (every client here
-        can host its own segment).
+        The standalone client lends the memory: this store hosts no segment, its
+        objects are placed in the standalone client's segment through the master that
+        client serves. ``alloc_from_mem_pool`` hands out pieces of a local pool of
+        ``mem_pool_size`` bytes for the ``*_from``/``*_into`` calls.
+
+        Returns:
+            0, or upstream's negative code (-900 when nothing answers there).
         """
-        return int(UpstreamCode.NOT_SUPPORTED)
+        from ._dummy import MemPool, attach_info
+
+        try:
+            info = attach_info(str(server_address))
+            pool = MemPool(int(mem_pool_size))
+            a = SetupArgs(
+                local_hostname="localhost",
+                metadata_server="P2PHANDSHAKE",
+                global_segment_size=0,
+                local_buffer_size=int(local_buffer_size),
+                protocol=info.get("protocol", "tcp"),
+                rdma_devices="",
+                master_server_addr=info["master_server_address"],
+            )
+            client, name = start_client(a)
+        except StoreError as exc:
+            log.error("setup_dummy: %s", exc.message)
+            return to_code(exc)
+        with self._lock:
+            old, self._client = self._client, client
+            self._hostname = name
+            self._local_buffer_size = a.local_buffer_size
+            self._registry = Registry()
+            self._pool = pool
+        if old is not None:
+            old.close()
+        return 0
+
+    def alloc_from_mem_pool(self, size: int) -> int:
+        """``size`` bytes of the dummy client's pool (0: not a dummy client, or full)."""
+        pool = self._pool
+        return pool.alloc(int(size)) if pool is not None else 0
 
     def close(self) -> int:
         """Unmount this client's segment (its objects go with it) and stop; 0."""
