@@ -332,6 +332,13 @@ class MasterService:
             self.metrics_port = self._http.sockets[0].getsockname()[1]
         await server.start()
         self._server = server
+        if self.serving and self.state.snapshot().segments:
+            # Restored from the journal: its nodes were beating the previous process and
+            # find this one only after their channel's reconnect backoff. None is expired
+            # before it had that time on top of a full client_ttl_s (as after an HA
+            # promotion); silent ones are suspect meanwhile, so get no new replicas.
+            hold = PROMOTION_GRACE_FACTOR * self.config.client_ttl_s
+            self.state.hold_expiry(self._clock() + hold)
         self._ticker = asyncio.create_task(self._upkeep(), name="master-upkeep")
 
     @property
@@ -649,6 +656,9 @@ class MasterService:
         while True:
             await asyncio.sleep(self.options.tick_interval_s)
             if not self.serving:
+                # A follower reads its running clock too, so its promotion is not taken
+                # for a stall as long as its whole time as a follower.
+                self._clock()
                 continue
             async with self._lock:
                 try:
