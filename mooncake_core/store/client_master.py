@@ -250,8 +250,27 @@ class SyncMaster:
         )
         fn = self._stub.Upsert if upsert else self._stub.PutStart
         r = self._call(fn, req)
-        cv.raise_for(r.error)
+        self._raise_unless_own(r.error, ErrorCode.OBJECT_ALREADY_EXISTS, "put", key)
         return cv.replicas_from_pb(r.replicas)
+
+    def _raise_unless_own(self, error: pb.Error, code: ErrorCode, what: str, key: str) -> None:
+        """``raise_for``, except that ``code`` after a resend is an unknown outcome.
+
+        A call resent after a leader switch may have been applied by the old leader (its
+        reply lost): a resent PutStart then meets this client's own PROCESSING write
+        (OBJECT_ALREADY_EXISTS, until ``put_timeout_s`` discards it), a resent Remove
+        the absence it made itself (OBJECT_NOT_FOUND). Neither says what it seems to.
+        """
+        err = cv.error_from_pb(error)
+        if err is None:
+            return
+        if self._tls.retried and err.code == code:
+            raise UnavailableError(
+                ErrorCode.UNAVAILABLE,
+                f"{what} {key!r}: resent after a leader switch and answered {code.name}; "
+                "the first attempt may have taken effect (outcome unknown)",
+            )
+        raise err
 
     def batch_put_start(
         self,
@@ -349,7 +368,8 @@ class SyncMaster:
     # ---------------------------------------------------------------- removals
     def remove(self, key: str, force: bool) -> None:
         """Remove one object."""
-        cv.raise_for(self._call(self._stub.Remove, pb.RemoveRequest(key=key, force=force)).error)
+        r = self._call(self._stub.Remove, pb.RemoveRequest(key=key, force=force))
+        self._raise_unless_own(r.error, ErrorCode.OBJECT_NOT_FOUND, "remove", key)
 
     def batch_remove(self, keys: Sequence[str], force: bool) -> list[StoreError | None]:
         """BatchRemove; ``None`` where it succeeded."""
