@@ -321,7 +321,10 @@ static PyObject *py_parse_header(PyObject *self, PyObject *args) {
 
 /* ---------------------------------------------------------------- SegTable + server */
 
-typedef struct { uint32_t id; char *base; uint64_t len; } seg_t;
+/* by_addr: also reachable through SEG_BY_ADDR, where a request's offset is an absolute
+ * address in this process that must fall, with its length, inside one such segment. */
+typedef struct { uint32_t id; char *base; uint64_t len; int by_addr; } seg_t;
+#define SEG_BY_ADDR 0xFFFFFFFFu
 
 typedef struct {
     PyObject_HEAD
@@ -352,7 +355,12 @@ static void segtable_dealloc(SegTable *self) {
 static PyObject *segtable_add(SegTable *self, PyObject *args) {
     unsigned int id;
     unsigned long long addr, len;
-    if (!PyArg_ParseTuple(args, "IKK", &id, &addr, &len)) return NULL;
+    int by_addr = 0;
+    if (!PyArg_ParseTuple(args, "IKK|p", &id, &addr, &len, &by_addr)) return NULL;
+    if (id == SEG_BY_ADDR) {
+        PyErr_SetString(PyExc_ValueError, "segment id 0xFFFFFFFF is reserved (by address)");
+        return NULL;
+    }
     if (addr == 0 && len > 0) {
         PyErr_SetString(PyExc_ValueError, "segment address is NULL");
         return NULL;
@@ -372,6 +380,7 @@ static PyObject *segtable_add(SegTable *self, PyObject *args) {
         self->segs[self->n].id = id;
         self->segs[self->n].base = (char *)(uintptr_t)addr;
         self->segs[self->n].len = len;
+        self->segs[self->n].by_addr = by_addr;
         self->n++;
     }
     pthread_rwlock_unlock(&self->lock);
@@ -446,12 +455,24 @@ static PyObject *segtable_serve(SegTable *self, PyObject *args) {
         resp.status = ST_OK;
         pthread_rwlock_rdlock(&self->lock);
         seg_t *sg = NULL;
-        for (size_t i = 0; i < self->n; i++)
-            if (self->segs[i].id == h.seg) { sg = &self->segs[i]; break; }
-        if (!sg) { resp.status = ST_UNKNOWN_SEGMENT; ctr_add(ctr, C_UNKNOWN_SEG, 1); }
-        else if (h.offset > sg->len || h.length > sg->len - h.offset) {
-            resp.status = ST_OUT_OF_BOUNDS;
-            ctr_add(ctr, C_BOUNDS, 1);
+        uint64_t off = h.offset;
+        if (h.seg == SEG_BY_ADDR) {
+            /* The offset is an address here: only a range inside one by_addr segment. */
+            for (size_t i = 0; i < self->n; i++) {
+                seg_t *s = &self->segs[i];
+                uint64_t b = (uint64_t)(uintptr_t)s->base;
+                if (s->by_addr && h.offset >= b && h.offset - b <= s->len &&
+                    h.length <= s->len - (h.offset - b)) { sg = s; off = h.offset - b; break; }
+            }
+            if (!sg) { resp.status = ST_OUT_OF_BOUNDS; ctr_add(ctr, C_BOUNDS, 1); }
+        } else {
+            for (size_t i = 0; i < self->n; i++)
+                if (self->segs[i].id == h.seg) { sg = &self->segs[i]; break; }
+            if (!sg) { resp.status = ST_UNKNOWN_SEGMENT; ctr_add(ctr, C_UNKNOWN_SEG, 1); }
+            else if (h.offset > sg->len || h.length > sg->len - h.offset) {
+                resp.status = ST_OUT_OF_BOUNDS;
+                ctr_add(ctr, C_BOUNDS, 1);
+            }
         }
         if (h.op == OP_READ && resp.status == ST_OK) {
             resp.op = OP_READ_RESP;
@@ -461,7 +482,7 @@ static PyObject *segtable_serve(SegTable *self, PyObject *args) {
             for (int i = 0; i < nacks; i++) { iov[k].iov_base = acks[i]; iov[k].iov_len = MC_HDR; k++; }
             nacks = 0;
             iov[k].iov_base = out; iov[k].iov_len = MC_HDR; k++;
-            if (h.length) { iov[k].iov_base = sg->base + h.offset; iov[k].iov_len = (size_t)h.length; k++; }
+            if (h.length) { iov[k].iov_base = sg->base + off; iov[k].iov_len = (size_t)h.length; k++; }
             r = send_iov(fd, iov, k);
             if (r == 0) {
                 ctr_add(ctr, C_BYTES_TX, h.length);
@@ -475,7 +496,7 @@ static PyObject *segtable_serve(SegTable *self, PyObject *args) {
         } else {
             resp.op = OP_WRITE_ACK;
             resp.length = 0;
-            if (resp.status == ST_OK) r = rb_read(fd, rb, sg->base + h.offset, (size_t)h.length, 0);
+            if (resp.status == ST_OK) r = rb_read(fd, rb, sg->base + off, (size_t)h.length, 0);
             else r = drain(fd, rb, h.length); /* keep the stream in sync; length is bounded */
             if (r == 0) {
                 if (resp.status == ST_OK) {
@@ -499,7 +520,7 @@ out:
 }
 
 static PyMethodDef segtable_methods[] = {
-    {"add", (PyCFunction)segtable_add, METH_VARARGS, "add(id, address, length): expose memory."},
+    {"add", (PyCFunction)segtable_add, METH_VARARGS, "add(id, address, length, by_addr=False): expose memory (by_addr: also by absolute address)."},
     {"remove", (PyCFunction)segtable_remove, METH_VARARGS,
      "remove(id) -> bool: stop serving a segment (waits for in-flight requests)."},
     {"serve", (PyCFunction)segtable_serve, METH_VARARGS,

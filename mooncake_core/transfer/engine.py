@@ -47,6 +47,14 @@ from .validation import check_location, validate_request
 
 TRANSPORTS = ("tcp", "shm", "rdma")
 
+BY_ADDRESS = "/by-address"
+"""Segment name (``host:port//by-address``) of every region registered ``by_address``: a
+request's target offset is then an absolute address in the target process, which the
+target's data plane checks against those regions (one must hold the whole range)."""
+BY_ADDRESS_ID = 0xFFFFFFFF
+BY_ADDRESS_LISTED = 256
+"""At most this many regions are listed in the by-address LOOKUP reply (a control frame)."""
+
 log = logging.getLogger(__name__)
 
 
@@ -108,6 +116,7 @@ class TransferEngine:
         self._servers: dict[str, DataServer] = {}
         self._regions: set[Region] = set()
         self._exposed: dict[str, Region] = {}
+        self._by_address: list[Region] = []  # registration order
         self._seg_ids = itertools.count(1)
         self._batch_ids = itertools.count(1)
         self._batches: dict[int, Batch] = {}
@@ -217,6 +226,7 @@ class TransferEngine:
         *,
         location: str = "cpu:0",
         name: str | None = None,
+        by_address: bool = False,
     ) -> Region:
         """Register local memory for transfers, and optionally expose it as a segment.
 
@@ -226,6 +236,8 @@ class TransferEngine:
             length: Bytes to register (default: the whole buffer).
             location: ``cpu:N`` (used to rank NICs by topology).
             name: Expose as segment ``<segment_name>/<name>`` for peers; None keeps it private.
+            by_address: Also expose it to peers by absolute address (segment
+                ``<segment_name>/`` + ``BY_ADDRESS``; upstream's raw-address transfers).
 
         Returns:
             The region handle.
@@ -234,10 +246,16 @@ class TransferEngine:
             TransferError: Unusable buffer, bad location, or a name already in use.
         """
         addr, total, keep = resolve_buffer(obj, length)
-        return self._add_region(Region(addr, total, check_location(location), name, keep))
+        region = Region(addr, total, check_location(location), name, keep)
+        return self._add_region(region, by_address)
 
     def allocate_memory(
-        self, length: int, *, location: str = "cpu:0", name: str | None = None
+        self,
+        length: int,
+        *,
+        location: str = "cpu:0",
+        name: str | None = None,
+        by_address: bool = False,
     ) -> Region:
         """Allocate shared-memory-backed memory (so same-host peers can use shm) and register it.
 
@@ -249,24 +267,26 @@ class TransferEngine:
             region = Region(
                 _native_address(buf), length, check_location(location), name, buf, shm_path=path
             )
-            return self._add_region(region)
+            return self._add_region(region, by_address)
         except BaseException:
             os.unlink(path)
             buf.close()
             raise
 
-    def _add_region(self, region: Region) -> Region:
+    def _add_region(self, region: Region, by_address: bool = False) -> Region:
         with self._lock:
             if self._closed:
                 raise TransferError("engine is closed")
-            if region.name is not None:
-                if not region.name or "/" in region.name or region.name in self._exposed:
-                    raise TransferError(
-                        f"segment name {region.name!r} is empty, has '/', or is taken"
-                    )
+            name = region.name
+            if name is not None and (not name or "/" in name or name in self._exposed):
+                raise TransferError(f"segment name {name!r} is empty, has '/', or is taken")
+            if region.name is not None or by_address:
                 region.segment_id = next(self._seg_ids)
-                self._table.add(region.segment_id, region.address, region.length)
+                self._table.add(region.segment_id, region.address, region.length, by_address)
+            if region.name is not None:
                 self._exposed[region.name] = region
+            if by_address:
+                self._by_address.append(region)
             self._regions.add(region)
         if self._rdma_dev is not None:
             self._register_rdma(region)
@@ -331,6 +351,8 @@ class TransferEngine:
                 self._regions.discard(region)
             if region.name is not None and self._exposed.get(region.name) is region:
                 del self._exposed[region.name]
+            if region in self._by_address:
+                self._by_address.remove(region)
         region.registered = False
         with self._lock:
             mr = self._mrs.pop(region, None)
@@ -372,6 +394,8 @@ class TransferEngine:
         return RemoteSegment(info, transport)
 
     def _lookup(self, name: str, nic: str) -> dict[str, Any]:
+        if name == BY_ADDRESS:
+            return self._lookup_by_address()
         with self._lock:
             if name:
                 region = self._exposed.get(name)
@@ -394,6 +418,27 @@ class TransferEngine:
             "transports": ["tcp"]
             + (["shm"] if region.shm_path else [])
             + (["rdma"] if region in self._mrs else []),
+        }
+
+    def _lookup_by_address(self) -> dict[str, Any]:
+        """LOOKUP reply of the by-address segment: the whole address space (the target
+        checks every range), and the regions behind it, oldest first."""
+        with self._lock:
+            regions = [(r.address, r.length) for r in self._by_address]
+        pref, sec = self._local_nics("cpu:0")
+        srv = self._servers
+        return {
+            "segment": BY_ADDRESS,
+            "segment_id": BY_ADDRESS_ID,
+            "size": (1 << 64) - 1,
+            "location": "cpu:0",
+            "nics": [srv[n].endpoint for n in pref if n in srv],
+            "secondary_nics": [srv[n].endpoint for n in sec if n in srv],
+            "host_id": self.host_id,
+            "shm_path": None,
+            "transports": ["tcp"],
+            "regions": [list(r) for r in regions[:BY_ADDRESS_LISTED]],
+            "regions_total": len(regions),
         }
 
     def _local_nics(self, location: str) -> tuple[list[str], list[str]]:
