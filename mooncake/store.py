@@ -30,6 +30,7 @@ from ._codes import UpstreamCode, to_code
 from ._ranges import BufferHandle, Registry, ranged_reads, scatter
 from ._replicate import ReplicateConfig, SoftPinAction
 from ._setup import SetupArgs, args_from_dict, log, start_client
+from ._tensors import TensorOps
 from .config import ConfigError, load_setup_dict
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ def _bytes(value: Any) -> memoryview:
     return memoryview(value).cast("B")
 
 
-class MooncakeDistributedStore:
+class MooncakeDistributedStore(TensorOps):
     """A store client with upstream's Python surface (see the module docstring)."""
 
     def __init__(self) -> None:
@@ -500,29 +501,6 @@ class MooncakeDistributedStore:
     def remove_all(self, force: bool = False) -> int:
         """Objects removed, or a negative code."""
         return self._do(lambda c: c.remove_all(force=force).removed, lambda x: x)
-
-    # ------------------------------------------------------------------ tensors
-    def put_tensor(self, key: str, tensor: Any, config: ReplicateConfig | None = None) -> int:
-        """Store a CPU tensor (CUDA tensors are refused: -600)."""
-        rc = config if config is not None else ReplicateConfig()
-        return self._rc(lambda c: c.put_tensor(key, tensor, rc.to_core()))
-
-    def get_tensor(self, key: str) -> Any:
-        """The tensor, or None."""
-        return self._do(lambda c: c.get_tensor(key), lambda code: None)
-
-    def batch_put_tensor(
-        self,
-        keys: Sequence[str],
-        tensors_list: Sequence[Any],
-        config: ReplicateConfig | None = None,
-    ) -> list[int]:
-        if len(keys) != len(tensors_list):
-            return [_INVALID] * len(keys)
-        return [self.put_tensor(k, t, config) for k, t in zip(keys, tensors_list, strict=True)]
-
-    def batch_get_tensor(self, keys: Sequence[str]) -> list[Any]:
-        return [self.get_tensor(k) for k in keys]
 
 
 def _positional(
