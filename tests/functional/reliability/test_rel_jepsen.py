@@ -65,6 +65,7 @@ from typing import Any
 
 import pytest
 import yaml
+from durability_proc_support import ETCD, start_etcd
 from faults import SmallDisk, kill9, pause_for
 from jepsen_support import History, check, digest, make_value, parse_head
 from store_client_procs import (
@@ -119,33 +120,22 @@ def _err(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"[:300]
 
 
-class Rig:
-    """The real processes: master (journal on ``disk``), stable nodes, one mortal node."""
+class RigBase:
+    """What both rigs share: the store nodes (two stable, one mortal), logs, counters.
 
-    def __init__(self, tmp: Path, disk: SmallDisk) -> None:
-        self.disk = disk
-        self.cfg = tmp / "mooncake.yaml"
-        master = {**MASTER, "data_dir": str(disk.path / "journal")}
-        self.cfg.write_text(yaml.safe_dump({"state_dir": str(tmp), "master": master}))
-        self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        self.procs: list[tuple[str, Proc]] = []  # every process started, for the logs
-        self.masters = 0
-        self.cluster = Cluster(self.cfg, self._spawn_master(), self.address, {})
+    ``address`` is the master target every node and client is given.
+    """
+
+    cluster: Cluster  # set by the subclass once its first master runs
+
+    def __init__(self, cfg: Path, address: str) -> None:
+        self.cfg = cfg
+        self.address = address
+        self.procs: list[tuple[str, Any]] = []  # every process started, for the logs
+        self.masters = 0  # master incarnations started
         self.mortal_seq = 0
         self.mortal = "m0"
         self.counters: Counter[str] = Counter()  # summed over master incarnations
-
-    def _spawn_master(self) -> Proc:
-        cmd = ["master", "--config", str(self.cfg), "--port", str(self.port)]
-        p = spawn([*cmd, "--metrics-port", "0"], MASTER_READY)
-        self.masters += 1
-        self.procs.append((f"master-{self.masters}", p))
-        return p
-
-    @property
-    def master(self) -> Proc:
-        return self.cluster.master
 
     def start_nodes(self) -> None:
         names = ["s0", "s1", self.mortal]
@@ -162,15 +152,61 @@ class Rig:
         self.procs.append((name, p))
         return p
 
-    def scrape(self) -> None:
-        """Add the master's counters to ``counters`` (they restart at 0 with the master)."""
-        url = f"http://127.0.0.1:{self.master.match[3]}/metrics"
+    def _scrape(self, metrics_port: int | str) -> None:
+        """Add one master's counters to ``counters`` (they restart at 0 with the master)."""
+        url = f"http://127.0.0.1:{metrics_port}/metrics"
         with contextlib.suppress(OSError):
             text = urllib.request.urlopen(url, timeout=2).read().decode()
             for line in text.splitlines():
                 for name in ("master_lost_objects_total", "master_evicted_objects_total"):
                     if line.startswith(name + " "):
                         self.counters[name] += int(float(line.split()[1]))
+
+    def scrape(self) -> None:
+        """Add the live masters' counters to ``counters``."""
+        raise NotImplementedError
+
+    def heal(self, history: History) -> None:
+        """End every fault: every process resumed and alive, a master serving."""
+        raise NotImplementedError
+
+    def _close_nodes(self) -> None:
+        for p in self.cluster.nodes.values():
+            with contextlib.suppress(Exception):
+                stop(p)
+            remove_shm_of(p.proc.pid)
+
+    def dump_logs(self, out: Path) -> None:
+        (out / "logs").mkdir(exist_ok=True)
+        for name, p in self.procs:
+            (out / "logs" / f"{name}.log").write_text("".join(p.log))
+
+
+class Rig(RigBase):
+    """The real processes: master (journal on ``disk``), stable nodes, one mortal node."""
+
+    def __init__(self, tmp: Path, disk: SmallDisk) -> None:
+        self.disk = disk
+        cfg = tmp / "mooncake.yaml"
+        master = {**MASTER, "data_dir": str(disk.path / "journal")}
+        cfg.write_text(yaml.safe_dump({"state_dir": str(tmp), "master": master}))
+        self.port = free_port()
+        super().__init__(cfg, f"127.0.0.1:{self.port}")
+        self.cluster = Cluster(cfg, self._spawn_master(), self.address, {})
+
+    def _spawn_master(self) -> Proc:
+        cmd = ["master", "--config", str(self.cfg), "--port", str(self.port)]
+        p = spawn([*cmd, "--metrics-port", "0"], MASTER_READY)
+        self.masters += 1
+        self.procs.append((f"master-{self.masters}", p))
+        return p
+
+    @property
+    def master(self) -> Proc:
+        return self.cluster.master
+
+    def scrape(self) -> None:
+        self._scrape(self.master.match[3])
 
     def restart_master(self, history: History) -> None:
         """Start the master again on its port and journal; a refusal is recorded, retried."""
@@ -195,32 +231,20 @@ class Rig:
             self.restart_master(history)
 
     def close(self) -> None:
-        for p in self.cluster.nodes.values():
-            with contextlib.suppress(Exception):
-                stop(p)
-            remove_shm_of(p.proc.pid)
+        self._close_nodes()
         with contextlib.suppress(Exception):
             stop(self.master)
 
-    def dump_logs(self, out: Path) -> None:
-        (out / "logs").mkdir(exist_ok=True)
-        for name, p in self.procs:
-            (out / "logs" / f"{name}.log").write_text("".join(p.log))
 
+class NemesisBase:
+    """Seeded faults, one at a time, each recorded in the history (start and end).
 
-class Nemesis:
-    """Seeded faults, one at a time, each recorded in the history (start and end)."""
+    A subclass names its faults (method, weight) in ``FAULTS``; the node faults are here.
+    """
 
-    FAULTS = (
-        ("pause_master", 2.0),
-        ("kill_master", 2.0),
-        ("pause_node", 2.0),
-        ("kill_node", 1.5),
-        ("fill_disk", 1.5),
-        ("fill_free_kill", 1.0),
-    )
+    FAULTS: tuple[tuple[str, float], ...] = ()
 
-    def __init__(self, rig: Rig, history: History, seed: int) -> None:
+    def __init__(self, rig: RigBase, history: History, seed: int) -> None:
         self.rig = rig
         self.h = history
         self.rng = random.Random(seed)
@@ -239,23 +263,6 @@ class Nemesis:
         except BaseException as e:
             self.error = _err(e)
             self.h.record("nemesis", f="error", err=self.error)
-
-    def pause_master(self) -> None:
-        s = round(self.rng.uniform(0.5, 2.2 * TTL), 2)
-        self.h.record("nemesis", f="pause_master", phase="start", seconds=s)
-        pause_for(self.rig.master.proc, s)
-        self.h.record("nemesis", f="pause_master", phase="end")
-
-    def _kill_master(self) -> None:
-        self.rig.scrape()
-        self.h.record("nemesis", f="kill_master", phase="start")
-        kill9(self.rig.master.proc)
-        time.sleep(self.rng.uniform(0.0, 1.5))
-        self.rig.restart_master(self.h)
-        self.h.record("nemesis", f="kill_master", phase="end")
-
-    def kill_master(self) -> None:
-        self._kill_master()
 
     def pause_node(self) -> None:
         name = self.rng.choice(["s0", "s1", self.rig.mortal])
@@ -276,6 +283,42 @@ class Nemesis:
         self.rig.start_node(self.rig.mortal)
         self.h.record("nemesis", f="node_started", node=self.rig.mortal)
 
+
+class Nemesis(NemesisBase):
+    """The single journaled master's faults, the node faults and a full journal disk."""
+
+    rig: Rig
+
+    FAULTS = (
+        ("pause_master", 2.0),
+        ("kill_master", 2.0),
+        ("pause_node", 2.0),
+        ("kill_node", 1.5),
+        ("fill_disk", 1.5),
+        ("fill_free_kill", 1.0),
+    )
+
+    def __init__(self, rig: Rig, history: History, seed: int) -> None:
+        super().__init__(rig, history, seed)
+        self.rig = rig
+
+    def pause_master(self) -> None:
+        s = round(self.rng.uniform(0.5, 2.2 * TTL), 2)
+        self.h.record("nemesis", f="pause_master", phase="start", seconds=s)
+        pause_for(self.rig.master.proc, s)
+        self.h.record("nemesis", f="pause_master", phase="end")
+
+    def _kill_master(self) -> None:
+        self.rig.scrape()
+        self.h.record("nemesis", f="kill_master", phase="start")
+        kill9(self.rig.master.proc)
+        time.sleep(self.rng.uniform(0.0, 1.5))
+        self.rig.restart_master(self.h)
+        self.h.record("nemesis", f="kill_master", phase="end")
+
+    def kill_master(self) -> None:
+        self._kill_master()
+
     def fill_disk(self) -> None:
         s = round(self.rng.uniform(1.0, 4.0), 2)
         n = self.rig.disk.fill()
@@ -295,7 +338,7 @@ class Worker:
     """One client thread owning keys ``j/<wid>/<n>``; a key is retired after an open op."""
 
     wid: int
-    rig: Rig
+    rig: RigBase
     h: History
     seed: int
     live: list[str] = field(default_factory=list)
@@ -412,7 +455,7 @@ class Worker:
         return True
 
 
-def _final_reads(rig: Rig, h: History, keys: list[str], budget_s: float) -> None:
+def _final_reads(rig: RigBase, h: History, keys: list[str], budget_s: float) -> None:
     """Read every key once more, retrying transient errors; the last error is a fail."""
     opts = ClientOptions(
         master=rig.address, master_config=MasterConfig(**MASTER), rpc_timeout_s=5.0
@@ -439,7 +482,7 @@ def _final_reads(rig: Rig, h: History, keys: list[str], budget_s: float) -> None
                 break
 
 
-def _probe_write(rig: Rig, timeout_s: float) -> str | None:
+def _probe_write(rig: RigBase, timeout_s: float) -> str | None:
     """The healed cluster takes a new write and reads it back; None, or the last error."""
     opts = ClientOptions(
         master=rig.address, master_config=MasterConfig(**MASTER), rpc_timeout_s=5.0
@@ -467,19 +510,19 @@ def test_rel_jepsen_acknowledged_writes_survive_random_faults(tmp_path: Path) ->
         rig = Rig(tmp_path, disk)
         try:
             rig.start_nodes()
-            _run(rig, h)
+            _run(rig, h, Nemesis(rig, h, SEED), SECONDS, "test_rel_jepsen_acknowledged")
         finally:
             rig.close()
 
 
-def _run(rig: Rig, h: History) -> None:
-    h.record("meta", seed=SEED, seconds=SECONDS, workers=WORKERS, master=MASTER)
-    deadline = time.monotonic() + SECONDS
+def _run(rig: RigBase, h: History, nemesis: NemesisBase, seconds: float, test: str) -> None:
+    """Workers and ``nemesis`` for ``seconds``, heal, final reads, probe write, check."""
+    h.record("meta", seed=SEED, seconds=seconds, workers=WORKERS, master=MASTER, test=test)
+    deadline = time.monotonic() + seconds
     workers = [Worker(i, rig, h, SEED) for i in range(WORKERS)]
     threads = [threading.Thread(target=w.run, args=(deadline,)) for w in workers]
     for t in threads:
         t.start()
-    nemesis = Nemesis(rig, h, SEED)
     nt = threading.Thread(target=nemesis.run)
     nt.start()
     while time.monotonic() < deadline and nt.is_alive():
@@ -500,8 +543,9 @@ def _run(rig: Rig, h: History) -> None:
 
     res = check(h.events)
     summary = {
+        "test": test,
         "seed": SEED,
-        "seconds": SECONDS,
+        "seconds": seconds,
         "workers": WORKERS,
         "keys": len(keys),
         "ops": res.counts,
@@ -538,11 +582,205 @@ def _run(rig: Rig, h: History) -> None:
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     (out / "anomalies.json").write_text(json.dumps(res.anomalies, indent=2))
     replay = (
-        f"MOONCAKE_JEPSEN_SEED={SEED} MOONCAKE_JEPSEN_SECONDS={SECONDS:g} "
+        f"MOONCAKE_JEPSEN_SEED={SEED} MOONCAKE_JEPSEN_SECONDS={seconds:g} "
         f"MOONCAKE_JEPSEN_WORKERS={WORKERS} python3 -m pytest -q "
-        "tests/functional/reliability/test_rel_jepsen.py"
+        f"tests/functional/reliability/test_rel_jepsen.py -k {test}"
     )
     raise AssertionError(
         f"jepsen seed {SEED}: " + "\n".join(problems) + f"\nhistory and logs kept in {out}"
         f"\nreplay (same fault schedule): {replay}\nsummary: {json.dumps(summary)}"
     )
+
+
+# -- HA mode: etcd + three masters -------------------------------------------------------
+
+HA_SECONDS = float(os.environ.get("MOONCAKE_JEPSEN_SECONDS", "45"))
+HA_MASTERS = 3
+HA_LEASE_S = 2  # the leader's etcd lease (--lease-ttl): a dead leader is replaced in ~2 s
+HA_MASTER = {k: v for k, v in MASTER.items() if k not in ("fsync", "snapshot_every")}
+
+
+def _health(metrics_port: int) -> dict[str, Any]:
+    """A master's /health JSON ({} when it does not answer within 0.5 s)."""
+    url = f"http://127.0.0.1:{metrics_port}/health"
+    try:
+        with urllib.request.urlopen(url, timeout=0.5) as r:
+            data: dict[str, Any] = json.loads(r.read())
+            return data
+    except (OSError, ValueError):
+        return {}
+
+
+class HaRig(RigBase):
+    """Real etcd, three ``--ha`` masters on fixed ports, the nodes and clients on etcd://.
+
+    A keeper thread (this rig's own, standing in for ``--respawn`` so the nemesis signals
+    the master itself, not a keeper) starts a master again on its ports whenever it has
+    exited: SIGKILLed by the nemesis (after the down time it chose) or deposed (a leader
+    paused past its lease exits when it resumes).
+    """
+
+    def __init__(self, tmp: Path) -> None:
+        self.etcd, url = start_etcd(tmp)
+        cfg = tmp / "mooncake.yaml"
+        cfg.write_text(yaml.safe_dump({"state_dir": str(tmp), "master": HA_MASTER}))
+        super().__init__(cfg, url.replace("http://", "etcd://"))
+        self.procs.append(("etcd", self.etcd))
+        self.ports = [(free_port(), free_port()) for _ in range(HA_MASTERS)]
+        self.members: list[Proc | None] = [None] * HA_MASTERS
+        self.down_until = [0.0] * HA_MASTERS  # the keeper leaves member i down until then
+        self.restarts: Counter[str] = Counter()
+        self.start_errors: list[str] = []
+        self.lock = threading.Lock()
+        threads = [threading.Thread(target=self._start, args=(i,)) for i in range(HA_MASTERS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        first = [m for m in self.members if m is not None]
+        assert len(first) == HA_MASTERS, f"masters did not start: {self.start_errors}"
+        self.cluster = Cluster(cfg, first[0], self.address, {})
+        self._wait_leader(30.0)
+        self.halt = threading.Event()
+        self.keeper = threading.Thread(target=self._keep, daemon=True)
+        self.keeper.start()
+
+    def _start(self, i: int) -> None:
+        port, metrics = self.ports[i]
+        cmd = ["master", "--config", str(self.cfg), "--port", str(port)]
+        cmd += ["--metrics-port", str(metrics), "--ha", self.address]
+        cmd += ["--lease-ttl", str(HA_LEASE_S), "--id", f"m{i}"]
+        try:
+            p = spawn(cmd, MASTER_READY, timeout=30.0)
+        except AssertionError as e:
+            with self.lock:
+                self.start_errors.append(f"m{i}: " + (str(e).strip().splitlines() or [""])[-1])
+            return
+        with self.lock:
+            self.masters += 1
+            self.procs.append((f"master-m{i}-{self.masters}", p))
+            self.members[i] = p
+
+    def _keep(self) -> None:
+        while not self.halt.wait(0.2):
+            for i, m in enumerate(self.members):
+                if m is None or m.proc.poll() is None or time.monotonic() < self.down_until[i]:
+                    continue
+                self.restarts[f"m{i} exit {m.proc.returncode}"] += 1
+                self._start(i)  # a failed start (etcd paused) is tried again next round
+
+    def leader(self) -> tuple[int, Proc] | None:
+        """The one live member whose /health readiness state is ``leader``."""
+        found = []
+        for i, m in enumerate(self.members):
+            if m is None or m.proc.poll() is not None:
+                continue
+            if _health(self.ports[i][1]).get("readiness", {}).get("state") == "leader":
+                found.append((i, m))
+        return found[0] if len(found) == 1 else None
+
+    def _wait_leader(self, timeout: float) -> tuple[int, Proc] | None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = self.leader()
+            if got is not None:
+                return got
+            time.sleep(0.2)
+        return None
+
+    def scrape(self) -> None:
+        for i, m in enumerate(self.members):
+            if m is not None and m.proc.poll() is None:
+                self._scrape(self.ports[i][1])
+
+    def heal(self, history: History) -> None:
+        for _, p in [("etcd", self.etcd), *self.procs]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.proc.pid, signal.SIGCONT)
+        self.down_until = [0.0] * HA_MASTERS
+        deadline = time.monotonic() + 60.0
+        while time.monotonic() < deadline:
+            alive = sum(m is not None and m.proc.poll() is None for m in self.members)
+            if alive == HA_MASTERS and self.leader() is not None:
+                return
+            time.sleep(0.25)
+        raise AssertionError(f"not healed in 60 s: members {self.members}, {self.start_errors}")
+
+    def close(self) -> None:
+        self.halt.set()
+        self.keeper.join(40)
+        self._close_nodes()
+        for m in self.members:
+            if m is not None:
+                with contextlib.suppress(Exception):
+                    stop(m)
+        self.etcd.stop()
+
+
+class HaNemesis(NemesisBase):
+    """Leader pauses (shorter than and past the lease), leader kills, etcd pauses, nodes.
+
+    Masters are cut off from etcd by pausing etcd itself (for less than the lease): the
+    clients are threads of this process, so a network namespace around a master would
+    need routes for them too; a paused etcd cuts every master off at once instead.
+    """
+
+    rig: HaRig
+
+    FAULTS = (
+        ("pause_leader", 2.0),
+        ("kill_leader", 2.0),
+        ("pause_etcd", 1.5),
+        ("pause_node", 1.0),
+        ("kill_node", 1.0),
+    )
+
+    def __init__(self, rig: HaRig, history: History, seed: int) -> None:
+        super().__init__(rig, history, seed)
+        self.rig = rig
+
+    def _leader(self, f: str) -> tuple[int, Proc] | None:
+        got = self.rig._wait_leader(10.0)
+        if got is None:
+            self.h.record("nemesis", f=f, phase="skipped", why="no leader for 10 s")
+        return got
+
+    def pause_leader(self) -> None:
+        s = round(self.rng.uniform(0.3, 3.0 * HA_LEASE_S), 2)
+        got = self._leader("pause_leader")
+        if got is None:
+            return
+        i, m = got
+        self.h.record("nemesis", f="pause_leader", phase="start", member=f"m{i}", seconds=s)
+        pause_for(m.proc, s)
+        self.h.record("nemesis", f="pause_leader", phase="end", member=f"m{i}")
+
+    def kill_leader(self) -> None:
+        down = round(self.rng.uniform(0.0, 2.0), 2)
+        got = self._leader("kill_leader")
+        if got is None:
+            return
+        i, m = got
+        self.rig.scrape()
+        self.rig.down_until[i] = time.monotonic() + down
+        self.h.record("nemesis", f="kill_leader", member=f"m{i}", down_s=down)
+        kill9(m.proc)
+
+    def pause_etcd(self) -> None:
+        s = round(self.rng.uniform(0.3, 0.8 * HA_LEASE_S), 2)
+        self.h.record("nemesis", f="pause_etcd", phase="start", seconds=s)
+        pause_for(self.rig.etcd.proc, s)
+        self.h.record("nemesis", f="pause_etcd", phase="end")
+
+
+@pytest.mark.skipif(ETCD is None, reason="etcd binary not installed (Debian etcd-server)")
+def test_rel_jepsen_ha_leader_faults_lose_nothing(tmp_path: Path) -> None:
+    print(f"jepsen HA seed {SEED} ({HA_SECONDS:.0f} s, {WORKERS} workers)")
+    h = History()
+    rig = HaRig(tmp_path)
+    try:
+        rig.start_nodes()
+        _run(rig, h, HaNemesis(rig, h, SEED), HA_SECONDS, "test_rel_jepsen_ha")
+        print("master restarts:", json.dumps(dict(rig.restarts)))
+    finally:
+        rig.close()
