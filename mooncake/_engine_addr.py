@@ -53,8 +53,8 @@ def split_hostname(name: str) -> tuple[str, int | None]:
 class AddressMap(Generic[T]):
     """Disjoint ``[start, start + length)`` ranges of this process, each with a value.
 
-    ``find(addr, n)`` answers the range holding all of ``[addr, addr + n)``, or None: a
-    transfer's local side must lie inside one registered range.
+    ``find(addr, n)`` answers the range holding ``addr`` and all of ``[addr, addr + n)``,
+    or None: a transfer's local side must lie inside one registered range.
     """
 
     _starts: list[int] = field(default_factory=list)
@@ -102,7 +102,7 @@ class AddressMap(Generic[T]):
         if i < 0:
             return None
         s, length, value = self._items[i]
-        if addr + n <= s + length:
+        if addr < s + length and addr + n <= s + length:
             return s, value
         return None
 
