@@ -27,6 +27,10 @@ GRPC_OPTIONS = [
     # Large pages (ListKeys up to 100k keys) and batches exceed gRPC's 4 MiB default.
     ("grpc.max_receive_message_length", 64 << 20),
     ("grpc.max_send_message_length", 64 << 20),
+    # A restarted or failed-over master is found again within a second: gRPC's default
+    # reconnect backoff grows to 120 s, longer than a node's client_ttl_s.
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 """Channel/server options shared by the master and MasterClient."""
 
