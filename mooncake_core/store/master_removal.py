@@ -5,11 +5,19 @@ expired, replaced, lost): it releases the object's DRAM ranges, its pending repl
 moves and its SSD tier work, clears its key pin and emits ``ObjectRemoved``. Functions
 take the :class:`MasterState` they work on; its public methods delegate here and
 document the behaviour.
+
+Readers never see reclaimed bytes: a range a reader may still be reading (the object is
+leased, or the master lost its leases in a rebuild less than ``lease_ttl_s`` ago) is not
+freed but *held* (:func:`free_range`) until then, and released by :func:`finish_held`
+from ``tick``, into the very segment it was taken from (a segment unmounted and mounted
+again under the same name is a new allocator; the old hold is dropped with the old one).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import events as ev
@@ -22,6 +30,17 @@ from .validation import compile_pattern
 
 if TYPE_CHECKING:
     from .master_state import MasterState
+    from .segment import Segment
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A freed range kept allocated until no reader can be reading it."""
+
+    segment: Segment
+    """The segment object it was taken from (not its name: a remount is another one)."""
+    length: int
+    free_at: float
 
 
 def remove(ms: MasterState, key: str, now: float, *, force: bool = False) -> None:
@@ -57,16 +76,83 @@ def remove_all(ms: MasterState, now: float, *, force: bool = False) -> RemoveMan
     return remove_many(ms, list(ms._keys.iter_from()), now, force)
 
 
-def release(
-    ms: MasterState, key: str, replicas: Iterable[Replica], keep: Collection[str] = ()
+def reader_hold(ms: MasterState, obj: ObjectMeta, now: float) -> float | None:
+    """Until when a reader may still read ``obj``'s bytes (its lease, or the hold after a
+    rebuild), or None when none can (not leased, or never readable)."""
+    if not obj.complete:
+        return None
+    until = max(obj.lease_expiry, ms.hold_frees_until)
+    return until if until > now else None
+
+
+def free_range(
+    ms: MasterState, seg: Segment, offset: int, length: int, hold_until: float | None
 ) -> None:
-    """Free ``replicas``' ranges; ``key`` leaves the segments touched, except ``keep``."""
+    """Release a range now, or hold it until ``hold_until`` (see :func:`finish_held`)."""
+    if hold_until is None:
+        seg.allocator.release(offset, length)
+        return
+    ms._held[(seg.name, offset)] = Held(seg, length, hold_until)
+    ms._held_next = min(ms._held_next, hold_until)
+
+
+def finish_held(ms: MasterState, now: float) -> int:
+    """Release the held ranges whose time has come; returns how many."""
+    if now < ms._held_next:
+        return 0
+    freed = 0
+    nxt = math.inf
+    for (name, offset), h in list(ms._held.items()):
+        if h.free_at > now:
+            nxt = min(nxt, h.free_at)
+            continue
+        del ms._held[(name, offset)]
+        if ms._segments.find(name) is h.segment:  # else: gone with its segment
+            h.segment.allocator.release(offset, h.length)
+            freed += 1
+    ms._held_next = nxt
+    return freed
+
+
+def take_held(ms: MasterState, segment: str, offset: int, length: int) -> float | None:
+    """Take a held range back for an object (an undo reinstalling it): the range stays
+    allocated and is no longer held. Returns when its hold would have ended, or None if
+    it is not held."""
+    h = ms._held.get((segment, offset))
+    if h is None or h.length != length or ms._segments.find(segment) is not h.segment:
+        return None
+    del ms._held[(segment, offset)]
+    return h.free_at
+
+
+def carry_holds(old: MasterState, fresh: MasterState, now: float) -> None:
+    """Hold in ``fresh`` (a core rebuilt from the journal, which has them free) the
+    ranges ``old`` keeps for readers: held ranges and replica drops waiting for a lease."""
+    keep: list[tuple[str, int, int, float]] = list(old.held_ranges())
+    for waiting in old._dropping.values():
+        keep.extend((sl.segment, sl.offset, sl.length, at) for at, r in waiting for sl in r)
+    for name, offset, length, until in keep:
+        seg = fresh._segments.find(name)
+        if until > now and seg is not None and seg.allocator.allocate_at(offset, length):
+            free_range(fresh, seg, offset, length, until)
+
+
+def release(
+    ms: MasterState,
+    key: str,
+    replicas: Iterable[Replica],
+    keep: Collection[str] = (),
+    *,
+    hold_until: float | None = None,
+) -> None:
+    """Free ``replicas``' ranges (or hold them until ``hold_until``); ``key`` leaves the
+    segments touched, except ``keep``."""
     touched: set[str] = set()
     for replica in replicas:
         for sl in replica:
             seg = ms._segments.find(sl.segment)
             if seg is not None:
-                seg.allocator.release(sl.offset, sl.length)
+                free_range(ms, seg, sl.offset, sl.length, hold_until)
                 touched.add(sl.segment)
     for name in touched - set(keep):
         ms._segments.get(name).keys.discard(key)
@@ -81,11 +167,13 @@ def drop(
     *,
     keep_pin: bool = False,
 ) -> None:
-    """Take an object out of every table (the one way an object leaves) and say why."""
+    """Take an object out of every table (the one way an object leaves) and say why.
+
+    Its ranges are held while a reader may still read them (:func:`reader_hold`)."""
     if key in ms._adding or key in ms._dropping:
         replica_ops.forget_moves(ms, key, now)
     tier_ops.forget_tier(ms, key, obj)
-    release(ms, key, obj.replicas)
+    release(ms, key, obj.replicas, hold_until=reader_hold(ms, obj, now))
     del ms._objects[key]
     ms._processing.pop(key, None)
     ms._keys.discard(key)

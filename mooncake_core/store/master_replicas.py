@@ -14,6 +14,7 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from . import events as ev
+from . import master_removal as removal_ops
 from . import master_segments as segment_ops
 from .errors import CapacityError, ConflictError, ErrorCode, NotFoundError
 from .objects import Replica
@@ -130,9 +131,10 @@ def drop(ms: MasterState, key: str, segment: str, now: float) -> bool:
         )
     obj.replicas = keep
     ms._events.append(ev.ReplicaDropped(now, key, segment, len(keep)))
-    if obj.leased(now):
+    until = removal_ops.reader_hold(ms, obj, now)
+    if until is not None:
         pending = ms._dropping.setdefault(key, [])
-        pending.extend((obj.lease_expiry, r) for r in gone)
+        pending.extend((until, r) for r in gone)
         return False
     for r in gone:
         free_replica(ms, key, r, now)
@@ -182,14 +184,17 @@ def still_on(ms: MasterState, key: str) -> set[str]:
     return {sl.segment for r in reps for sl in r}
 
 
-def free_replica(ms: MasterState, key: str, replica: Replica, now: float) -> None:
-    """Release a replica no table holds any more; update segment membership."""
+def free_replica(
+    ms: MasterState, key: str, replica: Replica, now: float, hold_until: float | None = None
+) -> None:
+    """Release a replica no table holds any more (or hold its ranges until
+    ``hold_until``); update segment membership."""
     still = still_on(ms, key)
     for sl in replica:
         seg = ms._segments.find(sl.segment)
         if seg is None:
             continue
-        seg.allocator.release(sl.offset, sl.length)
+        removal_ops.free_range(ms, seg, sl.offset, sl.length, hold_until)
         if sl.segment not in still:
             seg.keys.discard(key)
             segment_ops.update_drain(ms, seg, now)
@@ -197,7 +202,8 @@ def free_replica(ms: MasterState, key: str, replica: Replica, now: float) -> Non
 
 def forget_moves(ms: MasterState, key: str, now: float, segment: str | None = None) -> None:
     """Release a key's pending addition and deferred drops (all, or only those that
-    touch ``segment``)."""
+    touch ``segment``). A deferred drop whose lease has not ended stays held (the key is
+    going away, not its readers), unless its segment is the one going."""
     add = ms._adding.get(key)
     if add is not None and (segment is None or any(s.segment == segment for s in add[0])):
         del ms._adding[key]
@@ -212,5 +218,6 @@ def forget_moves(ms: MasterState, key: str, now: float, segment: str | None = No
             ms._dropping[key] = rest
         else:
             del ms._dropping[key]
-        for _, r in hit:
-            free_replica(ms, key, r, now)
+        for at, r in hit:
+            hold = at if segment is None and at > now else None
+            free_replica(ms, key, r, now, hold)

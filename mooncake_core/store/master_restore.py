@@ -22,6 +22,7 @@ from .objects import ObjectMeta, ObjectState, Replica
 
 if TYPE_CHECKING:
     from .master_state import MasterState
+    from .segment import Segment
 
 RestoredObject = tuple[str, int, tuple[Replica, ...], bool]
 """``(key, size, replicas, complete)`` of one object to restore."""
@@ -169,22 +170,35 @@ def reconcile(
             removal_ops.drop(ms, key, obj, ev.RemoveReason.REVOKED, now, keep_pin=True)
     back = [o for o in objects.values() if o is not None]
     taken: list[tuple[OffsetAllocator, int, int]] = []
+    unheld: list[tuple[Segment, int, int, float]] = []
+    leases: dict[str, float] = {}
     try:
         for key, _, replicas, _ in back:
             for r in replicas:
                 for sl in r:
-                    alloc = ms._segments.get(sl.segment).allocator  # NotFoundError
-                    if not alloc.allocate_at(sl.offset, sl.length):
+                    seg = ms._segments.get(sl.segment)  # NotFoundError
+                    # A range held for readers (the key was dropped under a lease) is
+                    # the key's own again, and so is the lease that protected it.
+                    was = removal_ops.take_held(ms, sl.segment, sl.offset, sl.length)
+                    if was is not None:
+                        unheld.append((seg, sl.offset, sl.length, was))
+                        leases[key] = max(leases.get(key, 0.0), was)
+                        continue
+                    if not seg.allocator.allocate_at(sl.offset, sl.length):
                         raise RebuildError(
                             f"{key!r}: range [{sl.offset}, +{sl.length}) of segment "
                             f"{sl.segment!r} is taken"
                         )
-                    taken.append((alloc, sl.offset, sl.length))
+                    taken.append((seg.allocator, sl.offset, sl.length))
     except (RebuildError, StoreError):
         for alloc, off, length in taken:
             alloc.release(off, length)
+        for seg, off, length, until in unheld:
+            removal_ops.free_range(ms, seg, off, length, until)
         raise
     _install(ms, back, now)
+    for key, until in leases.items():
+        ms._objects[key].lease_expiry = until
     for (target, is_prefix), want in pins.items():
         if want is None:
             ms._pins.clear(target, is_prefix=is_prefix)

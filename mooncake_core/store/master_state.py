@@ -105,6 +105,14 @@ class MasterState:
         # lease that existed at the drop ends, so readers holding that lease stay valid.
         self._adding: dict[str, tuple[Replica, float]] = {}  # key -> (replica, start time)
         self._dropping: dict[str, list[tuple[float, Replica]]] = {}  # key -> (free at, rep)
+        # Ranges a reader may still read, freed but held until then (docs/store.md,
+        # "Reads never see reclaimed bytes"): (segment name, offset) -> Held.
+        self._held: dict[tuple[str, int], removal_ops.Held] = {}
+        self._held_next = float("inf")  # earliest free_at in _held
+        self.hold_frees_until = float("-inf")
+        """Every free of a readable object's range before this time of the core's clock is
+        held until then (a rebuilt master lost the leases of its predecessor:
+        :meth:`hold_frees`)."""
         self._keys = SortedKeys()
         hb = self.config.heartbeat_interval_s
         # Suspect after missing one heartbeat by half an interval; a reported node only
@@ -235,6 +243,22 @@ class MasterState:
         """Expire no client before ``until`` (core clock); placement still avoids the
         silent ones (suspect), only their forgetting and data loss waits."""
         self.expiry_hold_until = max(self.expiry_hold_until, until)
+
+    def hold_frees(self, until: float) -> None:
+        """Hold every range freed before ``until`` (core clock) until then, as if every
+        object were leased that long; eviction waits too. A master rebuilt from its
+        journal calls it with ``now + lease_ttl_s``: readers of the previous master may
+        still be reading under leases this one never saw."""
+        self.hold_frees_until = max(self.hold_frees_until, until)
+
+    def held_ranges(self) -> list[tuple[str, int, int, float]]:
+        """Freed ranges kept allocated for readers: ``(segment, offset, length, free at)``,
+        sorted; holds of segments that are gone are left out."""
+        return sorted(
+            (name, off, h.length, h.free_at)
+            for (name, off), h in self._held.items()
+            if self._segments.find(name) is h.segment
+        )
 
     def expire_clients(self, now: float) -> list[str]:
         """Forget clients silent for ``client_ttl_s``; their segments go at once.
@@ -535,6 +559,10 @@ class MasterState:
     # --------------------------------------------------------------- removals
     def remove(self, key: str, now: float, *, force: bool = False) -> None:
         """Remove one object.
+
+        A forced remove of a leased object takes it out of the tables at once but holds
+        its ranges until the lease ends (``tick`` frees them): a reader that got its
+        replica list keeps valid bytes for its whole lease.
 
         Raises:
             NotFoundError: no such object.
@@ -857,7 +885,7 @@ class MasterState:
     def tick(self, now: float) -> None:
         """Periodic upkeep, in this order: suspect segments (missed heartbeats), client
         expiry, unmount grace, stale puts, stale replica additions, dropped replicas
-        whose lease ended, pin TTLs, drain completion, SSD tier (stage timeouts, stage
+        whose lease ended, held ranges whose readers are done, pin TTLs, drain completion, SSD tier (stage timeouts, stage
         copies whose lease ended, offloads ahead of eviction), watermark eviction."""
         self._segments.update_suspects(now)
         self.expire_clients(now)
@@ -865,6 +893,7 @@ class MasterState:
         self.discard_stale_puts(now)
         self.discard_stale_adds(now)
         self.finish_replica_drops(now)
+        removal_ops.finish_held(self, now)
         self.expire_pins(now)
         for seg in self._segments:
             segment_ops.update_drain(self, seg, now)

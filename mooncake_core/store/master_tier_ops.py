@@ -367,7 +367,7 @@ def evict_to_ssd(ms: MasterState, key: str, obj: ObjectMeta, now: float) -> None
     obj.replicas = ()
     ms._tier.stage_copies.pop(key, None)
     ms._tier.clear_offload(key)
-    removal_ops.release(ms, key, replicas)
+    removal_ops.release(ms, key, replicas, hold_until=removal_ops.reader_hold(ms, obj, now))
     for left, r in enumerate(reversed(replicas)):
         ms._events.append(ev.ReplicaDropped(now, key, r[0].segment, left))
     ms._ssd_only.add(key)

@@ -8,7 +8,8 @@ another object's bytes after a restart. :func:`undo` puts the tables back for ev
 and pin the failed records touch (:func:`.master_restore.reconcile`), from the
 :class:`~.ha.image.MetadataImage` (which folds exactly the records that were written),
 or rebuilds the whole core from the image when the records touch segments or the SSD
-tier.
+tier. A rebuilt core keeps the ranges the old one held for readers (the image has them
+free) and holds every free for ``lease_ttl_s`` (the leases are gone with the old core).
 
 One kind of change is kept instead of undone: dropping a write that never completed
 (revoked, or discarded after ``put_timeout_s``). No reader ever saw it and no writer was
@@ -192,4 +193,5 @@ def _rebuild(
         return Undone(state, [], refused=True, rebuilt=False)
     for name in _COUNTERS:  # counters are not journaled; they must not go backwards
         setattr(fresh, name, getattr(state, name))
+    removal_ops.carry_holds(state, fresh, now)
     return Undone(fresh, _revoke(fresh, image, unfinished, now), refused=True, rebuilt=True)

@@ -41,12 +41,16 @@ def build_state(
         rng: for the allocation strategy.
 
     Returns:
-        The state, with its event outbox empty (restoring is not news).
+        The state, with its event outbox empty (restoring is not news). Its objects
+        come back without a lease, but every range it frees in its first
+        ``lease_ttl_s`` is held until then (:meth:`MasterState.hold_frees`).
 
     Raises:
         RebuildError: the image's ranges overlap or exceed a segment.
     """
     st = MasterState(config, rng=rng or random.Random())
+    # Readers of the previous master may read on under leases this one never saw.
+    st.hold_frees(now + config.lease_ttl_s)
     for name, seg in image.segments.items():
         st.mount_segment(
             name,

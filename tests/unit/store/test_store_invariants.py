@@ -34,6 +34,10 @@ def check_invariants(m: MasterState, now: float) -> None:
         for i, a in enumerate(seg_sets):  # replicas never share a segment
             for b in seg_sets[i + 1 :]:
                 assert not a & b
+    for name, off, length, free_at in m.held_ranges():  # freed, kept for readers
+        assert free_at <= now + m.config.lease_ttl_s  # never longer than one lease
+        used[name] += -(-length // 64) * 64
+        ranges[name].append((off, off + length))
     for seg in snap.segments:
         assert seg.used == used[seg.name], seg.name
         assert seg.keys == len(keys_on[seg.name]), seg.name

@@ -48,6 +48,11 @@ def test_force_removes_a_leased_object(make_master: MakeMaster) -> None:
     m = stored(make_master)
     m.get_replica_list("k", 0.0)
     m.remove("k", 1.0, force=True)
+    assert not m.exist("k", 1.0)
+    # The reader's bytes stay put until its lease ends (test_store_held_ranges.py).
+    assert m.snapshot().allocated_bytes == 100
+    m.heartbeat("c1", 9.0)
+    m.tick(10.0)
     assert m.snapshot().allocated_bytes == 0
 
 

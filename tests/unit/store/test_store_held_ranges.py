@@ -1,0 +1,120 @@
+"""Readers never see reclaimed bytes: ranges a reader may still read are held, not freed.
+
+A forced remove of a leased object keeps its ranges allocated until the lease ends (freed
+by ``tick``); a master rebuilt from its journal (leases lost) holds every free for
+``lease_ttl_s``; a held range is released only into the segment it was taken from.
+"""
+
+from __future__ import annotations
+
+from store_unit_support import MakeMaster
+
+from mooncake_core.config.models import MasterConfig
+from mooncake_core.store import MasterState
+from mooncake_core.store.ha.image import MetadataImage, records_from_events
+from mooncake_core.store.ha.rebuild import build_state
+
+
+def leased(make_master: MakeMaster) -> MasterState:
+    m = make_master([("s", "c1", 1000)], lease_ttl_s=10.0)
+    m.put_start("k", 100, "c1", 0.0)
+    m.put_end("k", 0.0)
+    m.get_replica_list("k", 1.0)  # leased until 11.0
+    return m
+
+
+def test_forced_remove_holds_the_range_until_the_lease_ends(make_master: MakeMaster) -> None:
+    m = leased(make_master)
+    m.remove("k", 2.0, force=True)
+    assert not m.exist("k", 2.0)
+    assert m.snapshot().allocated_bytes == 100
+    assert m.held_ranges() == [("s", 0, 100, 11.0)]
+    m.put_start("k2", 100, "c1", 3.0)  # same size: must not land on the held range
+    assert m.stat("k2", 3.0).replicas[0][0].offset == 100
+    m.heartbeat("c1", 10.0)
+    m.tick(10.999)
+    assert m.held_ranges() == [("s", 0, 100, 11.0)]
+    m.tick(11.0)
+    assert m.held_ranges() == []
+    assert m.snapshot().allocated_bytes == 100  # only k2
+
+
+def test_unleased_remove_frees_at_once(make_master: MakeMaster) -> None:
+    m = make_master([("s", "c1", 1000)], lease_ttl_s=10.0)
+    m.put_start("k", 100, "c1", 0.0)
+    m.put_end("k", 0.0)
+    m.remove("k", 1.0, force=True)
+    assert m.held_ranges() == []
+    assert m.snapshot().allocated_bytes == 0
+
+
+def test_held_range_of_a_remounted_segment_is_not_released_into_the_new_one(
+    make_master: MakeMaster,
+) -> None:
+    m = leased(make_master)
+    m.remove("k", 2.0, force=True)
+    m.unmount_segment("s", 2.0)
+    m.tick(2.0 + m.config.unmount_grace_s)  # the segment is gone
+    m.mount_segment("s", "c1", 1000, 5.0)  # same name, a new segment
+    m.put_start("n", 100, "c1", 5.0)
+    m.put_end("n", 5.0)
+    assert m.stat("n", 5.0).replicas[0][0].offset == 0
+    m.heartbeat("c1", 10.0)
+    m.tick(11.0)  # the old hold ends: nothing is released into the new segment
+    assert m.snapshot().allocated_bytes == 100
+    m.put_start("n2", 100, "c1", 11.0)
+    assert m.stat("n2", 11.0).replicas[0][0].offset == 100
+
+
+def test_forced_remove_keeps_a_deferred_replica_drop_held(make_master: MakeMaster) -> None:
+    m = make_master([("a", "c1", 1000), ("b", "c2", 1000)], lease_ttl_s=10.0)
+    m.put_start("k", 100, "c1", 0.0)
+    m.put_end("k", 0.0)
+    m.add_replica_start("k", 0.0)
+    m.add_replica_end("k", 0.0)
+    m.get_replica_list("k", 1.0)  # both replicas handed out, lease to 11.0
+    assert m.drop_replica("k", "b", 2.0) is False  # deferred
+    m.remove("k", 3.0, force=True)
+    assert sorted(m.held_ranges()) == [("a", 0, 100, 11.0), ("b", 0, 100, 11.0)]
+    m.heartbeat("c1", 10.0)
+    m.heartbeat("c2", 10.0)
+    m.tick(11.0)
+    assert m.snapshot().allocated_bytes == 0
+
+
+def test_a_rebuilt_master_holds_every_free_for_lease_ttl() -> None:
+    m = MasterState(MasterConfig(lease_ttl_s=10.0), alignment=64)
+    m.mount_segment("s", "c1", 1000, 0.0)
+    m.put_start("k", 100, "c1", 0.0)
+    m.put_end("k", 0.0)
+    snaps = {s.name: s for s in m.snapshot().segments}
+    image = MetadataImage()
+    image.apply_all(records_from_events(m.take_events(), 0.0, snaps.get))
+    st = build_state(image, m.config, 50.0, 1000.0)
+    assert st.stat("k", 50.0).lease_remaining_s == 0.0  # restored without a lease
+    st.remove("k", 51.0)  # not leased here: allowed ...
+    assert st.held_ranges() == [("s", 0, 100, 60.0)]  # ... but an old reader may read on
+    st.put_start("k2", 100, "c1", 52.0)
+    st.put_end("k2", 52.0)
+    assert st.stat("k2", 52.0).replicas[0][0].offset == 128
+    st.heartbeat("c1", 59.0)
+    st.tick(60.0)
+    assert st.held_ranges() == []
+    st.remove("k2", 61.0, force=True)  # after the hold: freed at once
+    assert st.snapshot().allocated_bytes == 0
+
+
+def test_undo_of_a_forced_remove_takes_the_held_range_back_with_its_lease(
+    make_master: MakeMaster,
+) -> None:
+    from mooncake_core.store import master_restore
+
+    m = leased(make_master)
+    replicas = m.stat("k", 1.0).replicas
+    m.remove("k", 2.0, force=True)
+    master_restore.reconcile(m, {"k": ("k", 100, replicas, True)}, {}, 2.0)
+    assert m.held_ranges() == []
+    assert m.stat("k", 2.0).replicas == replicas
+    assert m.stat("k", 2.0).lease_remaining_s == 9.0  # the reader's lease is kept
+    m.remove("k", 3.0, force=True)
+    assert m.held_ranges() == [("s", 0, 100, 11.0)]
