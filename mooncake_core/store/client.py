@@ -16,7 +16,10 @@ for the rest: shm on this host, tcp across hosts) -> ``PutEnd``; ``PutRevoke`` i
 slice failed, so readers never see a partial object. Reads: ``GetReplicaList`` (grants
 a lease) -> the slices of one replica, this process's own replica first; a replica that
 fails is skipped for the next; when none is readable the call raises
-:class:`UnavailableError`, never returns partial bytes.
+:class:`UnavailableError`, never returns partial bytes. A read whose transfer did not
+finish inside its lease (counted from before the GetReplicaList) is read again (the
+ranges may have been freed and reused meanwhile), up to three tries, then
+:class:`UnavailableError`; a batch item that outlasts its lease gets that error.
 
 Every argument is checked before memory or the master is touched (keys, sizes, buffer
 bounds, batch shapes): a bad call changes nothing. Errors are the master's
@@ -36,7 +39,15 @@ from mooncake_core.transfer import OpCode, Region, TransferEngine, TransferError
 
 from . import client_tensor
 from .client_batch import BatchOps
-from .client_data import Buffers, DataPath, plan, plan_window
+from .client_data import (
+    LEASE_TRIES,
+    Buffers,
+    DataPath,
+    lease_outlasted_error,
+    outlasted,
+    plan,
+    plan_window,
+)
 from .client_heartbeat import Heartbeat, Mount
 from .client_master import SyncMaster
 from .client_options import ClientOptions
@@ -469,14 +480,20 @@ class Client(BatchOps):
         Raises:
             NotFoundError: no such key.
             ConflictError: OBJECT_NOT_READY, still being written.
-            UnavailableError: no replica could be read.
+            UnavailableError: no replica could be read, or every try's transfer
+                outlasted its read lease (the bytes might have been reused).
         """
         self._check_key(key)
-        res = self._m.get_replica_list(key)
-        with self._staging_lock:
-            st = self._stage(res.size)
-            self._read(res, st, 0)
-            return bytes(st.view()[: res.size])
+        for _ in range(LEASE_TRIES):
+            asked = time.monotonic()
+            res = self._m.get_replica_list(key)
+            with self._staging_lock:
+                st = self._stage(res.size)
+                self._read(res, st, 0)
+                took = time.monotonic() - asked
+                if not outlasted(asked, res.lease_ttl_s, asked + took):
+                    return bytes(st.view()[: res.size])
+        raise lease_outlasted_error(key, took, res.lease_ttl_s, LEASE_TRIES)
 
     def get_into(self, key: str, buffer_ptr: int, size: int) -> int:
         """Read ``key`` into a registered buffer of ``size`` bytes; returns the object size.
@@ -488,15 +505,20 @@ class Client(BatchOps):
         """
         self._check_key(key)
         region, off = self._buffers.find(buffer_ptr, size)
-        res = self._m.get_replica_list(key)
-        if res.size > size:
-            raise InvalidArgumentError(
-                ErrorCode.INVALID_PARAMS,
-                f"get_into {key!r}: buffer of {size} bytes is smaller than the object "
-                f"({res.size} bytes)",
-            )
-        self._read(res, region, off)
-        return res.size
+        for _ in range(LEASE_TRIES):
+            asked = time.monotonic()
+            res = self._m.get_replica_list(key)
+            if res.size > size:
+                raise InvalidArgumentError(
+                    ErrorCode.INVALID_PARAMS,
+                    f"get_into {key!r}: buffer of {size} bytes is smaller than the object "
+                    f"({res.size} bytes)",
+                )
+            self._read(res, region, off)
+            took = time.monotonic() - asked
+            if not outlasted(asked, res.lease_ttl_s, asked + took):
+                return res.size
+        raise lease_outlasted_error(key, took, res.lease_ttl_s, LEASE_TRIES)
 
     def _order(self, replicas: Sequence[Replica]) -> list[Replica]:
         """Cheapest path first: this process's memory, shm, not yet opened, tcp.

@@ -15,12 +15,13 @@ Small batches (under ``_PIPELINE_MIN`` bytes) take one chunk: two round trips in
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 from mooncake_core.transfer import OpCode, Region
 
-from .client_data import Buffers, DataPath, Op, Pending, plan
+from .client_data import Buffers, DataPath, Op, Pending, lease_outlasted_error, outlasted, plan
 from .errors import ErrorCode, InvalidArgumentError, StoreError, UnavailableError
 from .objects import Replica
 from .results import GetResult, ReplicateConfig
@@ -217,6 +218,7 @@ class BatchOps:
     def get_batch(self, keys: Sequence[str]) -> list[bytes | StoreError]:
         """``get`` for many keys: one GetReplicaList, one transfer batch (plus fallbacks)."""
         with self._staging_lock:
+            asked = time.monotonic()
             metas = self._metas(keys)
             sizes = [m.size if isinstance(m, GetResult) else 0 for m in metas]
             st = self._stage(max(1, sum(sizes)))
@@ -226,7 +228,7 @@ class BatchOps:
                 where.append((st, pos))
                 pos += n
             idx = list(range(len(keys)))
-            got = self._read_items(keys, where, sizes, [idx], dict(enumerate(metas)))
+            got = self._read_items(keys, where, sizes, [idx], dict(enumerate(metas)), asked)
             mem = st.view()
             return [
                 g if isinstance(g, StoreError) else bytes(mem[w[1] : w[1] + g])  # type: ignore[index]
@@ -266,14 +268,21 @@ class BatchOps:
         caps: Sequence[int],
         parts: list[list[int]],
         known: dict[int, GetResult | StoreError] | None,
+        known_at: float = 0.0,
     ) -> list[int | StoreError]:
-        """Read every item of ``parts`` into ``where``: chunks pipelined, then fallbacks."""
+        """Read every item of ``parts`` into ``where``: chunks pipelined, then fallbacks.
+
+        ``known``: the replica lists, asked for at ``known_at`` (monotonic). An item
+        whose transfer ends after its lease is an UnavailableError (its bytes may have
+        been reused)."""
         out: list[int | StoreError] = [w if isinstance(w, StoreError) else 0 for w in where]
         metas: dict[int, GetResult] = {}
+        asked: dict[int, float] = {}
         queues: dict[int, list[Replica]] = {}
         reasons: dict[int, list[str]] = {}
 
         def fetch(part: list[int]) -> list[int]:
+            at = known_at if known is not None else time.monotonic()
             if known is not None:
                 res = [known[i] for i in part]
             else:
@@ -290,6 +299,7 @@ class BatchOps:
                     out[i] = m
                     continue
                 metas[i], queues[i], reasons[i] = m, self._order(m.replicas), []
+                asked[i] = at
                 if queues[i]:  # no replica listed: the fallback loop reports it
                     got.append(i)
             return got
@@ -302,9 +312,15 @@ class BatchOps:
             return idx, self._dp.start(groups)
 
         def settle(idx: list[int], pending: Pending) -> None:
-            for i, err in zip(idx, self._dp.finish(pending), strict=True):
+            done = self._dp.finish(pending)
+            now = time.monotonic()
+            for i, err in zip(idx, done, strict=True):
                 if err is None:
-                    out[i] = metas[i].size
+                    lease = metas[i].lease_ttl_s
+                    if outlasted(asked[i], lease, now):
+                        out[i] = lease_outlasted_error(keys[i], now - asked[i], lease, 1)
+                    else:
+                        out[i] = metas[i].size
                     del queues[i]
                 else:
                     reasons[i].append(err)

@@ -43,7 +43,7 @@ from mooncake_core.transfer import (
 )
 from mooncake_core.transfer._c import native as _native
 
-from .errors import ErrorCode, InvalidArgumentError, StoreError
+from .errors import ErrorCode, InvalidArgumentError, StoreError, UnavailableError
 from .objects import Replica
 
 _JOB = struct.Struct("<QQQ")
@@ -74,6 +74,30 @@ class Op:
     segment: str
     seg_offset: int
     length: int
+
+
+LEASE_TRIES = 3
+"""A read whose transfer outlasted its lease is tried this many times in all."""
+
+
+def outlasted(asked_at: float, lease_ttl_s: float, now: float) -> bool:
+    """Whether a read that asked for its replica list at ``asked_at`` (this process's
+    monotonic clock, before the request went out) finished too late to trust its bytes.
+
+    The master granted the lease after ``asked_at`` and counts it on a clock that never
+    runs faster than real time, so the lease surely held until ``asked_at + lease_ttl_s``;
+    past that the ranges may have been freed (forced remove, eviction) and rewritten.
+    """
+    return now - asked_at >= lease_ttl_s
+
+
+def lease_outlasted_error(key: str, took: float, lease_ttl_s: float, tries: int) -> StoreError:
+    """The clean error of a read that kept outlasting its lease."""
+    return UnavailableError(
+        ErrorCode.UNAVAILABLE,
+        f"get {key!r}: the transfer took {took:.3f} s, longer than its read lease "
+        f"({lease_ttl_s:.3f} s), {tries} time(s); its bytes may have been reused, retry",
+    )
 
 
 def plan(op: OpCode, region: Region, offset: int, replica: Replica) -> list[Op]:

@@ -1,0 +1,20 @@
+"""The client's read-lease check: a transfer that ends after its lease is not trusted."""
+
+from __future__ import annotations
+
+from mooncake_core.store.client_data import LEASE_TRIES, lease_outlasted_error, outlasted
+from mooncake_core.store.errors import ErrorCode, UnavailableError
+
+
+def test_a_read_is_trusted_only_inside_its_lease_counted_from_the_ask() -> None:
+    assert not outlasted(100.0, 0.2, 100.199)
+    assert outlasted(100.0, 0.2, 100.2)  # the lease may have ended right then
+    assert outlasted(100.0, 10.0, 111.0)
+
+
+def test_the_error_is_one_clean_line_naming_key_times_and_tries() -> None:
+    e = lease_outlasted_error("kv/a", 0.6123, 0.2, LEASE_TRIES)
+    assert isinstance(e, UnavailableError) and e.code == ErrorCode.UNAVAILABLE
+    assert "\n" not in e.message
+    assert "'kv/a'" in e.message and "0.612 s" in e.message and "0.200 s" in e.message
+    assert f"{LEASE_TRIES} time(s)" in e.message
