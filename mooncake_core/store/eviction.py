@@ -66,7 +66,7 @@ class LruEviction:
         if target <= 0:
             return EvictionPlan((), ())
         for key, obj in objects:
-            if not obj.complete or obj.leased(now) or key in protected:
+            if not obj.complete or obj.held(now) or key in protected:
                 continue
             level = pin_level(key, now)
             if level == PinLevel.NONE:

@@ -74,13 +74,10 @@ def allocate(
         if replicas is not None:
             return replicas
         if evict_round(ms, now, protected, lambda: True) == 0:
-            why = "nothing left to evict"
-            if now < ms.hold_frees_until:
-                left = ms.hold_frees_until - now
-                why = f"no eviction for {left:.1f} s more (readers of the previous master)"
             raise CapacityError(
                 ErrorCode.STORE_FULL,
-                f"no space for object {key!r} ({size} bytes x {replica_num} replicas) and {why}",
+                f"no space for object {key!r} ({size} bytes x {replica_num} replicas) "
+                "and nothing left to evict",
             )
 
 
@@ -95,8 +92,6 @@ def evict_round(
     ms: MasterState, now: float, protected: Collection[str], still_needed: Callable[[], bool]
 ) -> int:
     """Evict one round (``eviction_ratio`` of the DRAM objects, sparing ``protected``); returns how many."""
-    if now < ms.hold_frees_until:
-        return 0  # after a rebuild every free is held: evicting would free nothing
     in_dram = len(ms._objects) - len(ms._processing) - len(ms._ssd_only)
     target = max(1, math.ceil(ms.config.eviction_ratio * in_dram))
     plan = ms._eviction.plan(

@@ -7,7 +7,7 @@ take the :class:`MasterState` they work on; its public methods delegate here and
 document the behaviour.
 
 Readers never see reclaimed bytes: a range a reader may still be reading (the object is
-leased, or the master lost its leases in a rebuild less than ``lease_ttl_s`` ago) is not
+leased, or was restored by a rebuilt master less than ``lease_ttl_s`` ago) is not
 freed but *held* (:func:`free_range`) until then, and released by :func:`finish_held`
 from ``tick``, into the very segment it was taken from (a segment unmounted and mounted
 again under the same name is a new allocator; the old hold is dropped with the old one).
@@ -77,11 +77,12 @@ def remove_all(ms: MasterState, now: float, *, force: bool = False) -> RemoveMan
 
 
 def reader_hold(ms: MasterState, obj: ObjectMeta, now: float) -> float | None:
-    """Until when a reader may still read ``obj``'s bytes (its lease, or the hold after a
-    rebuild), or None when none can (not leased, or never readable)."""
+    """Until when a reader may still read ``obj``'s bytes (its lease, or the hold of an
+    object a rebuilt master restored), or None when none can (not leased, or never
+    readable)."""
     if not obj.complete:
         return None
-    until = max(obj.lease_expiry, ms.hold_frees_until)
+    until = max(obj.lease_expiry, obj.read_hold)
     return until if until > now else None
 
 

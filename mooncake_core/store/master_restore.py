@@ -73,7 +73,11 @@ def reserve_exact(alloc: OffsetAllocator, ranges: list[tuple[int, int]], segment
 
 
 def restore_objects(
-    st: MasterState, objects: Sequence[RestoredObject], now: float, token_base: int
+    st: MasterState,
+    objects: Sequence[RestoredObject],
+    now: float,
+    token_base: int,
+    read_hold: float = 0.0,
 ) -> None:
     """Install ``objects`` in ``st`` at exactly their ranges (see
     :meth:`MasterState.restore_objects`)."""
@@ -104,10 +108,12 @@ def restore_objects(
                 segs[name].allocator.release(off, length)
         raise
     st._tier.next_token = token_base
-    _install(st, objects, now)
+    _install(st, objects, now, read_hold)
 
 
-def _install(st: MasterState, objects: Sequence[RestoredObject], now: float) -> None:
+def _install(
+    st: MasterState, objects: Sequence[RestoredObject], now: float, read_hold: float = 0.0
+) -> None:
     """Register objects whose ranges are already reserved."""
     objects_table, processing, keys = st._objects, st._processing, st._keys
     complete_state = ObjectState.COMPLETE
@@ -116,6 +122,7 @@ def _install(st: MasterState, objects: Sequence[RestoredObject], now: float) -> 
     # Hot loop (promotion time grows with it): plain loops, no generators.
     for key, size, replicas, complete in objects:
         meta = ObjectMeta(size, replicas, "", now)
+        meta.read_hold = read_hold
         if complete:
             meta.state = complete_state
             meta.token = tier.new_token()

@@ -109,10 +109,6 @@ class MasterState:
         # "Reads never see reclaimed bytes"): (segment name, offset) -> Held.
         self._held: dict[tuple[str, int], removal_ops.Held] = {}
         self._held_next = float("inf")  # earliest free_at in _held
-        self.hold_frees_until = float("-inf")
-        """Every free of a readable object's range before this time of the core's clock is
-        held until then (a rebuilt master lost the leases of its predecessor:
-        :meth:`hold_frees`)."""
         self._keys = SortedKeys()
         hb = self.config.heartbeat_interval_s
         # Suspect after missing one heartbeat by half an interval; a reported node only
@@ -243,13 +239,6 @@ class MasterState:
         """Expire no client before ``until`` (core clock); placement still avoids the
         silent ones (suspect), only their forgetting and data loss waits."""
         self.expiry_hold_until = max(self.expiry_hold_until, until)
-
-    def hold_frees(self, until: float) -> None:
-        """Hold every range freed before ``until`` (core clock) until then, as if every
-        object were leased that long; eviction waits too. A master rebuilt from its
-        journal calls it with ``now + lease_ttl_s``: readers of the previous master may
-        still be reading under leases this one never saw."""
-        self.hold_frees_until = max(self.hold_frees_until, until)
 
     def held_ranges(self) -> list[tuple[str, int, int, float]]:
         """Freed ranges kept allocated for readers: ``(segment, offset, length, free at)``,
@@ -798,7 +787,12 @@ class MasterState:
 
     # ---------------------------------------------------------------- restore
     def restore_objects(
-        self, objects: Sequence[RestoredObject], now: float, *, token_base: int
+        self,
+        objects: Sequence[RestoredObject],
+        now: float,
+        *,
+        token_base: int,
+        read_hold: float = 0.0,
     ) -> None:
         """Install objects rebuilt from a journal image at exactly the ranges their bytes
         occupy (master rebuild; emits no event).
@@ -813,13 +807,16 @@ class MasterState:
             now: master clock.
             token_base: version tokens of the complete objects count up from here (a
                 rebuilt master starts above any the previous one handed out).
+            read_hold: until when readers of the previous master may still read the
+                restored objects (their leases were not journaled): before then they are
+                not evicted, and a remove or replace holds their ranges until then.
 
         Raises:
             NotFoundError: a slice names a segment that is not mounted.
             ConflictError: a key is already known or repeated.
             RebuildError: ranges overlap or do not fit their segment.
         """
-        master_restore.restore_objects(self, objects, now, token_base)
+        master_restore.restore_objects(self, objects, now, token_base, read_hold)
 
     def has_object(self, key: str) -> bool:
         """Whether ``key`` is known at all, complete or being written."""

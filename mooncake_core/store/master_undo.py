@@ -9,7 +9,7 @@ and pin the failed records touch (:func:`.master_restore.reconcile`), from the
 :class:`~.ha.image.MetadataImage` (which folds exactly the records that were written),
 or rebuilds the whole core from the image when the records touch segments or the SSD
 tier. A rebuilt core keeps the ranges the old one held for readers (the image has them
-free) and holds every free for ``lease_ttl_s`` (the leases are gone with the old core).
+free) and its objects' ranges for ``lease_ttl_s`` (the leases went with the old core).
 
 One kind of change is kept instead of undone: dropping a write that never completed
 (revoked, or discarded after ``put_timeout_s``). No reader ever saw it and no writer was

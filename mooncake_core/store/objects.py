@@ -53,6 +53,7 @@ class ObjectMeta:
         "client_id",
         "last_access",
         "lease_expiry",
+        "read_hold",
         "replicas",
         "size",
         "ssd",
@@ -72,6 +73,9 @@ class ObjectMeta:
         self.started = now
         self.last_access = now
         self.lease_expiry = 0.0
+        self.read_hold = 0.0
+        """Restored by a rebuilt master: readers of the previous one may read it until
+        then (their leases were not journaled)."""
         self.ssd: tuple[str, ...] = ()
         self.token = 0
         self.stages = 0
@@ -79,6 +83,11 @@ class ObjectMeta:
     def leased(self, now: float) -> bool:
         """Whether a reader's lease still protects this object."""
         return self.lease_expiry > now
+
+    def held(self, now: float) -> bool:
+        """Whether a reader may be reading it: leased, or restored less than a lease ago
+        (its bytes are not reclaimed, by eviction or otherwise, before then)."""
+        return self.lease_expiry > now or self.read_hold > now
 
     @property
     def complete(self) -> bool:

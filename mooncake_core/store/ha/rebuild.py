@@ -42,15 +42,13 @@ def build_state(
 
     Returns:
         The state, with its event outbox empty (restoring is not news). Its objects
-        come back without a lease, but every range it frees in its first
-        ``lease_ttl_s`` is held until then (:meth:`MasterState.hold_frees`).
+        come back without a lease, but are not evicted, nor their ranges reused, for
+        ``lease_ttl_s`` (``read_hold`` of :meth:`MasterState.restore_objects`).
 
     Raises:
         RebuildError: the image's ranges overlap or exceed a segment.
     """
     st = MasterState(config, rng=rng or random.Random())
-    # Readers of the previous master may read on under leases this one never saw.
-    st.hold_frees(now + config.lease_ttl_s)
     for name, seg in image.segments.items():
         st.mount_segment(
             name,
@@ -83,7 +81,9 @@ def build_state(
     # Version tokens start above any the previous master can have handed out (it
     # counted from 0 in its own life), so a late TierOffloadDone for an old version
     # is never taken for a new one.
-    st.restore_objects(restored, now, token_base=int(wall * 1e6))
+    # Readers of the previous master may read on under leases this one never saw.
+    hold = now + config.lease_ttl_s
+    st.restore_objects(restored, now, token_base=int(wall * 1e6), read_hold=hold)
     for key, ssd in image.ssd.items():
         if st.exist(key, now):  # restored and complete
             st.restore_ssd_copies(key, ssd)

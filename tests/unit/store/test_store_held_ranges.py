@@ -118,3 +118,26 @@ def test_undo_of_a_forced_remove_takes_the_held_range_back_with_its_lease(
     assert m.stat("k", 2.0).lease_remaining_s == 9.0  # the reader's lease is kept
     m.remove("k", 3.0, force=True)
     assert m.held_ranges() == [("s", 0, 100, 11.0)]
+
+
+def test_a_rebuilt_master_evicts_new_objects_but_not_restored_ones_for_a_lease() -> None:
+    m = MasterState(MasterConfig(lease_ttl_s=10.0), alignment=64)
+    m.mount_segment("s", "c1", 1024, 0.0)
+    for k in ("a", "b", "c", "d"):
+        m.put_start(k, 128, "c1", 0.0)
+        m.put_end(k, 0.0)
+    snaps = {s.name: s for s in m.snapshot().segments}
+    image = MetadataImage()
+    image.apply_all(records_from_events(m.take_events(), 0.0, snaps.get))
+    st = build_state(image, m.config, 50.0, 1000.0)
+    for k in ("n1", "n2", "n3", "n4"):  # fills the segment: 8 x 128
+        st.put_start(k, 128, "c1", 51.0)
+        st.put_end(k, 51.0)
+    st.put_start("n5", 128, "c1", 52.0)  # evicts least recently used *new* objects
+    assert all(st.exist(k, 52.0) for k in ("a", "b", "c", "d"))
+    assert not st.exist("n1", 52.0)
+    assert st.held_ranges() == []  # nothing evicted was read under an old lease
+    st.heartbeat("c1", 59.0)
+    st.tick(60.0)
+    st.put_start("n6", 256, "c1", 60.0)  # the hold is over: restored objects go first
+    assert not st.exist("a", 60.0)
