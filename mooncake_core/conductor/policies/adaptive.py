@@ -28,6 +28,22 @@ moves the threshold towards the ratio where fetching stops paying off.
    local balance, i.e. at the empirical break-even ratio, whatever the scale of times
    and without fitting anything to a particular trace. It is clamped to
    ``[min_threshold, max_threshold]``.
+
+3. **Guarded choice: never act on the learned model alone.** Learned corrections can be
+   confidently wrong: under NIC contention the transfer ratio collapsed, adaptive fetched
+   3.7x more and was 14.7x worse than ``kvcache_centric`` on a held-out trace. So every
+   decision also computes ``kvcache_centric``'s choice ``K`` (configured threshold,
+   uncorrected predictions) and adaptive's own choice ``A`` (learned threshold, corrected
+   predictions), and takes ``A`` only when it wins under *both* models, by more than the
+   learned model's own recent error::
+
+       raw(A) <= raw(K)  and  corrected(A) * (1 + err) < corrected(K)
+
+   where ``err`` is the exponentially weighted mean of ``|actual/predicted - 1|`` of the
+   corrected execution-time predictions. Otherwise it takes ``K``. With no learning yet
+   (corrections 1, threshold at its start) ``A`` is ``K`` and the two policies make the
+   same decisions. The rule has no constant fitted to a trace: it is a robust choice over
+   the two models, with the learned one's measured error as the margin.
 """
 
 from __future__ import annotations
@@ -35,8 +51,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mooncake_core.conductor.policies.base import PrefillFeedback
-from mooncake_core.conductor.policies.kvcache_centric import KVCacheCentricPolicy
+from mooncake_core.conductor.policies.base import (
+    PolicyChoice,
+    PolicyContext,
+    PrefillFeedback,
+    PrefillPlan,
+)
+from mooncake_core.conductor.policies.kvcache_centric import KVCacheCentricPolicy, fetch_ratio
 
 __all__ = ["AdaptiveOptions", "AdaptivePolicy"]
 
@@ -98,7 +119,14 @@ class AdaptivePolicy(KVCacheCentricPolicy):
         self.options = options or AdaptiveOptions()
         o = self.options
         self.threshold = min(max(float(threshold), o.min_threshold), o.max_threshold)
+        self.base_threshold = float(threshold)
         self.rho_prefill = 1.0
+        self.error = 0.0
+        """EW mean of ``|actual/predicted - 1|`` of corrected execution predictions."""
+        self.deviations = 0
+        """Decisions where adaptive's own choice was taken over kvcache_centric's."""
+        self.vetoes = 0
+        """Decisions where adaptive's choice differed but did not win under both models."""
         self.rho_transfer = 1.0
         self.moves_up = 0
         self.moves_down = 0
@@ -113,6 +141,51 @@ class AdaptivePolicy(KVCacheCentricPolicy):
         """Learned transfer correction ``rho_x``."""
         return self.rho_transfer
 
+    def choose(self, ctx: PolicyContext) -> PolicyChoice:
+        """kvcache_centric's choice unless the learned model's differs and wins under both."""
+        if not ctx.instances:
+            raise ValueError("no prefill instance to schedule on")
+        best = ctx.match.best_len
+        by_location = ctx.match.by_location
+        theta0 = self.base_threshold
+        theta = self.threshold or 0.0
+        ps, xs = ctx.prefill_scale, ctx.transfer_scale
+        fetch_plan, local_plan = ctx.fetch_plan, ctx.local_plan
+        ref: list[PrefillPlan] = []
+        own: list[PrefillPlan] = []
+        for state in ctx.instances:
+            local = by_location.get(state.name, 0)
+            longer = best > local
+            f0 = longer and (local <= 0 or best / local > theta0)
+            f1 = longer and (local <= 0 or best / local > theta)
+            p0 = fetch_plan(state) if f0 else local_plan(state)
+            ref.append(p0)
+            own.append(p0 if f0 == f1 else (fetch_plan(state) if f1 else local_plan(state)))
+
+        def raw(p: PrefillPlan) -> float:
+            return (p.queue_s + p.prefill_s) / ps + p.transfer_s / xs
+
+        k = min(range(len(ref)), key=lambda i: (raw(ref[i]), i))
+        a = min(range(len(own)), key=lambda i: (own[i].ttft_s, i))
+        pk, pa = ref[k], own[a]
+        plans, chosen = ref, k
+        if a != k or pa.fetches != pk.fetches:
+            if raw(pa) <= raw(pk) and pa.ttft_s * (1.0 + self.error) < pk.ttft_s:
+                plans, chosen = own, a
+                self.deviations += 1
+            else:
+                self.vetoes += 1
+        winner = plans[chosen]
+        alternative = None
+        if best > winner.local_blocks:
+            state = ctx.instances[chosen]
+            alternative = local_plan(state) if winner.fetches else fetch_plan(state)
+            if alternative.fetches == winner.fetches:
+                alternative = None
+        return PolicyChoice(
+            chosen, tuple(plans), "ttft", alternative, fetch_ratio(best, winner.local_blocks)
+        )
+
     def _blend(self, old: float, sample: float) -> float:
         o = self.options
         sample = min(max(sample, o.min_ratio), o.max_ratio)
@@ -124,6 +197,10 @@ class AdaptivePolicy(KVCacheCentricPolicy):
         actual = fb.actual_exec_s
         if not math.isfinite(actual) or actual < 0:
             return
+        predicted = fb.plan.transfer_s + fb.plan.prefill_s
+        if predicted > 0:
+            w = self.options.ewma
+            self.error = (1 - w) * self.error + w * abs(actual / predicted - 1.0)
         # Corrections: learn from the plan that ran.
         if fb.plan.fetches:
             if fb.actual_transfer_s is not None and fb.actual_transfer_s <= 0:
