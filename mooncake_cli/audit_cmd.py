@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from .common import ConfigOption, JsonOption, err, fail, out, write_stdout
+from .common import ConfigOption, JsonOption, err, fail, load, out, write_stdout
 from .db_cmd import UrlOption, audit_url
 
 if TYPE_CHECKING:
@@ -52,12 +52,39 @@ def _open(url: str | None, config: Path | None) -> AuditReader:
     from mooncake_core.conductor.audit import AuditReader, SchemaError
 
     target = audit_url(url, config)
+    # Say which database this is: with the conductor on another host, a sqlite file
+    # here is not the one it writes.
+    err.print(f"audit database: {_shown(target)}", markup=False, highlight=False)
+    if url is None and target.startswith("sqlite"):
+        cfg = load(config)
+        try:
+            remote = cfg.host(cfg.conductor.host).ssh_user is not None
+        except KeyError:
+            remote = False
+        if remote:
+            err.print(
+                f"note: the conductor runs on host {cfg.conductor.host!r}; this sqlite file "
+                "is the one on this host (name a shared database in audit.url)",
+                markup=False,
+                highlight=False,
+            )
     try:
         return AuditReader.open(target)
     except SchemaError as exc:
         fail(str(exc))
     except Exception as exc:  # bad URL, driver missing, unreachable server
         fail(f"cannot open audit database {target}: {exc}")
+
+
+def _shown(url: str) -> str:
+    """``url`` with any password hidden."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url
 
 
 def _filter(
@@ -164,7 +191,7 @@ def ls(
         ("outcome", "left"),
         ("result", "left"),
     ):
-        table.add_column(name, justify=justify, no_wrap=name != "result")  # type: ignore[arg-type]
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for r in rows:
         d = r.decision
         hit = (
@@ -194,7 +221,9 @@ def ls(
             _outcome_cell(d.outcome),
             result,
         )
-    _print(table)
+    from .tables import print_table
+
+    print_table(out, table, ("request", "prefill", "decode"))
 
 
 _OUTCOME_STYLE = {"completed": "green", "rejected": "yellow", "failed": "red", "cancelled": "dim"}

@@ -22,33 +22,59 @@ def serve(
             help="Cluster secret (default: the config's secret_file if set, else no auth).",
         ),
     ] = None,
-    no_store_kv: Annotated[
-        bool, typer.Option("--no-store-kv", help="Do not store new KV blocks to the Store.")
-    ] = False,
+    store_kv: Annotated[
+        bool | None,
+        typer.Option(
+            "--store-kv/--no-store-kv",
+            help="Store new KV blocks to the Store (default: conductor.store_kv).",
+        ),
+    ] = None,
     cpp_threshold: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--cpp-threshold",
             min=0,
             help="Prompts longer than this many tokens run on a 2-stage CPP prefill group "
-            "(needs 2 prefill workers); 0 disables CPP.",
+            "(needs 2 prefill workers); 0 disables CPP (default: conductor.cpp_threshold).",
         ),
-    ] = 1024,
+    ] = None,
     cpp_chunk: Annotated[
-        int, typer.Option("--cpp-chunk", min=1, help="CPP chunk size in tokens.")
-    ] = 256,
+        int | None,
+        typer.Option(
+            "--cpp-chunk",
+            min=1,
+            help="CPP chunk size in tokens (default: conductor.cpp_chunk_tokens).",
+        ),
+    ] = None,
     prefill_model: Annotated[
         Path | None,
-        typer.Option("--prefill-model", help="Fitted prefill predictor JSON (worker profile)."),
+        typer.Option(
+            "--prefill-model",
+            help="Fitted prefill predictor JSON (default: conductor.prefill_model).",
+        ),
     ] = None,
     decode_model: Annotated[
         Path | None,
-        typer.Option("--decode-model", help="Fitted decode predictor JSON (worker profile)."),
+        typer.Option(
+            "--decode-model",
+            help="Fitted decode predictor JSON (default: conductor.decode_model).",
+        ),
     ] = None,
-    no_profile: Annotated[
-        bool,
-        typer.Option("--no-profile", help="Skip the start-up self-profile (default predictors)."),
-    ] = False,
+    profile: Annotated[
+        bool | None,
+        typer.Option(
+            "--profile/--no-profile",
+            help="Self-profile at start, else default predictors (default: conductor.profile).",
+        ),
+    ] = None,
+    profile_device: Annotated[
+        str | None,
+        typer.Option(
+            "--profile-device",
+            help="Device of the self-profile: cpu, cuda or auto "
+            "(default: conductor.profile_device, i.e. the workers' device).",
+        ),
+    ] = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM; ready when GET /health answers 200."""
     import asyncio
@@ -59,7 +85,16 @@ def serve(
 
     if (prefill_model is None) != (decode_model is None):
         fail("give both --prefill-model and --decode-model, or neither")
+    if profile_device not in (None, "cpu", "cuda", "auto"):
+        fail(f"--profile-device {profile_device}: expected cpu, cuda or auto")
     cfg = load(config)
+    cc = cfg.conductor
+    if prefill_model is None:
+        prefill_model, decode_model = cc.prefill_model, cc.decode_model
+    for what, model in (("prefill", prefill_model), ("decode", decode_model)):
+        if model is not None and not model.expanduser().is_file():
+            fail(f"{what} predictor file {model} not found")
+    device = cfg.profile_device if profile_device is None else profile_device
     secret: bytes | None = None
     path = secret_file or cfg.secret_file
     if path is not None:
@@ -75,12 +110,13 @@ def serve(
     setup_service_logging()
     opts = ConductorServiceOptions(
         secret=secret,
-        store_kv=not no_store_kv,
-        profile=not no_profile,
-        cpp_threshold=cpp_threshold,
-        cpp_chunk_tokens=cpp_chunk,
-        prefill_model_path=prefill_model,
-        decode_model_path=decode_model,
+        store_kv=cc.store_kv if store_kv is None else store_kv,
+        profile=cc.profile if profile is None else profile,
+        profile_device=None if device == "auto" else device,
+        cpp_threshold=cc.cpp_threshold if cpp_threshold is None else cpp_threshold,
+        cpp_chunk_tokens=cc.cpp_chunk_tokens if cpp_chunk is None else cpp_chunk,
+        prefill_model_path=None if prefill_model is None else prefill_model.expanduser(),
+        decode_model_path=None if decode_model is None else decode_model.expanduser(),
     )
 
     def ready() -> None:

@@ -204,6 +204,8 @@ def node(
         metrics_port = entry.metrics_port
     if ssd_dir is None and entry is not None:
         ssd_dir = entry.ssd_dir
+    if ssd_dir is not None:
+        ssd_dir = ssd_dir.expanduser()  # as written in the config: this host's home
     ssd_bytes = parse_size(ssd_size) if ssd_size else int(entry.ssd_size) if entry else 0
     if ssd_dir is not None and ssd_bytes <= 0:
         fail(f"--ssd-dir {ssd_dir} needs --ssd-size (a size limit > 0)")
@@ -399,10 +401,12 @@ def ls(
         return
     from rich.table import Table
 
+    from .tables import print_table
+
     t = Table("key", "size", "state")
     for r in rows:
         t.add_row(r["key"], _human(r["size"]), r["state"])
-    out.print(t)
+    print_table(out, t, ("key",))
     if page.next_start_after is not None:
         err.print(f"more: --start-after {page.next_start_after!r}", markup=False)
 

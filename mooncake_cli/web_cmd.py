@@ -17,8 +17,11 @@ from .common import ConfigOption, err, fail, load, write_stdout
 def web(
     config: ConfigOption = None,
     host: Annotated[
-        str, typer.Option("--host", help="Address to bind (default loopback only).")
-    ] = "127.0.0.1",
+        str | None,
+        typer.Option(
+            "--host", help="Address to bind (default: the address of dashboard.host's host)."
+        ),
+    ] = None,
     port: Annotated[
         int | None,
         typer.Option("--port", "-p", min=0, max=65535, help="Port (default: dashboard.port)."),
@@ -60,6 +63,11 @@ def web(
             fail(f"no cluster secret at {path}")
         write_stdout(token + "\n")
         return
+    if host is None:
+        try:
+            host = cfg.host(cfg.dashboard.host).address
+        except KeyError:
+            fail(f"dashboard.host {cfg.dashboard.host!r} is not one of the configured hosts")
     import uvicorn
 
     from mooncake_web import WebOptions, create_app

@@ -247,15 +247,43 @@ def plan(
         "conductor",
         "conductor",
         cfg.conductor.host,
-        (),
-        {
-            "conductor.http_port": cfg.conductor.http_port,
-            "conductor.rpc_port": cfg.conductor.rpc_port,
-        },
+        conductor_args(cfg),
+        {"conductor.http_port": cfg.conductor.http_port},
     )
-    add("dashboard", "dashboard", cfg.dashboard.host, (), {"dashboard.port": cfg.dashboard.port})
+    # The dashboard binds its host's address: the probe and the operator reach it there.
+    add(
+        "dashboard",
+        "dashboard",
+        cfg.dashboard.host,
+        ("--host", cfg.host(cfg.dashboard.host).address),
+        {"dashboard.port": cfg.dashboard.port},
+    )
     _check_clashes(specs)
     return select(specs, only)
+
+
+def conductor_args(cfg: ClusterConfig) -> tuple[str, ...]:
+    """The conductor's behaviour settings of ``cfg`` as ``mooncake conductor serve`` flags.
+
+    Spelled out on the command line (the conductor would read the same from the config)
+    so ``cluster status``, the run records and ``ps`` show what the conductor runs with.
+    Predictor paths go as written: ``~`` is expanded on the conductor's host.
+    """
+    cc = cfg.conductor
+    models: tuple[str, ...] = ()
+    if cc.prefill_model is not None and cc.decode_model is not None:
+        models = ("--prefill-model", str(cc.prefill_model), "--decode-model", str(cc.decode_model))
+    return (
+        "--cpp-threshold",
+        str(cc.cpp_threshold),
+        "--cpp-chunk",
+        str(cc.cpp_chunk_tokens),
+        "--store-kv" if cc.store_kv else "--no-store-kv",
+        "--profile" if cc.profile else "--no-profile",
+        "--profile-device",
+        cfg.profile_device or "auto",
+        *models,
+    )
 
 
 def _check_clashes(specs: list[ComponentSpec]) -> None:

@@ -177,7 +177,8 @@ class StoreNodeConfig(_Strict):
     metrics_port: Port = 9101
     """HTTP port for this node's /health and telemetry."""
     ssd_dir: Path | None = None
-    """Directory of the SSD tier; ``None`` disables it."""
+    """Directory of the SSD tier (``~`` is expanded on the node's host); ``None``
+    disables it."""
     ssd_size: ByteSize = Field(default=ByteSize(0), ge=0, le=1 << 48)
     """Size limit of the SSD tier (required with ``ssd_dir``)."""
 
@@ -243,8 +244,6 @@ class ConductorConfig(_Strict):
     """Host (by name) that runs the conductor."""
     http_port: Port = 8000
     """OpenAI-style front door (/v1/completions)."""
-    rpc_port: Port = 50061
-    """gRPC port for worker load reports and events."""
     policy: PolicyName = "kvcache_centric"
     """Scheduling policy."""
     kvcache_balancing_threshold: Annotated[float, Field(ge=0, le=1e6)] = 1.5
@@ -257,6 +256,43 @@ class ConductorConfig(_Strict):
     """Time-between-tokens SLO (mean of the worst 10% intervals)."""
     resync_interval_s: PositiveSeconds = 30.0
     """How often the prefix index is resynchronised from the store and workers."""
+    cpp_threshold: Annotated[int, Field(ge=0, le=1 << 24)] = 1024
+    """Prompts longer than this many tokens run on a 2-stage chunked pipeline parallel
+    (CPP) prefill group (needs 2 prefill workers); 0 disables CPP."""
+    cpp_chunk_tokens: Annotated[int, Field(ge=1, le=1 << 20)] = 256
+    """CPP chunk size in tokens."""
+    store_kv: bool = True
+    """Prefill workers store the new KV blocks of each prompt to the Store layer-wise."""
+    prefill_model: Path | None = None
+    """Fitted prefill predictor JSON (``mooncake worker profile``; ``~`` is expanded);
+    set with ``decode_model``. ``None``: self-profile at start (see ``profile``)."""
+    decode_model: Path | None = None
+    """Fitted decode predictor JSON; set with ``prefill_model``."""
+    profile: bool = True
+    """Without predictor files: self-profile the model at start to fit the predictors
+    (else the illustrative default predictors)."""
+    profile_device: Literal["workers", "auto", "cpu", "cuda"] = "workers"
+    """Device of the start-up self-profile: ``workers`` takes the first prefill worker's
+    ``device`` (so CUDA workers are profiled on CUDA), ``auto`` uses CUDA when present."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed_keys(cls, data: object) -> object:
+        if isinstance(data, dict) and "rpc_port" in data:
+            raise ValueError(
+                "conductor.rpc_port was removed (no process ever bound it: workers are "
+                "reached on their own rpc_port); delete the key"
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _models_pair(self) -> ConductorConfig:
+        if (self.prefill_model is None) != (self.decode_model is None):
+            raise ValueError(
+                "conductor.prefill_model and conductor.decode_model go together; set both "
+                "(fitted predictor files) or neither"
+            )
+        return self
 
 
 class AuditConfig(_Strict):
@@ -429,7 +465,6 @@ class ClusterConfig(_Strict):
             claim(n.host, n.data_port, f"store_nodes.{i}.data_port")
             claim(n.host, n.metrics_port, f"store_nodes.{i}.metrics_port")
         claim(self.conductor.host, self.conductor.http_port, "conductor.http_port")
-        claim(self.conductor.host, self.conductor.rpc_port, "conductor.rpc_port")
         for role in ("prefill_workers", "decode_workers"):
             for i, w in enumerate(getattr(self, role)):
                 if w.name in names:
@@ -480,6 +515,17 @@ class ClusterConfig(_Strict):
     def secret_path(self) -> Path:
         """Where the cluster secret lives."""
         return (self.secret_file or self.state_dir / "secret").expanduser()
+
+    @property
+    def profile_device(self) -> str | None:
+        """Device of the conductor's self-profile: ``"cpu"``, ``"cuda"`` or ``None`` (CUDA
+        when present), from ``conductor.profile_device`` (``workers``: the first prefill,
+        else decode, worker's ``device``)."""
+        dev: str = self.conductor.profile_device
+        if dev == "workers":
+            workers = self.prefill_workers or self.decode_workers
+            dev = workers[0].device if workers else "auto"
+        return None if dev == "auto" else dev
 
     @property
     def audit_url(self) -> str:

@@ -53,13 +53,16 @@ def kv_bytes_per_token(cluster: ClusterConfig) -> int:
 
 @dataclass(frozen=True, slots=True)
 class ConductorServiceOptions:
-    """Process settings of the live conductor (not in ``ConductorConfig`` yet).
+    """Process settings of the live conductor (``mooncake conductor serve`` fills them
+    from ``ConductorConfig`` and its flags).
 
     Attributes:
         secret: cluster secret for worker RPCs, or None.
         store_kv: prefill workers store new blocks to the Store layer-wise.
         profile: self-profile the model at start to fit the predictors (else defaults,
             which are for a large model and make every prediction far too slow).
+        profile_device: device of the self-profile (``"cpu"``, ``"cuda"``; ``None``:
+            CUDA when present), the workers' device (``ClusterConfig.profile_device``).
         prefill_model_path, decode_model_path: fitted predictor JSON to use instead.
         worker_wait_s: how long start() waits for each worker's first Health answer.
         report_interval_s: worker report period.
@@ -77,6 +80,7 @@ class ConductorServiceOptions:
     secret: bytes | None = None
     store_kv: bool = True
     profile: bool = True
+    profile_device: str | None = "cpu"
     prefill_model_path: Path | None = None
     decode_model_path: Path | None = None
     worker_wait_s: float = 60.0
@@ -89,8 +93,11 @@ class ConductorServiceOptions:
     resync_start_wait_s: float = 10.0
 
 
-def _profile_models(cluster: ClusterConfig) -> tuple[PrefillTimeModel, DecodeStepModel]:
-    """Fit the predictors on this host with a small grid (about a second for tiny models)."""
+def _profile_models(
+    cluster: ClusterConfig, device: str | None
+) -> tuple[PrefillTimeModel, DecodeStepModel]:
+    """Fit the predictors on this host's ``device`` with a small grid (about a second for
+    tiny models on a CPU)."""
     import torch
 
     from mooncake_core.worker.engine import InferenceEngine
@@ -103,7 +110,7 @@ def _profile_models(cluster: ClusterConfig) -> tuple[PrefillTimeModel, DecodeSte
     grid = [(n, p) for n in lens for p in (0, (n // 2) // bs * bs, (n * 3 // 4) // bs * bs)]
     dgrid = [(b, b * c) for b in (1, 4) for c in (32, 128)]
     eng = InferenceEngine(
-        cluster.model, cluster.hashing, num_blocks=max(64, 4 * top // bs + 64), device="cpu"
+        cluster.model, cluster.hashing, num_blocks=max(64, 4 * top // bs + 64), device=device
     )
     prof = profile_engine(eng, prefill_grid=grid, decode_grid=dgrid, repeats=1)
     return prof.prefill_model, prof.decode_model
@@ -150,7 +157,7 @@ class ConductorService:
             pm = PrefillTimeModel.load(opts.prefill_model_path)
             dm = DecodeStepModel.load(opts.decode_model_path)
         elif opts.profile:
-            pm, dm = await loop.run_in_executor(None, _profile_models, cl)
+            pm, dm = await loop.run_in_executor(None, _profile_models, cl, opts.profile_device)
         else:
             pm, dm = None, None
         copts = opts.conductor_options or ConductorOptions(bytes_per_token=kv_bytes_per_token(cl))

@@ -45,7 +45,7 @@ def make_config(
     for node in cfg["store_nodes"]:
         node["data_port"], node["metrics_port"] = ports.pop(), ports.pop()
         node["segment_size"] = 16 << 20
-    cfg["conductor"]["http_port"], cfg["conductor"]["rpc_port"] = ports.pop(), ports.pop()
+    cfg["conductor"]["http_port"] = ports.pop()
     for role in ("prefill_workers", "decode_workers"):
         if workers:
             for w in cfg[role]:

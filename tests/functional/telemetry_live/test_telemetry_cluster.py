@@ -66,7 +66,7 @@ def _config(tmp: Path) -> tuple[Path, dict[str, Any]]:
     for node in cfg["store_nodes"]:
         node["data_port"], node["metrics_port"] = ports.pop(), ports.pop()
         node["segment_size"] = 16 << 20
-    cfg["conductor"]["http_port"], cfg["conductor"]["rpc_port"] = ports.pop(), ports.pop()
+    cfg["conductor"]["http_port"] = ports.pop()
     for role in ("prefill_workers", "decode_workers"):
         for w in cfg[role]:
             w["rpc_port"], w["data_port"] = ports.pop(), ports.pop()

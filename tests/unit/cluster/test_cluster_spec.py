@@ -100,3 +100,50 @@ def test_master_target_follows_the_etcd_leader_under_ha() -> None:
     assert ClusterConfig().master_target == "127.0.0.1:50051"
     ha = ClusterConfig(name="prod", etcd=EtcdConfig(enabled=True, client_port=2399))
     assert ha.master_target == "etcd://127.0.0.1:2399/prod"
+
+
+def test_conductor_and_dashboard_command_lines_carry_the_config() -> None:
+    cfg = ClusterConfig(
+        hosts=[HostConfig(name="local", address="127.0.0.2")],
+        conductor={  # type: ignore[arg-type]
+            "cpp_threshold": 2048,
+            "cpp_chunk_tokens": 128,
+            "store_kv": False,
+            "profile": False,
+            "prefill_model": "~/p/prefill.json",
+            "decode_model": "~/p/decode.json",
+        },
+        prefill_workers=[{"name": "p", "rpc_port": 50071, "data_port": 17101, "device": "cuda"}],  # type: ignore[list-item]
+    )
+    specs = {s.name: s for s in plan(cfg, CFG, SECRET, ALL)}
+    argv = specs["conductor"].argv
+    assert argv[:3] == ("mooncake", "conductor", "serve")
+    assert argv[3:16] == (
+        "--cpp-threshold", "2048", "--cpp-chunk", "128", "--no-store-kv", "--no-profile",
+        "--profile-device", "cuda",  # the workers' device
+        "--prefill-model", "~/p/prefill.json", "--decode-model", "~/p/decode.json", "--config",
+    )  # fmt: skip
+    assert specs["conductor"].ports == {"conductor.http_port": 8000}
+    assert specs["conductor"].probe.target == "http://127.0.0.2:8000/health"
+    dash = specs["dashboard"]
+    assert dash.argv[1:4] == ("web", "--host", "127.0.0.2")
+    assert dash.probe.target == "http://127.0.0.2:8080/health"
+    defaults = {s.name: s for s in plan(ClusterConfig(), CFG, SECRET, ALL)}["conductor"].argv
+    assert defaults[3:11] == (
+        "--cpp-threshold", "1024", "--cpp-chunk", "256", "--store-kv", "--profile",
+        "--profile-device", "auto",
+    )  # fmt: skip
+
+
+def test_profile_device_follows_the_workers_unless_set() -> None:
+    w = {"name": "p", "rpc_port": 50071, "data_port": 17101}
+    assert ClusterConfig().profile_device is None  # auto workers: CUDA when present
+    cuda = ClusterConfig(prefill_workers=[{**w, "device": "cuda"}])  # type: ignore[list-item]
+    assert cuda.profile_device == "cuda"
+    pinned = ClusterConfig(
+        prefill_workers=[{**w, "device": "cuda"}],  # type: ignore[list-item]
+        conductor={"profile_device": "cpu"},  # type: ignore[arg-type]
+    )
+    assert pinned.profile_device == "cpu"
+    none = ClusterConfig(prefill_workers=[], decode_workers=[])
+    assert none.profile_device is None

@@ -27,3 +27,18 @@ def test_ha_and_a_local_journal_are_exclusive() -> None:
     ClusterConfig.model_validate({"etcd": {"enabled": True}})
     with pytest.raises(ValidationError, match=r"master\.data_dir: not with etcd\.enabled"):
         ClusterConfig.model_validate({"master": {"data_dir": "/var/j"}, "etcd": {"enabled": True}})
+
+
+def test_conductor_predictor_files_go_together() -> None:
+    from mooncake_core.config.models import ConductorConfig
+
+    ConductorConfig(prefill_model="a.json", decode_model="b.json")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match=r"prefill_model and conductor\.decode_model go"):
+        ConductorConfig(prefill_model="a.json")  # type: ignore[arg-type]
+
+
+def test_removed_conductor_rpc_port_is_named() -> None:
+    from mooncake_core.config.models import ConductorConfig
+
+    with pytest.raises(ValidationError, match=r"conductor\.rpc_port was removed"):
+        ConductorConfig.model_validate({"rpc_port": 50061})
