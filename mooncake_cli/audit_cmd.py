@@ -191,7 +191,7 @@ def ls(
         ("outcome", "left"),
         ("result", "left"),
     ):
-        table.add_column(name, justify=justify, no_wrap=name != "result")  # type: ignore[arg-type]
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for r in rows:
         d = r.decision
         hit = (
@@ -221,7 +221,9 @@ def ls(
             _outcome_cell(d.outcome),
             result,
         )
-    _print(table)
+    from .tables import print_table
+
+    print_table(out, table, ("request", "prefill", "decode"))
 
 
 _OUTCOME_STYLE = {"completed": "green", "rejected": "yellow", "failed": "red", "cancelled": "dim"}

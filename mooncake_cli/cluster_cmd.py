@@ -159,6 +159,10 @@ def _foreground(sup: Supervisor) -> None:
     sup.down()
 
 
+STATUS_IDS = ("component",)
+"""Columns of the status table never cut or wrapped, whatever the width."""
+
+
 def _status_table(rows: list[ComponentStatus]) -> Table:
     from rich.table import Table
 
@@ -223,12 +227,15 @@ def status(
             json.dumps({"components": [asdict(r) for r in rows], "store": usage}, indent=1)
         )
     else:
-        out.print(_status_table(rows))
+        from .store_cmd import _human
+        from .tables import print_table
+
+        print_table(out, _status_table(rows), STATUS_IDS)
         if usage is not None:
             used, cap = usage.get("allocated_bytes", 0), usage.get("total_capacity_bytes", 0)
             out.print(
                 f"store: {usage.get('key_count', 0)} keys, {len(usage.get('segments', []) or [])} segments, "  # type: ignore[arg-type]
-                f"{used} / {cap} bytes used",
+                f"{_human(int(used))} of {_human(int(cap))} used",  # type: ignore[call-overload]
                 highlight=False,
             )
     # "stopped" counts: a configured component that is not running is down for scripts.

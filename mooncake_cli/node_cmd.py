@@ -68,11 +68,16 @@ def ls(config: ConfigOption = None, json_out: JsonOption = False) -> None:
         return
     from rich.table import Table
 
+    from .store_cmd import _human
+    from .tables import print_table
+
     cols = ("segment", "node", "client", "state", "used", "capacity", "objects", "address")
     table = Table(*cols)
     for r in rows:
-        table.add_row(*(str(r[k]) for k in cols))
-    out.print(table)
+        cells = {k: str(r[k]) for k in cols}
+        cells["used"], cells["capacity"] = _human(int(r["used"])), _human(int(r["capacity"]))  # type: ignore[call-overload]
+        table.add_row(*(cells[k] for k in cols))
+    print_table(out, table, ("segment", "node", "client"))
 
 
 def _progress(bar: Progress, task: TaskID) -> Callable[[int, int], None]:

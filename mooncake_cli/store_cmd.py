@@ -401,10 +401,12 @@ def ls(
         return
     from rich.table import Table
 
+    from .tables import print_table
+
     t = Table("key", "size", "state")
     for r in rows:
         t.add_row(r["key"], _human(r["size"]), r["state"])
-    out.print(t)
+    print_table(out, t, ("key",))
     if page.next_start_after is not None:
         err.print(f"more: --start-after {page.next_start_after!r}", markup=False)
 

@@ -6,12 +6,13 @@ import json
 from typing import Any
 
 from rich import box
-from rich.console import Group, RenderableType
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from mooncake_core.telemetry import ClusterView, to_plain
 
+from ..tables import fit
 from .fmt import ago, duration, gbps, human_bytes, pct, seconds, spark
 from .widgets.scheduler_summary import scheduler_text
 from .widgets.store_summary import store_text
@@ -26,15 +27,23 @@ def view_json(view: ClusterView) -> str:
 
 
 def _table(title: str, columns: tuple[str, ...]) -> Table:
-    # Compact and never wrapping: a script greps one line per row, at 80 columns too.
+    # Compact; one line per row where it fits (fit() wraps other columns, never a name).
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for col in columns:
         t.add_column(col, no_wrap=True)
     return t
 
 
-def render_view(view: ClusterView) -> RenderableType:
-    """Nodes, NICs, store and scheduler as rich tables."""
+def render_view(
+    view: ClusterView, width: int | None = None, console: Console | None = None
+) -> RenderableType:
+    """Nodes, NICs, store and scheduler as rich tables, each fitted to ``width`` columns
+    (``None``: natural width) without cutting a node name or a request id."""
+    console = console or Console()
+
+    def fitted(table: Table, *keep: str) -> RenderableType:
+        return fit(table, keep, width, console)
+
     nodes = _table(
         f"Nodes ({view.nodes_up}/{len(view.nodes)} up)",
         ("Name", "Role", "State", "Version", "Uptime", "Seen", "Detail"),
@@ -44,7 +53,7 @@ def render_view(view: ClusterView) -> RenderableType:
             n.name,
             n.role,
             Text("up", style="green") if n.up else Text("DOWN", style="bold red"),
-            n.version or "-",
+            (n.version or "-").removeprefix("mooncake-py "),
             duration(n.uptime_s),
             "now" if n.last_seen == view.taken_at else ago(n.last_seen, view.taken_at),
             n.endpoint if n.up else (n.error or ""),
@@ -97,13 +106,13 @@ def render_view(view: ClusterView) -> RenderableType:
             "ok" if d.admitted else f"429 {d.reject_reason}",
         )
     return Group(
-        nodes,
-        nics,
-        hosts,
+        fitted(nodes, "Name"),
+        fitted(nics, "Node", "NIC/iface"),
+        fitted(hosts, "Host", "Iface"),
         Text("Store", style="bold"),
         store_text(view.store),
-        segs,
+        fitted(segs, "Segment", "Node"),
         Text("Scheduler", style="bold"),
         scheduler_text(view.scheduler),
-        dec,
+        fitted(dec, "Request", "Prefill", "Decode"),
     )
