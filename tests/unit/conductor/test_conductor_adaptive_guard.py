@@ -91,3 +91,18 @@ def test_error_is_learned_from_feedback() -> None:
     c.on_prefill_start("r", 0.0)
     c.on_prefill_done("r", 0.003)  # took 3 ms: |3/1 - 1| = 2
     assert c.policy.error == pytest.approx(0.1 * 2.0)  # type: ignore[attr-defined]
+
+
+def test_move_away_from_the_network_needs_only_the_learned_model() -> None:
+    # p0 holds (1,) only: ratio 3 passes 1.5, so kvcache_centric fetches 2 blocks (2 ms
+    # raw) instead of computing them (20 ms). Adaptive has learned transfers take 50x
+    # their prediction (100 ms) and a threshold of 4: it stays local although the raw
+    # model disagrees; staying local loads no NIC.
+    ref = make("kvcache_centric")
+    ref.index.resync("p0", Tier.HBM, [1])
+    assert ref.schedule(REQ, 0.0).migration is not None
+    c = adaptive(threshold=4.0, rho_x=50.0, error=10.0)
+    c.index.resync("p0", Tier.HBM, [1])
+    d = c.schedule(REQ, 0.0)
+    assert d.migration is None and d.predicted_prefill_s == pytest.approx(0.020)
+    assert c.policy.deviations == 1  # type: ignore[attr-defined]
