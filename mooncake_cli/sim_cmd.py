@@ -315,3 +315,45 @@ def run(
     for k, v in data.items():
         t.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
     out.print(t)
+
+
+@app.command("grid")
+def grid(
+    trace: TraceOpt = None,
+    sample: SampleOpt = None,
+    seed: SeedOpt = 0,
+    out_dir: OutOpt = None,
+    profile: ProfileOpt = "llama3_70b_a800",
+    speeds: Annotated[str, typer.Option("--speeds", help="Comma-separated replay speeds.")] = (
+        "1,2,3,4"
+    ),
+    gbps: Annotated[
+        str, typer.Option("--gbps", help="Comma-separated node link speeds in Gbit/s.")
+    ] = "10,25,100",
+    policies: Annotated[
+        str,
+        typer.Option("--policies", help="Comma-separated policies; the first is the reference."),
+    ] = "kvcache_centric,adaptive",
+    as_json: JsonOption = False,
+) -> None:
+    """Policies over speed x node bandwidth x decode on/off, with the no-queue lower bound."""
+    try:
+        sp = [float(v) for v in speeds.split(",") if v.strip()]
+        gb = [float(v) for v in gbps.split(",") if v.strip()]
+    except ValueError:
+        fail(f"--speeds/--gbps: expected comma-separated numbers, got {speeds!r}, {gbps!r}")
+    if not sp or not gb or any(not v > 0 for v in sp + gb):
+        fail("--speeds and --gbps need positive numbers")
+    pols = [p.strip() for p in policies.split(",") if p.strip()]
+    opts = _options(trace, None, sample, seed, out_dir, profile)
+    cmd = _command(
+        "grid",
+        trace=opts.trace,
+        sample=sample,
+        seed=seed,
+        profile=profile,
+        speeds=speeds,
+        gbps=gbps,
+        policies=policies,
+    )
+    _run("run_grid", opts, as_json, speeds=sp, gbps=gb, policies=pols, command=cmd)

@@ -22,16 +22,19 @@ import numpy as np
 from mooncake_core.sim import plots
 from mooncake_core.sim.cache import BlockLRU
 from mooncake_core.sim.config import SimConfig, set_field
+from mooncake_core.sim.costmodel import load_profile
 from mooncake_core.sim.engine import simulate
 from mooncake_core.sim.results import SimResult, Summary
-from mooncake_core.sim.trace import TraceRequest, load_trace
+from mooncake_core.sim.trace import TRACE_BLOCK_TOKENS, TraceRequest, load_trace
 
 __all__ = [
     "PAPER",
     "ExperimentOptions",
     "Report",
     "default_trace",
+    "lower_bound_avg_ttft",
     "run_fig5",
+    "run_grid",
     "run_hitrate",
     "run_one",
     "run_pd_ratio",
@@ -592,3 +595,94 @@ def _is_number(v: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def lower_bound_avg_ttft(trace: Sequence[TraceRequest], profile: str = "llama3_70b_a800") -> float:
+    """No-queue lower bound of the average TTFT of any policy on ``trace``.
+
+    Each request's prefill time with the longest prefix any earlier request wrote
+    (unlimited global cache), free transfers and no queueing. It depends on the trace
+    and the cost profile only, not on replay speed or bandwidth.
+    """
+    cost = load_profile(profile)
+    seen: set[int] = set()
+    total = 0.0
+    for r in trace:
+        keys = r.hash_ids[: r.input_length // TRACE_BLOCK_TOKENS]
+        n = 0
+        while n < len(keys) and keys[n] in seen:
+            n += 1
+        seen.update(keys)
+        total += cost.prefill_time(r.input_length, min(n * TRACE_BLOCK_TOKENS, r.input_length))
+    return total / len(trace) if trace else math.nan
+
+
+GRID_SPEEDS = (1.0, 2.0, 3.0, 4.0)
+GRID_GBPS = (10.0, 25.0, 100.0)
+GRID_POLICIES = ("kvcache_centric", "adaptive")
+
+
+def run_grid(
+    opts: ExperimentOptions,
+    speeds: Sequence[float] = GRID_SPEEDS,
+    gbps: Sequence[float] = GRID_GBPS,
+    decode: Sequence[bool] = (False, True),
+    policies: Sequence[str] = GRID_POLICIES,
+    command: str = "mooncake sim grid",
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+) -> Report:
+    """Each policy over replay speed x node bandwidth x decode simulated on/off.
+
+    16 prefill + 16 decode instances, admission ``none``; one link of ``gbps`` Gbit/s
+    per node. Each row is one cell: every policy's average TTFT, its ratio to the
+    no-queue lower bound (:func:`lower_bound_avg_ttft`), and the relative difference of
+    each policy to the first one (``kvcache_centric`` by default).
+    """
+    if not policies:
+        raise ValueError("grid needs at least one policy")
+    folder = opts.folder("grid")
+    trace0 = opts.load(default_speed=1.0 if opts.speed is None else opts.speed)
+    bound = lower_bound_avg_ttft(trace0, opts.profile)
+    ref = policies[0]
+    rows: list[dict[str, Any]] = []
+    for speed in speeds:
+        trace = load_trace(opts.trace, speed=speed, sample=opts.sample, seed=opts.seed)
+        for g in gbps:
+            for dec in decode:
+                base = opts.base(
+                    prefill_instances=16,
+                    decode_instances=16,
+                    simulate_decode=dec,
+                    node_bandwidth_bps=g * 1e9 / 8,
+                )
+                row: dict[str, Any] = {
+                    "speed": speed,
+                    "gbps": g,
+                    "decode": "on" if dec else "off",
+                    "lower_bound_s": bound,
+                }
+                for policy in policies:
+                    cfg = _with(base, conductor__policy=policy, conductor__admission="none")
+                    s, res = run_one(trace, cfg)
+                    row[f"{policy}_avg_ttft_s"] = s.avg_ttft_s
+                    row[f"{policy}_slo"] = s.slo_attainment
+                    row[f"{policy}_migrations"] = res.counters["migrations"]
+                    row[f"{policy}_vs_bound"] = s.avg_ttft_s / bound if bound > 0 else math.nan
+                for policy in policies[1:]:
+                    a, b = row[f"{policy}_avg_ttft_s"], row[f"{ref}_avg_ttft_s"]
+                    row[f"{policy}_vs_{ref}_pct"] = 100.0 * (a / b - 1.0) if b > 0 else math.nan
+                rows.append(row)
+                if on_row is not None:
+                    on_row(row)
+    columns = ["speed", "gbps", "decode", "lower_bound_s"]
+    for policy in policies:
+        columns += [f"{policy}_avg_ttft_s", f"{policy}_vs_bound"]
+    columns += [f"{p}_vs_{ref}_pct" for p in policies[1:]]
+    columns += [f"{p}_migrations" for p in policies]
+    worst = {p: max((r[f"{p}_vs_{ref}_pct"] for r in rows), default=math.nan) for p in policies[1:]}
+    intro = (
+        f"{len(trace0)} requests, 16 prefill + 16 decode instances, admission none, one "
+        f"link per node. No-queue lower bound of the average TTFT {bound:.3f} s. "
+        + "".join(f"Worst cell of {p} vs {ref}: {w:+.2f}%. " for p, w in worst.items())
+    )
+    return _finish("grid", folder, "Policy grid", intro.strip(), rows, columns, [], command)

@@ -187,3 +187,37 @@ def test_errors_name_the_flag_and_the_line(trace: Path, tmp_path: Path) -> None:
         env=env,
     )
     assert res.returncode == 1 and "no trace found: pass --trace" in res.stderr
+
+
+def test_grid_one_command_with_lower_bound(trace: Path, tmp_path: Path) -> None:
+    res = run(
+        "grid",
+        "--trace",
+        str(trace),
+        "--speeds",
+        "1,4",
+        "--gbps",
+        "10",
+        "--out",
+        str(tmp_path),
+        "--json",
+    )
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)
+    assert [(r["speed"], r["gbps"], r["decode"]) for r in rows] == [
+        (1.0, 10.0, "off"),
+        (1.0, 10.0, "on"),
+        (4.0, 10.0, "off"),
+        (4.0, 10.0, "on"),
+    ]
+    for r in rows:
+        # No policy beats the no-queue bound; the ratio is reported beside each policy.
+        for p in ("kvcache_centric", "adaptive"):
+            assert r[f"{p}_avg_ttft_s"] >= r["lower_bound_s"] * 0.999
+            assert r[f"{p}_vs_bound"] == pytest.approx(r[f"{p}_avg_ttft_s"] / r["lower_bound_s"])
+        assert "adaptive_vs_kvcache_centric_pct" in r
+    md = (tmp_path / "grid.md").read_text()
+    # A complete, rerunnable command line.
+    assert f"--trace {trace}" in md and "--seed 0" in md and "--profile llama3_70b_a800" in md
+    bad = run("grid", "--trace", str(trace), "--speeds", "fast")
+    assert bad.returncode != 0 and "--speeds" in bad.stderr and "Traceback" not in bad.stderr
