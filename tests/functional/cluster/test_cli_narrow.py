@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster_support import cli, has_command, kill_recorded, make_config, write_config
+from cluster_support import cli, has_command, kill_recorded, make_config
 
 pytestmark = pytest.mark.integration
 
@@ -61,11 +61,6 @@ def problems(text: str, names: set[str], what: str) -> list[str]:
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[tuple[Path, dict]]:
     path, cfg = make_config(tmp_path)
-    from mooncake_core.config.models import ConductorConfig
-
-    if "rpc_port" not in ConductorConfig.model_fields:  # removed from the config
-        cfg["conductor"].pop("rpc_port", None)
-        write_config(path, cfg)
     yield path, cfg
     cli("cluster", "down", "-c", str(path))
     kill_recorded(Path(cfg["state_dir"]))

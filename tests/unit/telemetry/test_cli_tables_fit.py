@@ -1,0 +1,55 @@
+"""mooncake_cli.tables.fit: names and ids stay whole at any width; no ellipsis."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from rich.table import Table
+
+from mooncake_cli.tables import fit
+
+IDS = ["cmpl-1a23375f9c0e-1", "cmpl-1a23375f9c0e-2"]
+
+
+def _table() -> Table:
+    t = Table("request", "prefill", "policy", "result")
+    for rid in IDS:
+        t.add_row(rid, "prefill-2", "kvcache_centric", "rejected: decode load predicted at 0.97")
+    return t
+
+
+def _render(width: int | None) -> str:
+    buf = io.StringIO()
+    console = Console(file=buf, width=200 if width is None else width, color_system=None)
+    console.print(fit(_table(), ("request", "prefill"), width, console))
+    return buf.getvalue()
+
+
+def test_wide_enough_is_untouched() -> None:
+    text = _render(120)
+    assert "┏" in text  # the boxed style as built
+    assert all(f"│ {rid} │ prefill-2" in text for rid in IDS)
+
+
+def test_narrow_wraps_others_and_keeps_ids() -> None:
+    text = _render(60)
+    lines = text.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 60
+    assert "…" not in text and "┏" not in text
+    for rid in IDS:
+        assert any(line.startswith(f"{rid}  prefill-2") for line in lines), text
+
+
+def test_too_narrow_folds_rows_into_two_lines() -> None:
+    text = _render(40)
+    lines = text.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 40
+    assert "…" not in text
+    assert lines[0] == "request  prefill"
+    assert lines[1] == f"{IDS[0]}  prefill-2"
+    assert lines[2].startswith("    policy kvcache_centric")
+
+
+def test_no_width_means_natural() -> None:
+    assert "…" not in _render(None) and all(rid in _render(None) for rid in IDS)
