@@ -19,9 +19,9 @@ class DecisionTable(SortableTable):
 
     COLUMNS = (
         Column("Time", 8, descending=True),
-        Column("Request", 12),
-        Column("Prefill", 9),
-        Column("Decode", 9),
+        Column("Request", 12, identity=True),
+        Column("Prefill", 9, identity=True),
+        Column("Decode", 8, identity=True),
         Column("Pred", 6, descending=True),
         Column("Actual", 6, descending=True),
         Column("Result", 10),
@@ -36,7 +36,7 @@ def _row(d: DecisionView) -> Row:
     result = (
         Text("ok", style="green")
         if d.admitted
-        else Text(f"429 {d.reject_reason or ''}"[:10], style="bold red")
+        else Text(f"429 {d.reject_reason or ''}", style="bold red")
     )
     return Row(
         key=d.request_id,

@@ -16,8 +16,8 @@ class HostNicTable(SortableTable):
     """One row per (host, interface)."""
 
     COLUMNS = (
-        Column("Host", 14),
-        Column("Iface", 10),
+        Column("Host", 14, identity=True),
+        Column("Iface", 10, identity=True),
         Column("tx GB/s", 7, descending=True),
         Column("rx GB/s", 7, descending=True),
         Column("Errors", 6, descending=True),

@@ -18,8 +18,8 @@ class NicTable(SortableTable):
     """One row per (component, NIC); a NIC far below its peers is highlighted."""
 
     COLUMNS = (
-        Column("Node", 9),
-        Column("NIC/iface", 13),
+        Column("Node", 9, identity=True),
+        Column("NIC/iface", 13, identity=True),
         Column("TE tx", 5, descending=True),
         Column("TE rx", 5, descending=True),
         Column("OS tx", 5, descending=True),

@@ -16,7 +16,7 @@ class NodeTable(SortableTable):
     """One row per polled component; down ones in red with the reason."""
 
     COLUMNS = (
-        Column("Name", 10),
+        Column("Name", 10, identity=True),
         Column("Role", 9),
         Column("State", 5),
         Column("Version", 7),
@@ -40,7 +40,7 @@ def _row(n: NodeView, now: float) -> Row:
             n.name,
             n.role,
             state,
-            n.version or "-",
+            (n.version or "-").removeprefix("mooncake-py "),
             duration(n.uptime_s),
             "never"
             if n.last_seen is None

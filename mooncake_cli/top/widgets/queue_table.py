@@ -14,7 +14,7 @@ class QueueTable(SortableTable):
     """One row per prefill or decode instance."""
 
     COLUMNS = (
-        Column("Instance", 14),
+        Column("Instance", 14, identity=True),
         Column("Role", 7),
         Column("Queued", 6, descending=True),
         Column("Running", 7, descending=True),

@@ -6,7 +6,7 @@ from rich.text import Text
 
 from mooncake_core.telemetry import ClusterView, SegmentView
 
-from ..fmt import bar, human_bytes, pct
+from ..fmt import human_bytes, pct
 from .sortable_table import Column, Row, SortableTable
 
 __all__ = ["SegmentTable"]
@@ -16,13 +16,13 @@ class SegmentTable(SortableTable):
     """One row per segment."""
 
     COLUMNS = (
-        Column("Segment", 10),
-        Column("Node", 9),
+        Column("Segment", 10, identity=True),
+        Column("Node", 9, identity=True),
         Column("Tier", 4),
         Column("State", 8),
         Column("Cap", 6, descending=True),
         Column("Used", 6, descending=True),
-        Column("Use", 10, descending=True),
+        Column("Use", 4, descending=True),
         Column("Keys", 5, descending=True),
     )
 
@@ -33,7 +33,8 @@ class SegmentTable(SortableTable):
 
 def _row(s: SegmentView) -> Row:
     state = Text(s.state, style="" if s.state in ("OK", "MOUNTED") else "bold yellow")
-    use = Text(f"{bar(s.usage, 5)} {pct(s.usage)}", style="red" if s.usage > 0.9 else "")
+    # The store summary above has the bars; a full-length client id needs the room.
+    use = Text(pct(s.usage), style="red" if s.usage > 0.9 else "")
     return Row(
         key=s.name,
         cells=(

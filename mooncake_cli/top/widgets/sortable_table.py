@@ -13,11 +13,16 @@ __all__ = ["Column", "Row", "SortableTable"]
 
 @dataclass(frozen=True, slots=True)
 class Column:
-    """One column: header label, width (None: auto) and whether it sorts descending."""
+    """One column: header label, width (None: auto) and whether it sorts descending.
+
+    An ``identity`` column (a name, an id) is sized to its content, never cut: ``width``
+    is only its width before the first rows arrive.
+    """
 
     label: str
     width: int | None = None
     descending: bool = False
+    identity: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +49,7 @@ class SortableTable(DataTable[str | Text]):
 
     def on_mount(self) -> None:
         for c in self.COLUMNS:
-            self.add_column(c.label, width=c.width, key=c.label)
+            self.add_column(c.label, width=None if c.identity else c.width, key=c.label)
 
     @property
     def sort_label(self) -> str:
@@ -59,7 +64,8 @@ class SortableTable(DataTable[str | Text]):
         return self.sort_label
 
     def set_filter(self, text: str) -> None:
-        """Show only rows whose text contains ``text`` (case-insensitive)."""
+        """Show only rows whose text (any visible cell, or the row's search text) contains
+        ``text`` (case-insensitive)."""
         self.filter_text = text.strip().lower()
         self._render_rows()
 
@@ -80,7 +86,7 @@ class SortableTable(DataTable[str | Text]):
 
     def _render_rows(self) -> None:
         keep = self.selected_key
-        rows = [r for r in self._rows if self.filter_text in r.search.lower()]
+        rows = [r for r in self._rows if self.filter_text in _haystack(r)]
         if self.COLUMNS:
             col = self.COLUMNS[self.sort_index]
             rows.sort(key=lambda r: _sortable(r.sort[self.sort_index]), reverse=col.descending)
@@ -92,6 +98,11 @@ class SortableTable(DataTable[str | Text]):
                 if r.key == keep:
                     self.move_cursor(row=i, animate=False)
                     break
+
+
+def _haystack(r: Row) -> str:
+    cells = " ".join(c.plain if isinstance(c, Text) else c for c in r.cells)
+    return f"{r.search} {cells}".lower()
 
 
 def _sortable(value: Any) -> tuple[int, Any]:

@@ -101,6 +101,11 @@ async def test_screens_switch_and_show_each_component(live):
         # Segments are named after their node; the client id may carry a suffix.
         assert sorted(r[0] for r in _cells(seg)) == ["store-a", "store-b"]
         assert sorted(r[1][:7] for r in _cells(seg)) == ["store-a", "store-b"]
+        # ... and that id is shown whole at 80 columns (it was cut to `store-a-1`).
+        await pilot.pause(0.3)
+        shot = "\n".join(svg_text(app.export_screenshot()))
+        for s in app.view.store.segments:
+            assert re.search(rf"(?<!\S){re.escape(s.client)}(?!\S)", shot), (s.client, shot)
         await pilot.press("3")
         assert app.current_mode == "scheduler"
         await pilot.press("4")
@@ -110,6 +115,8 @@ async def test_screens_switch_and_show_each_component(live):
         assert {r[0]: r[2] for r in _cells(nodes)} == dict.fromkeys(
             ["master", "store-a", "store-b", "te-target", "te-reader"], "up"
         )
+        versions = {r[0]: r[3] for r in _cells(nodes)}
+        assert versions["master"] == versions["store-a"]  # one spelling (was `mooncak`)
         await pilot.press("tab")
         assert app.current_mode == "nics"
         await pilot.press("shift+tab")

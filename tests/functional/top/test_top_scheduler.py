@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from test_top_live import svg_text
 
 from mooncake_cli.top import TopApp
 from mooncake_cli.top.screens import ExplainScreen
@@ -25,6 +27,10 @@ from mooncake_core.telemetry import (
 
 pytestmark = pytest.mark.integration
 
+# Conductor-style ids (cmpl-<boot ms, hex>-<n>): a long shared prefix, so a cut id makes
+# every row look alike.
+RID = "cmpl-19adf5c2a3b-{}"
+
 
 @pytest.fixture
 def conductor_and_audit(tmp_path: Path):
@@ -40,9 +46,9 @@ def conductor_and_audit(tmp_path: Path):
     now = time.time()
     for i in range(6):
         keys = (*prefix, 100 + i, 200 + i)
-        d = conductor.schedule(ScheduleRequest(f"req-{i}", keys, len(keys) * bs + 3, 16), now)
+        d = conductor.schedule(ScheduleRequest(RID.format(i), keys, len(keys) * bs + 3, 16), now)
         assert writer.submit_source(d)
-    writer.update_actual("req-0", 0.25, 0.02)
+    writer.update_actual(RID.format(0), 0.25, 0.02)
     writer.close()
     reg = TelemetryRegistry(ComponentInfo("conductor", "conductor"))
     reg.register("conductor", conductor.snapshot)
@@ -77,9 +83,15 @@ async def test_scheduler_screen_and_explain(conductor_and_audit):
         assert queues.row_count == 2  # one prefill and one decode instance
         summary = str(app.screen.query_one("#sched-summary").render())
         assert "kvcache_centric" in summary and "6 total" in summary
-        # Select req-0 and open its explanation.
+        # Every request id on the screen is whole (80 columns), none cut to the prefix.
+        await pilot.pause(0.3)
+        screen = "\n".join(svg_text(app.export_screenshot()))
+        shown = re.findall(r"cmpl-19adf5c2a3b\S*", screen)
+        assert shown, screen
+        assert set(shown) <= {RID.format(i) for i in range(6)}, screen
+        # Select the first request and open its explanation.
         for _ in range(6):
-            if decisions.selected_key == "req-0":
+            if decisions.selected_key == RID.format(0):
                 break
             await pilot.press("down")
         await pilot.press("enter")
@@ -87,8 +99,17 @@ async def test_scheduler_screen_and_explain(conductor_and_audit):
         while not isinstance(app.screen, ExplainScreen) and time.monotonic() < deadline:
             await pilot.pause(0.1)
         assert isinstance(app.screen, ExplainScreen)
-        assert app.screen.request_id == "req-0"
+        assert app.screen.request_id == RID.format(0)
         assert "was chosen for prefill" in app.screen.text
         await pilot.press("escape")
         await pilot.pause(0.1)
         assert not isinstance(app.screen, ExplainScreen)
+        # The filter searches every visible column, the result too.
+        admitted = [d for d in app.view.scheduler.last_decisions if d.admitted]
+        assert admitted
+        await pilot.press("slash", *"ok", "enter")
+        await pilot.pause(0.3)
+        assert decisions.row_count == len(admitted), screen
+        await pilot.press("slash", "backspace", "backspace", "enter")
+        await pilot.pause(0.3)
+        assert decisions.row_count == 6
