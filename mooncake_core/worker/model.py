@@ -30,6 +30,7 @@ import torch
 import xxhash
 
 from mooncake_core.config.models import ModelConfig
+from mooncake_core.worker.checkpoint import checkpoint_config, load_weights
 
 __all__ = ["KVPair", "LayerHook", "PastFn", "TinyLlama", "torch_dtype"]
 
@@ -43,8 +44,6 @@ PastFn = Callable[[int], KVPair | None]
 """Returns a layer's past K/V (``[B, kv_heads, P, head_dim]``), or None when there is none."""
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-_RMS_EPS = 1e-5
-_ROPE_THETA = 10_000.0
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -103,6 +102,7 @@ class TinyLlama:
         device: str | torch.device = "cpu",
         layers: range | None = None,
     ) -> None:
+        config = checkpoint_config(config)
         owned = range(config.layers) if layers is None else layers
         if owned.step != 1 or len(owned) == 0 or owned.start < 0 or owned.stop > config.layers:
             raise ValueError(f"layer range {owned} is not a non-empty slice of 0..{config.layers}")
@@ -113,6 +113,29 @@ class TinyLlama:
         self.head_dim = config.hidden // config.heads
         if self.head_dim % 2:
             raise ValueError(f"head dim {self.head_dim} must be even for rotary embeddings")
+        d = self.head_dim
+        self._layers: dict[int, _Layer] = {}
+        self._eps = config.rms_eps
+        if config.checkpoint is not None:
+            self._load(config, owned)
+        else:
+            self._random(config, owned)
+        inv = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+        ang = torch.arange(config.max_seq_len, dtype=torch.float64)[:, None] * inv[None, :]
+        self._cos = torch.cos(ang).to(torch.float32).to(self.device)
+        self._sin = torch.sin(ang).to(torch.float32).to(self.device)
+
+    def _load(self, config: ModelConfig, owned: range) -> None:
+        w = load_weights(config, owned, self.dtype, self.device)
+        self.embedding, self.final_norm, self.lm_head = (
+            w["embedding"],
+            w["final_norm"],
+            w["lm_head"],
+        )
+        for i in owned:
+            self._layers[i] = _Layer(**{f: w[f"layers.{i}.{f}"] for f in _Layer.__slots__})
+
+    def _random(self, config: ModelConfig, owned: range) -> None:
         h, d, s = config.hidden, self.head_dim, config.seed
 
         def put(t: torch.Tensor) -> torch.Tensor:
@@ -123,7 +146,6 @@ class TinyLlama:
         self.lm_head = put(_randn((h, config.vocab_size), 1 / math.sqrt(h), s, -1, "lm_head"))
         # Output projections are scaled down so the residual stream stays O(1) at depth.
         out_std = 1 / math.sqrt(2 * config.layers)
-        self._layers: dict[int, _Layer] = {}
         for i in owned:
             qd, kd, inter = config.heads * d, config.kv_heads * d, config.intermediate
             self._layers[i] = _Layer(
@@ -137,10 +159,6 @@ class TinyLlama:
                 w_up=put(_randn((h, inter), 1 / math.sqrt(h), s, i, "w_up")),
                 w_down=put(_randn((inter, h), out_std / math.sqrt(inter), s, i, "w_down")),
             )
-        inv = 1.0 / (_ROPE_THETA ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
-        ang = torch.arange(config.max_seq_len, dtype=torch.float64)[:, None] * inv[None, :]
-        self._cos = torch.cos(ang).to(torch.float32).to(self.device)
-        self._sin = torch.sin(ang).to(torch.float32).to(self.device)
 
     def weights(self) -> dict[str, torch.Tensor]:
         """All weight tensors by name (for comparing two instances)."""
@@ -219,10 +237,9 @@ class TinyLlama:
 
     # ---- internals ----------------------------------------------------------------------
 
-    @staticmethod
-    def _rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + _RMS_EPS)
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self._eps)
         return xf.to(x.dtype) * w
 
     @staticmethod
