@@ -29,26 +29,26 @@ moves the threshold towards the ratio where fetching stops paying off.
    and without fitting anything to a particular trace. It is clamped to
    ``[min_threshold, max_threshold]``.
 
-3. **Guarded choice: the learned model alone may not fetch more.** Learned corrections can be
-   confidently wrong: under NIC contention the transfer ratio collapsed, adaptive fetched
-   3.7x more and was 14.7x worse than ``kvcache_centric`` on a held-out trace. So every
-   decision also computes ``kvcache_centric``'s choice ``K`` (configured threshold,
-   uncorrected predictions) and adaptive's own choice ``A`` (learned threshold, corrected
-   predictions). When ``A`` moves *more* blocks over the network than ``K``, it takes
-   ``A`` only if both models prefer it, the learned one by more than its own error::
+3. **Guarded choice: the learned model alone may not fetch more.** Learned corrections
+   can be confidently wrong: under NIC contention the transfer ratio collapsed, adaptive
+   fetched 3.7x more and was 14.7x worse than ``kvcache_centric`` on a held-out trace.
+   So every decision also computes ``kvcache_centric``'s choice ``K`` (configured
+   threshold, uncorrected predictions) and adaptive's own choice ``A`` (learned
+   threshold, corrected predictions), and takes ``A`` only when the learned model
+   prefers it by more than its own recent error, and, unless ``A`` moves fewer blocks
+   over the network than ``K``, the uncorrected model prefers it too::
 
-       raw(A) <= raw(K)  and  corrected(A) * (1 + err) < corrected(K)
+       corrected(A) * (1 + err) < corrected(K)
+       and (fetched(A) < fetched(K)  or  raw(A) <= raw(K))
 
    where ``err`` is the exponentially weighted mean of ``|actual/predicted - 1|`` of the
-   corrected execution-time predictions; otherwise it takes ``K``. A choice that moves
-   the same or fewer blocks is judged by the learned model alone (``corrected(A) <
-   corrected(K)``). The asymmetry is because a fetch has a cost the per-request
-   prediction does not see: it loads NICs that other requests' transfers and KV streams
-   share, so a wrongly low transfer correction feeds on itself (more fetches, more
-   contention, the failure above); a move *away* from the network has no such loop. With
-   no learning yet (corrections 1, threshold at its start) ``A`` is ``K`` and the two
-   policies make the same decisions. No constant here is fitted to a trace: the margin is
-   the learned model's measured error.
+   corrected execution-time predictions; otherwise it takes ``K``. The asymmetry is
+   because a fetch has a cost the per-request prediction does not see: it loads NICs that
+   other requests' transfers and KV streams share, so a wrongly low transfer correction
+   feeds on itself (more fetches, more contention, the failure above); a move *away*
+   from the network has no such loop. With no learning yet (corrections 1, threshold at
+   its start) ``A`` is ``K`` and the two policies make the same decisions. No constant
+   here is fitted to a trace: the margin is the learned model's measured error.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ class AdaptivePolicy(KVCacheCentricPolicy):
         return self.rho_transfer
 
     def choose(self, ctx: PolicyContext) -> PolicyChoice:
-        """kvcache_centric's choice unless the learned model's differs and wins confidently."""
+        """kvcache_centric's choice unless the learned model's differs and wins (see rule 3)."""
         if not ctx.instances:
             raise ValueError("no prefill instance to schedule on")
         best = ctx.match.best_len
@@ -180,10 +180,9 @@ class AdaptivePolicy(KVCacheCentricPolicy):
         pk, pa = ref[k], own[a]
         plans, chosen = ref, k
         if a != k or pa.fetches != pk.fetches:
-            if _fetched(pa) > _fetched(pk):
-                take = raw(pa) <= raw(pk) and pa.ttft_s * (1.0 + self.error) < pk.ttft_s
-            else:
-                take = pa.ttft_s < pk.ttft_s
+            take = pa.ttft_s * (1.0 + self.error) < pk.ttft_s
+            if take and _fetched(pa) >= _fetched(pk):
+                take = raw(pa) <= raw(pk)
             if take:
                 plans, chosen = own, a
                 self.deviations += 1

@@ -93,16 +93,20 @@ def test_error_is_learned_from_feedback() -> None:
     assert c.policy.error == pytest.approx(0.1 * 2.0)  # type: ignore[attr-defined]
 
 
-def test_move_away_from_the_network_needs_only_the_learned_model() -> None:
+def test_move_away_from_the_network_needs_only_a_confident_learned_model() -> None:
     # p0 holds (1,) only: ratio 3 passes 1.5, so kvcache_centric fetches 2 blocks (2 ms
     # raw) instead of computing them (20 ms). Adaptive has learned transfers take 50x
-    # their prediction (100 ms) and a threshold of 4: it stays local although the raw
-    # model disagrees; staying local loads no NIC.
+    # their prediction (100 ms) and a threshold of 4: 20 ms * (1 + 0.5) < 100 ms, so it
+    # stays local although the raw model disagrees; staying local loads no NIC.
     ref = make("kvcache_centric")
     ref.index.resync("p0", Tier.HBM, [1])
     assert ref.schedule(REQ, 0.0).migration is not None
-    c = adaptive(threshold=4.0, rho_x=50.0, error=10.0)
+    c = adaptive(threshold=4.0, rho_x=50.0, error=0.5)
     c.index.resync("p0", Tier.HBM, [1])
     d = c.schedule(REQ, 0.0)
     assert d.migration is None and d.predicted_prefill_s == pytest.approx(0.020)
     assert c.policy.deviations == 1  # type: ignore[attr-defined]
+    # The same move with the learned model off by 5x recently (20 ms * 6 > 100 ms): vetoed.
+    c = adaptive(threshold=4.0, rho_x=50.0, error=5.0)
+    c.index.resync("p0", Tier.HBM, [1])
+    assert c.schedule(REQ, 0.0).migration is not None

@@ -5,9 +5,15 @@ trace): multi-turn sessions, a few hot long documents with bursty arrivals, and 
 of long one-off prompts with short ones behind a shared system prompt. Each runs on
 16P+16D with one 10 Gbps link per node and decode KV streaming on the NICs (contention
 the Conductor's network model does not fully see), and with 100 Gbps links, TTFT only.
-Criterion of issue 20: adaptive's average TTFT is never more than 2% above
-kvcache_centric's. Measured (600 requests, rates 12 and 24/s): adaptive between -81% and
-+0.1% of kvcache_centric in every cell.
+A third cell is an overloaded 4P cluster. Criterion of issue 20: adaptive's average TTFT
+is never more than 2% above kvcache_centric's. Before the guarded choice, this test failed
+on the documents shape in the overloaded cell: adaptive 9.535 s vs 9.337 s (+2.1%; in
+another draw of the same shape +5.7%, 11.617 vs 10.993 s, from two decisions changed by a
+transfer correction of 0.45). An intermediate guard that let the learned model alone pick
+any plan that does not fetch more was 10.7% worse on sessions there (0.297 vs 0.269 s).
+Now the documents cell is 9.337 s for both, and over every cell we ran by hand (rates
+6-24/s, 4 and 16 instances, 10 and 100 Gbps, decode on and off) adaptive lies between
+-81% and +1.0% of kvcache_centric.
 """
 
 from __future__ import annotations
@@ -81,10 +87,12 @@ def mixed(n: int, rate: float, seed: int) -> list[TraceRequest]:
 SHAPES = {"sessions": sessions, "documents": documents, "mixed": mixed}
 
 
-def avg_ttft(trace: list[TraceRequest], policy: str, gbps: float, decode: bool) -> float:
+def avg_ttft(
+    trace: list[TraceRequest], policy: str, instances: int, gbps: float, decode: bool
+) -> float:
     cfg = SimConfig(
-        prefill_instances=16,
-        decode_instances=16,
+        prefill_instances=instances,
+        decode_instances=instances,
         simulate_decode=decode,
         node_bandwidth_bps=gbps * 1e9 / 8,
     )
@@ -92,10 +100,22 @@ def avg_ttft(trace: list[TraceRequest], policy: str, gbps: float, decode: bool) 
     return res.summary(cfg.conductor.ttft_slo_s, cfg.conductor.tbt_slo_s).avg_ttft_s
 
 
+CELLS = [
+    # (prefill instances, Gbps per node, decode on the NICs, requests/s)
+    (16, 10.0, True, 24.0),  # NIC contention the network model does not fully see
+    (16, 100.0, False, 24.0),
+    (4, 100.0, False, 12.0),  # overloaded: queues of seconds, documents shape at 11 s TTFT
+]
+
+
 @pytest.mark.parametrize("shape", sorted(SHAPES))
-@pytest.mark.parametrize(("gbps", "decode"), [(10.0, True), (100.0, False)])
-def test_adaptive_within_2pct_of_kvcache_centric(shape: str, gbps: float, decode: bool) -> None:
-    trace = SHAPES[shape](400, 24.0, seed=3)
-    kvc = avg_ttft(trace, "kvcache_centric", gbps, decode)
-    ada = avg_ttft(trace, "adaptive", gbps, decode)
-    assert ada <= kvc * 1.02, f"{shape} {gbps} Gbps decode={decode}: {ada:.3f} s vs {kvc:.3f} s"
+@pytest.mark.parametrize(("instances", "gbps", "decode", "rate"), CELLS)
+def test_adaptive_within_2pct_of_kvcache_centric(
+    shape: str, instances: int, gbps: float, decode: bool, rate: float
+) -> None:
+    trace = SHAPES[shape](500, rate, seed=1)
+    kvc = avg_ttft(trace, "kvcache_centric", instances, gbps, decode)
+    ada = avg_ttft(trace, "adaptive", instances, gbps, decode)
+    assert ada <= kvc * 1.02, (
+        f"{shape} {instances}P {gbps} Gbps decode={decode}: {ada:.3f} s vs {kvc:.3f} s"
+    )
