@@ -45,7 +45,7 @@ def _row(n: NicView) -> Row:
     name = f"{n.nic}/{n.iface}" if n.iface else n.nic
     err = Text(str(n.errors), style="red" if n.errors else "")
     cells = (
-        Text(n.node + flag, style=style),
+        Text(n.node, style=style),
         Text(name, style=style),
         gbps(n.te_tx_bps),
         gbps(n.te_rx_bps),
@@ -53,7 +53,11 @@ def _row(n: NicView) -> Row:
         gbps(n.os_rx_bps),
         pct(n.share),
         err,
-        Text(spark(n.history, TREND_WIDTH), style="green"),
+        # The flag takes the trend's cells: in the Node column it would widen the table
+        # past 80 columns (or, at a fixed width, cut the node's name).
+        Text(flag.strip(), style=style)
+        if flag
+        else Text(spark(n.history, TREND_WIDTH), style="green"),
     )
     return Row(
         key=f"{n.node}|{n.nic}",

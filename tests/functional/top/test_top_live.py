@@ -101,11 +101,17 @@ async def test_screens_switch_and_show_each_component(live):
         # Segments are named after their node; the client id may carry a suffix.
         assert sorted(r[0] for r in _cells(seg)) == ["store-a", "store-b"]
         assert sorted(r[1][:7] for r in _cells(seg)) == ["store-a", "store-b"]
+
         # ... and that id is shown whole at 80 columns (it was cut to `store-a-1`).
-        await pilot.pause(0.3)
-        shot = "\n".join(svg_text(app.export_screenshot()))
-        for s in app.view.store.segments:
-            assert re.search(rf"(?<!\S){re.escape(s.client)}(?!\S)", shot), (s.client, shot)
+        def ids_whole() -> bool:
+            shot = "\n".join(svg_text(app.export_screenshot()))
+            segments = app.view.store.segments if app.view else ()
+            return all(re.search(rf"(?<!\S){re.escape(s.client)}(?!\S)", shot) for s in segments)
+
+        try:
+            await _until(pilot, ids_whole, timeout=10)
+        except AssertionError:
+            raise AssertionError("\n".join(svg_text(app.export_screenshot()))) from None
         await pilot.press("3")
         assert app.current_mode == "scheduler"
         await pilot.press("4")

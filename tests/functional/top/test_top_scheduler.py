@@ -84,9 +84,13 @@ async def test_scheduler_screen_and_explain(conductor_and_audit):
         summary = str(app.screen.query_one("#sched-summary").render())
         assert "kvcache_centric" in summary and "6 total" in summary
         # Every request id on the screen is whole (80 columns), none cut to the prefix.
-        await pilot.pause(0.3)
-        screen = "\n".join(svg_text(app.export_screenshot()))
-        shown = re.findall(r"cmpl-19adf5c2a3b\S*", screen)
+        deadline = time.monotonic() + 10
+        while True:
+            await pilot.pause(0.2)
+            screen = "\n".join(svg_text(app.export_screenshot()))
+            shown = re.findall(r"cmpl-19adf5c2a3b\S*", screen)
+            if shown or time.monotonic() > deadline:
+                break
         assert shown, screen
         assert set(shown) <= {RID.format(i) for i in range(6)}, screen
         # Select the first request and open its explanation.
@@ -105,11 +109,17 @@ async def test_scheduler_screen_and_explain(conductor_and_audit):
         await pilot.pause(0.1)
         assert not isinstance(app.screen, ExplainScreen)
         # The filter searches every visible column, the result too.
+        assert app.view is not None
         admitted = [d for d in app.view.scheduler.last_decisions if d.admitted]
         assert admitted
         await pilot.press("slash", *"ok", "enter")
-        await pilot.pause(0.3)
-        assert decisions.row_count == len(admitted), screen
+        await _rows(pilot, decisions, len(admitted))
         await pilot.press("slash", "backspace", "backspace", "enter")
-        await pilot.pause(0.3)
-        assert decisions.row_count == 6
+        await _rows(pilot, decisions, 6)
+
+
+async def _rows(pilot, table: DecisionTable, n: int) -> None:
+    deadline = time.monotonic() + 10
+    while table.row_count != n and time.monotonic() < deadline:
+        await pilot.pause(0.1)
+    assert table.row_count == n, (table.filter_text, table.row_count, n)
