@@ -10,11 +10,40 @@ character across chunks.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
-from mooncake_core.worker.checkpoint import CheckpointError, GGUFCheckpoint
+from mooncake_core.config.models import ModelConfig
+from mooncake_core.worker.checkpoint import (
+    CheckpointError,
+    GGUFCheckpoint,
+    find_checkpoint,
+    open_checkpoint,
+)
+from mooncake_core.worker.tokenizer import ByteTokenizer
 
-__all__ = ["BPETokenizer", "IncrementalDecoder"]
+__all__ = ["BPETokenizer", "IncrementalDecoder", "TextTokenizer", "tokenizer_for"]
+
+
+class TextTokenizer(Protocol):
+    """What the front door needs of a tokenizer."""
+
+    eos: int
+
+    def encode(self, text: str, *, add_bos: bool = ...) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+
+def tokenizer_for(model: ModelConfig) -> ByteTokenizer | BPETokenizer:
+    """The checkpoint's tokenizer, or the byte tokenizer for the random model.
+
+    Raises:
+        CheckpointError: the checkpoint cannot be read.
+    """
+    if model.checkpoint is None:
+        return ByteTokenizer()
+    return BPETokenizer(open_checkpoint(find_checkpoint(model.checkpoint)))
+
 
 # llama.cpp's pre-tokenizer regexes by ``tokenizer.ggml.pre`` (digits split one by one
 # first for these, then GPT-2's split).
@@ -118,7 +147,7 @@ class IncrementalDecoder:
     later tokens finish are held back until then.
     """
 
-    def __init__(self, tokenizer: BPETokenizer) -> None:
+    def __init__(self, tokenizer: TextTokenizer) -> None:
         self._tok = tokenizer
         self._ids: list[int] = []
         self._emitted = 0

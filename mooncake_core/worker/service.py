@@ -41,6 +41,7 @@ from mooncake_core.telemetry import (
     serve_telemetry,
 )
 from mooncake_core.transfer import TransferEngine, TransferSnapshot
+from mooncake_core.worker.checkpoint import checkpoint_config
 from mooncake_core.worker.engine import EngineSnapshot, InferenceEngine
 from mooncake_core.worker.kv_stream import KVStreamError, StreamTarget
 from mooncake_core.worker.kvcache import CacheFullError
@@ -176,7 +177,8 @@ class WorkerService(pbg.WorkerServicer):
         options: WorkerServiceOptions,
         store_factory: Callable[[InferenceEngine], PrefixStore] | None = None,
     ) -> None:
-        self.cluster = cluster
+        # A checkpoint's shapes (layers, hidden, vocabulary...) replace the config's.
+        self.cluster = cluster.model_copy(update={"model": checkpoint_config(cluster.model)})
         self.options = options
         self.store_factory = store_factory
         self.store: PrefixStore | None = None

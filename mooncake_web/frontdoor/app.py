@@ -1,4 +1,5 @@
-"""FastAPI app: ``POST /v1/completions``, ``GET /v1/models``, ``GET /health``,
+"""FastAPI app: ``POST /v1/completions``, ``POST /v1/chat/completions`` (the model's chat
+template), ``GET /v1/models``, ``GET /health``,
 ``GET /telemetry`` and ``GET /metrics`` (docs/metrics.md)."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ import json
 import math
 import time
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -23,7 +24,7 @@ from mooncake_core.conductor.service import (
 )
 from mooncake_core.telemetry import telemetry_routes
 
-__all__ = ["CompletionBody", "create_app"]
+__all__ = ["ChatBody", "CompletionBody", "create_app"]
 
 
 class CompletionBody(BaseModel):
@@ -37,6 +38,44 @@ class CompletionBody(BaseModel):
     seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
     stream: bool = False
     stop_at_eos: bool = False
+
+
+class ChatMessage(BaseModel):
+    """One message of a chat (text content only)."""
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class StreamOptions(BaseModel):
+    """``stream_options``: ``include_usage`` adds a last chunk with the usage."""
+
+    include_usage: bool = False
+
+
+class ChatBody(BaseModel):
+    """Request body of ``POST /v1/chat/completions`` (the OpenAI fields we support)."""
+
+    model: str | None = None
+    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    max_tokens: Annotated[int | None, Field(ge=1, le=1 << 16)] = None
+    max_completion_tokens: Annotated[int | None, Field(ge=1, le=1 << 16)] = None
+    temperature: Annotated[float, Field(ge=0, le=100)] = 0.0
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+
+
+def _chat_prompt(tokenizer: Any, messages: list[ChatMessage]) -> str:
+    msgs = [{"role": m.role, "content": m.content} for m in messages]
+    if hasattr(tokenizer, "apply_chat_template"):
+        return str(tokenizer.apply_chat_template(msgs))
+    # The byte-level test model has no template: a plain transcript.
+    return "".join(f"{m['role']}: {m['content']}\n" for m in msgs) + "assistant: "
+
+
+def _finish(fd: Any, chunks: list[CompletionChunk]) -> str:
+    return "stop" if chunks[-1].token == fd.tokenizer.eos else "length"
 
 
 def _error(status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> Any:
@@ -171,7 +210,7 @@ def create_app(service: ConductorService) -> FastAPI:
                     "index": 0,
                     "text": fd.tokenizer.decode([c.token for c in chunks]),
                     "token_ids": [c.token for c in chunks],
-                    "finish_reason": "length",
+                    "finish_reason": _finish(fd, chunks),
                 }
             ],
             "usage": _usage(prompt_tokens, chunks),
@@ -183,8 +222,128 @@ def create_app(service: ConductorService) -> FastAPI:
             },
         }
 
+    @router.post("/v1/chat/completions")
+    async def chat_completions(body: ChatBody, request: Request) -> Any:
+        fd = front()
+        name = service.cluster.model.name
+        if body.model is not None and body.model != name:
+            return _error(404, "model_not_found", f"model {body.model!r} is not served here")
+        try:
+            prompt = _chat_prompt(fd.tokenizer, body.messages)
+            req = CompletionRequest(
+                prompt=prompt,
+                max_tokens=body.max_completion_tokens or body.max_tokens or 256,
+                temperature=body.temperature,
+                seed=body.seed,
+                stop_at_eos=True,
+            )
+        except ValueError as exc:
+            return _error(400, "invalid_request_error", str(exc))
+        rid = fd.new_request_id()
+        gen = fd.stream(req, rid)
+        started = await _first(gen)
+        if not isinstance(started, CompletionChunk):
+            return started
+        first = started
+        created = int(time.time())
+        prompt_tokens = len(fd.tokenizer.encode(prompt))
+        if body.stream:
+            usage = body.stream_options is not None and body.stream_options.include_usage
+            return _RequestStream(
+                gen,
+                _chat_sse(fd, first, gen, created, name, prompt_tokens, usage),
+                media_type="text/event-stream",
+                headers={"X-Request-Id": rid},
+            )
+        chunks = [first]
+        try:
+            async for ch in gen:
+                chunks.append(ch)
+        except ServingError as exc:
+            return _error(503, "serving_error", str(exc))
+        finally:
+            await gen.cancel()
+        return {
+            "id": rid,
+            "object": "chat.completion",
+            "created": created,
+            "model": name,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": fd.tokenizer.decode([c.token for c in chunks]),
+                    },
+                    "finish_reason": _finish(fd, chunks),
+                }
+            ],
+            "usage": _usage(prompt_tokens, chunks),
+        }
+
     app.include_router(router)
     return app
+
+
+async def _first(gen: CompletionStream) -> CompletionChunk | Any:
+    """The first chunk, or the error response for a request that produced none."""
+    try:
+        return await gen.__anext__()
+    except Rejected as exc:
+        retry = max(1, math.ceil(exc.retry_after_s))
+        return _error(429, "rejected", f"{exc.reason}: {exc.detail}", {"Retry-After": str(retry)})
+    except ValueError as exc:
+        return _error(400, "invalid_request_error", str(exc))
+    except ServingError as exc:
+        return _error(503, "serving_error", str(exc))
+    except StopAsyncIteration:
+        return _error(503, "serving_error", "no tokens produced")
+    except BaseException:
+        await gen.cancel()
+        raise
+
+
+async def _chat_sse(
+    fd: Any,
+    first: CompletionChunk,
+    gen: AsyncIterator[CompletionChunk],
+    created: int,
+    model: str,
+    prompt_tokens: int,
+    include_usage: bool,
+) -> AsyncIterator[bytes]:
+    chunks = [first]
+
+    def event(choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> bytes:
+        doc: dict[str, Any] = {
+            "id": first.request_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": choices,
+        }
+        if usage is not None:
+            doc["usage"] = usage
+        return f"data: {json.dumps(doc)}\n\n".encode()
+
+    def delta(ch: CompletionChunk, role: bool) -> bytes:
+        d: dict[str, Any] = {"content": ch.text}
+        if role:
+            d["role"] = "assistant"
+        finish = _finish(fd, chunks) if ch.finished else None
+        return event([{"index": 0, "delta": d, "finish_reason": finish}])
+
+    yield delta(first, True)
+    try:
+        async for ch in gen:
+            chunks.append(ch)
+            yield delta(ch, False)
+    except ServingError as exc:
+        err = {"error": {"type": "serving_error", "message": str(exc)}}
+        yield f"data: {json.dumps(err)}\n\n".encode()
+    if include_usage:
+        yield event([], _usage(prompt_tokens, chunks))
+    yield b"data: [DONE]\n\n"
 
 
 class _RequestStream(StreamingResponse):

@@ -44,6 +44,7 @@ from mooncake_core.conductor.hashing import BlockHasher
 from mooncake_core.conductor.scheduler import Conductor
 from mooncake_core.conductor.service.links import WorkerLink
 from mooncake_core.rpc import worker_pb2 as pb
+from mooncake_core.worker.bpe_tokenizer import IncrementalDecoder, TextTokenizer
 from mooncake_core.worker.tokenizer import ByteTokenizer
 
 if TYPE_CHECKING:
@@ -209,6 +210,7 @@ class FrontDoor:
         cpp_threshold: int = 0,
         cpp_chunk_tokens: int = 256,
         audit_wait_s: float = 2.0,
+        tokenizer: TextTokenizer | None = None,
     ) -> None:
         self.conductor = conductor
         self.links = links
@@ -221,7 +223,7 @@ class FrontDoor:
         self.cpp_threshold = cpp_threshold
         self.cpp_chunk_tokens = cpp_chunk_tokens
         self.audit_wait_s = audit_wait_s
-        self.tokenizer = ByteTokenizer()
+        self.tokenizer: TextTokenizer = tokenizer or ByteTokenizer()
         self.stats = FrontDoorStats()
         self._ids = itertools.count(1)
         self._boot = f"{int(time.time() * 1000):x}"
@@ -425,7 +427,10 @@ class FrontDoor:
             st.fetched_blocks += rep.fetched_blocks
             st.stored_blocks += rep.stored_blocks
             times = [now]
-            first_done = req.max_tokens == 1 or (req.stop_at_eos and rep.first_token == 257)
+            text = IncrementalDecoder(self.tokenizer)  # never splits a UTF-8 character
+            first_done = req.max_tokens == 1 or (
+                req.stop_at_eos and rep.first_token == self.tokenizer.eos
+            )
             try:
                 # The worker reserved the KV blocks at Prepare and the KV is in them now:
                 # the request decodes there (the Conductor's own estimate must not move it).
@@ -438,7 +443,7 @@ class FrontDoor:
             first = CompletionChunk(
                 rid,
                 rep.first_token,
-                self.tokenizer.decode([rep.first_token]),
+                text.push(rep.first_token) + (text.flush() if first_done else ""),
                 0,
                 first_done,
                 d.prefill,
@@ -474,7 +479,7 @@ class FrontDoor:
                         yield CompletionChunk(
                             rid,
                             ev.token,
-                            self.tokenizer.decode([ev.token]),
+                            text.push(ev.token) + (text.flush() if last else ""),
                             ev.index,
                             last,
                             d.prefill,

@@ -35,6 +35,8 @@ from mooncake_core.conductor.service.resync import StoreResync
 from mooncake_core.conductor.snapshot import ConductorSnapshot
 from mooncake_core.config.models import ClusterConfig
 from mooncake_core.telemetry import ComponentInfo, TelemetryRegistry
+from mooncake_core.worker.bpe_tokenizer import tokenizer_for
+from mooncake_core.worker.checkpoint import checkpoint_config
 
 if TYPE_CHECKING:
     from mooncake_core.conductor.audit.writer import AuditWriter, WriterSnapshot
@@ -125,7 +127,8 @@ class ConductorService:
     """
 
     def __init__(self, cluster: ClusterConfig, options: ConductorServiceOptions) -> None:
-        self.cluster = cluster
+        # A checkpoint's shapes (layers, hidden, vocabulary...) replace the config's.
+        self.cluster = cluster.model_copy(update={"model": checkpoint_config(cluster.model)})
         self.options = options
         self.conductor: Conductor | None = None
         self.audit: AuditWriter | None = None
@@ -209,6 +212,7 @@ class ConductorService:
             vocab_size=cl.model.vocab_size,
             cpp_threshold=opts.cpp_threshold,
             cpp_chunk_tokens=opts.cpp_chunk_tokens,
+            tokenizer=tokenizer_for(cl.model),
         )
         self.started_at = time.time()
         return self.front

@@ -89,7 +89,6 @@ def make_config(
         ],
         "conductor": {
             "http_port": next(ports),
-            "rpc_port": next(ports),
             **(conductor or {}),
         },
         "prefill_workers": [
@@ -162,11 +161,14 @@ def run_cluster(
     with_store: bool = True,
     conductor_args: tuple[str, ...] = (),
     secret: bytes | None = None,
+    ready_timeout_s: float = 60.0,
     **kwargs: Any,
 ) -> Iterator[Cluster]:
     """Start the cluster described by :func:`make_config` and stop it afterwards.
 
     With ``secret``, the config names a 0600 secret file and every component uses it.
+    ``ready_timeout_s`` bounds each worker's and the conductor's start (a real model
+    loads and self-profiles first).
     """
     from mooncake_core.worker.service import probe_worker
 
@@ -205,7 +207,8 @@ def run_cluster(
             start(w["name"], "worker", "decode", "--name", w["name"])
         for w in cfg["prefill_workers"] + cfg["decode_workers"]:
             addr = f"127.0.0.1:{w['rpc_port']}"
-            _wait(lambda a=addr: probe_worker(a, 0.5, secret), 60, w["name"], cl.procs, logs)
+            ready = ready_timeout_s
+            _wait(lambda a=addr: probe_worker(a, 0.5, secret), ready, w["name"], cl.procs, logs)
         start("conductor", "conductor", "serve", *conductor_args)
 
         def healthy() -> bool:
@@ -214,7 +217,7 @@ def run_cluster(
             except httpx.HTTPError:
                 return False
 
-        _wait(healthy, 60, "conductor", cl.procs, logs)
+        _wait(healthy, ready_timeout_s, "conductor", cl.procs, logs)
         yield cl
     finally:
         for name in reversed(list(cl.procs)):
