@@ -178,7 +178,7 @@ def _status_table(rows: list[ComponentStatus]) -> Table:
         "role",
         "host",
         "address",
-        "state",
+        "health",
         "pid",
         "version",
         "uptime",

@@ -46,7 +46,7 @@ def render_view(
 
     nodes = _table(
         f"Nodes ({view.nodes_up}/{len(view.nodes)} up)",
-        ("Name", "Role", "State", "Version", "Uptime", "Seen", "Detail"),
+        ("Name", "Role", "Health", "Version", "Uptime", "Seen", "Detail"),
     )
     for n in view.nodes:
         nodes.add_row(
@@ -81,7 +81,7 @@ def render_view(
             h.hostname, h.iface, gbps(h.tx_bps), gbps(h.rx_bps), str(h.errors), str(h.drops)
         )
     segs = _table(
-        "Store segments", ("Segment", "Node", "Tier", "State", "Capacity", "Used", "Keys")
+        "Store segments", ("Segment", "Client", "Tier", "State", "Capacity", "Used", "Keys")
     )
     for s in view.store.segments:
         segs.add_row(
@@ -111,7 +111,7 @@ def render_view(
         fitted(hosts, "Host", "Iface"),
         Text("Store", style="bold"),
         store_text(view.store),
-        fitted(segs, "Segment", "Node"),
+        fitted(segs, "Segment", "Client"),
         Text("Scheduler", style="bold"),
         scheduler_text(view.scheduler),
         fitted(dec, "Request", "Prefill", "Decode"),

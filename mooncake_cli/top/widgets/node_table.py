@@ -18,7 +18,7 @@ class NodeTable(SortableTable):
     COLUMNS = (
         Column("Name", 10, identity=True),
         Column("Role", 9),
-        Column("State", 5),
+        Column("Health", 6),
         Column("Version", 7),
         Column("Uptime", 6, descending=True),
         Column("Seen", 7),

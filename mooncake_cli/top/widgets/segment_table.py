@@ -1,4 +1,9 @@
-"""Store segments: tier, state, capacity, usage, objects."""
+"""Store segments: the client that mounted each, tier, state, capacity, usage, objects.
+
+Words as everywhere else: a segment's *state* is MOUNTED/DRAINING/DRAINED, its *client*
+the client id that mounted it (`node ls` prints the node name beside it), and a
+component's *health* is up/DOWN (the Nodes screen).
+"""
 
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ class SegmentTable(SortableTable):
 
     COLUMNS = (
         Column("Segment", 10, identity=True),
-        Column("Node", 9, identity=True),
+        Column("Client", 9, identity=True),
         Column("Tier", 4),
         Column("State", 8),
         Column("Cap", 6, descending=True),

@@ -157,9 +157,9 @@ SNAPSHOTS = {
     ),
     "2": (
         SegmentTable,
-        {"Node", "Use", "Used", "Keys"},  # Node: the client id may carry a pid suffix
+        {"Client", "Use", "Used", "Keys"},  # the client id may carry a pid suffix
         [
-            "Segment | Node | Tier | State | Cap | Used | Use | Keys",
+            "Segment | Client | Tier | State | Cap | Used | Use | Keys",
             "store-a | * | dram | MOUNTED | #.#M | * | * | *",
             "store-b | * | dram | MOUNTED | #.#M | * | * | *",
         ],
@@ -168,7 +168,7 @@ SNAPSHOTS = {
         NodeTable,
         {"Uptime", "Seen", "Poll", "Detail", "Version"},
         [
-            "Name | Role | State | Version | Uptime | Seen | Poll | Detail",
+            "Name | Role | Health | Version | Uptime | Seen | Poll | Detail",
             "master | master | up | * | * | * | * | *",
             "store-a | store | up | * | * | * | * | *",
             "store-b | store | up | * | * | * | * | *",
