@@ -11,6 +11,7 @@ import typer
 from .common import ConfigOption, JsonOption, err, fail, load, out, write_stdout
 
 if TYPE_CHECKING:
+    from rich.console import RenderableType
     from rich.table import Table
 
     from mooncake_core.cluster import ComponentStatus, Supervisor
@@ -152,9 +153,14 @@ def _foreground(sup: Supervisor) -> None:
 
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
-    with Live(_status_table(sup.status()), console=err, refresh_per_second=2) as live:
+    from .tables import fit
+
+    def table() -> RenderableType:
+        return fit(_status_table(sup.status()), STATUS_IDS, err.width, err)
+
+    with Live(table(), console=err, refresh_per_second=2) as live:
         while not stop.wait(1.0):
-            live.update(_status_table(sup.status()))
+            live.update(table())
     err.print("\nshutting down", highlight=False)
     sup.down()
 
