@@ -48,6 +48,9 @@ def start_conductor(tmp: Path, stop: threading.Event) -> tuple[TelemetryServer, 
     bs = cluster.hashing.block_size
     rng = random.Random(7)
 
+    # Request ids as the front door makes them: a long shared prefix (cmpl-<boot>-<n>).
+    boot = f"cmpl-{int(time.time() * 1000):x}"
+
     def feed() -> None:
         i = 0
         while not stop.is_set():
@@ -57,7 +60,7 @@ def start_conductor(tmp: Path, stop: threading.Event) -> tuple[TelemetryServer, 
             )
             with lock:
                 d = conductor.schedule(
-                    ScheduleRequest(f"req-{i:05d}", keys, len(keys) * bs + 3, 16), time.time()
+                    ScheduleRequest(f"{boot}-{i}", keys, len(keys) * bs + 3, 16), time.time()
                 )
             writer.submit_source(d)
             if i % 2 == 0 and d.admitted:
