@@ -11,8 +11,9 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictBool, StrictInt
 
 from mooncake_core.conductor.service import (
     CompletionChunk,
@@ -23,6 +24,7 @@ from mooncake_core.conductor.service import (
     ServingError,
 )
 from mooncake_core.telemetry import telemetry_routes
+from mooncake_web.frontdoor.stops import StopMatcher
 
 __all__ = ["ChatBody", "CompletionBody", "create_app"]
 
@@ -31,13 +33,15 @@ class CompletionBody(BaseModel):
     """Request body of ``POST /v1/completions`` (the OpenAI fields we support)."""
 
     model: str | None = None
-    prompt: str | list[int]
-    """Text (byte tokenizer, BOS first) or token ids."""
-    max_tokens: Annotated[int, Field(ge=1, le=1 << 16)] = 16
-    temperature: Annotated[float, Field(ge=0, le=100)] = 0.0
-    seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
-    stream: bool = False
-    stop_at_eos: bool = False
+    prompt: str | list[str] | list[StrictInt]
+    """Text, a list of texts (one choice each), or token ids."""
+    max_tokens: Annotated[StrictInt, Field(ge=1, le=1 << 16)] = 16
+    temperature: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = 0.0
+    seed: Annotated[StrictInt, Field(ge=0, le=2**63 - 1)] = 0
+    n: Annotated[StrictInt, Field(ge=1, le=16)] = 1
+    stop: str | Annotated[list[str], Field(max_length=4)] | None = None
+    stream: StrictBool = False
+    stop_at_eos: StrictBool = False
 
 
 class ChatMessage(BaseModel):
@@ -58,11 +62,13 @@ class ChatBody(BaseModel):
 
     model: str | None = None
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
-    max_tokens: Annotated[int | None, Field(ge=1, le=1 << 16)] = None
-    max_completion_tokens: Annotated[int | None, Field(ge=1, le=1 << 16)] = None
-    temperature: Annotated[float, Field(ge=0, le=100)] = 0.0
-    seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
-    stream: bool = False
+    max_tokens: Annotated[StrictInt | None, Field(ge=1, le=1 << 16)] = None
+    max_completion_tokens: Annotated[StrictInt | None, Field(ge=1, le=1 << 16)] = None
+    temperature: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = 0.0
+    seed: Annotated[StrictInt, Field(ge=0, le=2**63 - 1)] = 0
+    n: Annotated[StrictInt, Field(ge=1, le=16)] = 1
+    stop: str | Annotated[list[str], Field(max_length=4)] | None = None
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
 
 
@@ -98,6 +104,14 @@ def _usage(prompt_tokens: int, chunks: list[CompletionChunk]) -> dict[str, Any]:
 def create_app(service: ConductorService) -> FastAPI:
     """The front door app over a started :class:`ConductorService`."""
     app = FastAPI(title="mooncake conductor", docs_url=None, redoc_url=None)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> Any:
+        # OpenAI's shape and status for a malformed body (FastAPI's is 422 {"detail"}).
+        e = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
+        return _error(400, "invalid_request_error", f"{where}: {e.get('msg', 'invalid')}")
+
     router = APIRouter(tags=["front door"])
 
     def front() -> Any:
@@ -142,81 +156,80 @@ def create_app(service: ConductorService) -> FastAPI:
         fd = front()
         if body.model is not None and body.model != service.cluster.model.name:
             return _error(404, "model_not_found", f"model {body.model!r} is not served here")
+        name = service.cluster.model.name
+        stops = _stops(body.stop)
+        prompts: list[str | tuple[int, ...]]
+        if isinstance(body.prompt, str):
+            prompts = [body.prompt]
+        elif body.prompt and all(isinstance(x, str) for x in body.prompt):
+            prompts = [str(x) for x in body.prompt]
+        else:
+            prompts = [tuple(int(x) for x in body.prompt)]
+        reqs: list[CompletionRequest] = []
         try:
-            if isinstance(body.prompt, str):
-                req = CompletionRequest(
-                    prompt=body.prompt,
-                    max_tokens=body.max_tokens,
-                    temperature=body.temperature,
-                    seed=body.seed,
-                    stop_at_eos=body.stop_at_eos,
-                )
-            else:
-                req = CompletionRequest(
-                    token_ids=tuple(body.prompt),
-                    max_tokens=body.max_tokens,
-                    temperature=body.temperature,
-                    seed=body.seed,
-                    stop_at_eos=body.stop_at_eos,
-                )
+            for pr in prompts:
+                for k in range(body.n):
+                    text = pr if isinstance(pr, str) else None
+                    ids = pr if not isinstance(pr, str) else None
+                    reqs.append(
+                        CompletionRequest(
+                            prompt=text,
+                            token_ids=ids,
+                            max_tokens=body.max_tokens,
+                            temperature=body.temperature,
+                            seed=body.seed + k,
+                            stop_at_eos=body.stop_at_eos,
+                        )
+                    )
         except ValueError as exc:
             return _error(400, "invalid_request_error", str(exc))
-        rid = fd.new_request_id()
-        gen = fd.stream(req, rid)
-        try:
-            first = await gen.__anext__()
-        except Rejected as exc:
-            retry = max(1, math.ceil(exc.retry_after_s))
-            return _error(
-                429, "rejected", f"{exc.reason}: {exc.detail}", {"Retry-After": str(retry)}
-            )
-        except ValueError as exc:
-            return _error(400, "invalid_request_error", str(exc))
-        except ServingError as exc:
-            return _error(503, "serving_error", str(exc))
-        except StopAsyncIteration:
-            return _error(503, "serving_error", "no tokens produced")
-        except BaseException:
-            await gen.cancel()
-            raise
+        if body.stream and len(reqs) > 1:
+            return _error(400, "invalid_request_error", "stream supports one prompt and n=1 only")
         created = int(time.time())
-        prompt_tokens = (
-            len(req.token_ids)
-            if req.token_ids is not None
-            else len(fd.tokenizer.encode(req.prompt or ""))
-        )
         if body.stream:
+            req = reqs[0]
+            rid = fd.new_request_id()
+            gen = fd.stream(req, rid)
+            started = await _first(gen)
+            if not isinstance(started, CompletionChunk):
+                return started
             return _RequestStream(
                 gen,
-                _sse(first, gen, created, service.cluster.model.name, prompt_tokens),
+                _sse(fd, started, gen, created, name, _prompt_len(fd, req), stops),
                 media_type="text/event-stream",
                 headers={"X-Request-Id": rid},
             )
-        chunks = [first]
-        try:
-            async for ch in gen:
-                chunks.append(ch)
-        except ServingError as exc:
-            return _error(503, "serving_error", str(exc))
-        finally:
-            await gen.cancel()  # no-op when finished; stops it if this handler was cancelled
+        choices: list[dict[str, Any]] = []
+        usage: dict[str, Any] = {}
+        first: CompletionChunk | None = None
+        last: CompletionChunk | None = None
+        for i, req in enumerate(reqs):
+            got = await _collect(fd, req, stops)
+            if not isinstance(got, tuple):
+                return got
+            chunks, text, finish = got
+            first = first or chunks[0]
+            last = chunks[-1]
+            choices.append(
+                {
+                    "index": i,
+                    "text": text,
+                    "token_ids": [c.token for c in chunks],
+                    "finish_reason": finish,
+                }
+            )
+            _add_usage(usage, _usage(_prompt_len(fd, req), chunks))
+        assert first is not None and last is not None
         return {
-            "id": rid,
+            "id": first.request_id,
             "object": "text_completion",
             "created": created,
-            "model": service.cluster.model.name,
-            "choices": [
-                {
-                    "index": 0,
-                    "text": fd.tokenizer.decode([c.token for c in chunks]),
-                    "token_ids": [c.token for c in chunks],
-                    "finish_reason": _finish(fd, chunks),
-                }
-            ],
-            "usage": _usage(prompt_tokens, chunks),
+            "model": name,
+            "choices": choices,
+            "usage": usage,
             "timing": {
                 "ttft_s": first.ttft_s,
-                "tbt_s": chunks[-1].tbt_s,
+                "tbt_s": last.tbt_s,
                 "prefill": first.prefill,
                 "decode": first.decode,
             },
@@ -239,111 +252,59 @@ def create_app(service: ConductorService) -> FastAPI:
             )
         except ValueError as exc:
             return _error(400, "invalid_request_error", str(exc))
-        rid = fd.new_request_id()
-        gen = fd.stream(req, rid)
-        started = await _first(gen)
-        if not isinstance(started, CompletionChunk):
-            return started
-        first = started
+        stops = _stops(body.stop)
         created = int(time.time())
         prompt_tokens = len(fd.tokenizer.encode(prompt))
         if body.stream:
+            if body.n > 1:
+                return _error(400, "invalid_request_error", "stream supports n=1 only")
+            rid = fd.new_request_id()
+            gen = fd.stream(req, rid)
+            started = await _first(gen)
+            if not isinstance(started, CompletionChunk):
+                return started
             usage = body.stream_options is not None and body.stream_options.include_usage
             return _RequestStream(
                 gen,
-                _chat_sse(fd, first, gen, created, name, prompt_tokens, usage),
+                _chat_sse(fd, started, gen, created, name, prompt_tokens, usage, stops),
                 media_type="text/event-stream",
                 headers={"X-Request-Id": rid},
             )
-        chunks = [first]
-        try:
-            async for ch in gen:
-                chunks.append(ch)
-        except ServingError as exc:
-            return _error(503, "serving_error", str(exc))
-        finally:
-            await gen.cancel()
+        choices: list[dict[str, Any]] = []
+        total: dict[str, Any] = {}
+        rid0 = ""
+        for i in range(body.n):
+            one = CompletionRequest(
+                prompt=prompt,
+                max_tokens=req.max_tokens,
+                temperature=req.temperature,
+                seed=req.seed + i,
+                stop_at_eos=True,
+            )
+            got = await _collect(fd, one, stops)
+            if not isinstance(got, tuple):
+                return got
+            chunks, text, finish = got
+            rid0 = rid0 or chunks[0].request_id
+            choices.append(
+                {
+                    "index": i,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": finish,
+                }
+            )
+            _add_usage(total, _usage(prompt_tokens, chunks))
         return {
-            "id": rid,
+            "id": rid0,
             "object": "chat.completion",
             "created": created,
             "model": name,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {
-                        "role": "assistant",
-                        "content": fd.tokenizer.decode([c.token for c in chunks]),
-                    },
-                    "finish_reason": _finish(fd, chunks),
-                }
-            ],
-            "usage": _usage(prompt_tokens, chunks),
+            "choices": choices,
+            "usage": total,
         }
 
     app.include_router(router)
     return app
-
-
-async def _first(gen: CompletionStream) -> CompletionChunk | Any:
-    """The first chunk, or the error response for a request that produced none."""
-    try:
-        return await gen.__anext__()
-    except Rejected as exc:
-        retry = max(1, math.ceil(exc.retry_after_s))
-        return _error(429, "rejected", f"{exc.reason}: {exc.detail}", {"Retry-After": str(retry)})
-    except ValueError as exc:
-        return _error(400, "invalid_request_error", str(exc))
-    except ServingError as exc:
-        return _error(503, "serving_error", str(exc))
-    except StopAsyncIteration:
-        return _error(503, "serving_error", "no tokens produced")
-    except BaseException:
-        await gen.cancel()
-        raise
-
-
-async def _chat_sse(
-    fd: Any,
-    first: CompletionChunk,
-    gen: AsyncIterator[CompletionChunk],
-    created: int,
-    model: str,
-    prompt_tokens: int,
-    include_usage: bool,
-) -> AsyncIterator[bytes]:
-    chunks = [first]
-
-    def event(choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> bytes:
-        doc: dict[str, Any] = {
-            "id": first.request_id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "choices": choices,
-        }
-        if usage is not None:
-            doc["usage"] = usage
-        return f"data: {json.dumps(doc)}\n\n".encode()
-
-    def delta(ch: CompletionChunk, role: bool) -> bytes:
-        d: dict[str, Any] = {"content": ch.text}
-        if role:
-            d["role"] = "assistant"
-        finish = _finish(fd, chunks) if ch.finished else None
-        return event([{"index": 0, "delta": d, "finish_reason": finish}])
-
-    yield delta(first, True)
-    try:
-        async for ch in gen:
-            chunks.append(ch)
-            yield delta(ch, False)
-    except ServingError as exc:
-        err = {"error": {"type": "serving_error", "message": str(exc)}}
-        yield f"data: {json.dumps(err)}\n\n".encode()
-    if include_usage:
-        yield event([], _usage(prompt_tokens, chunks))
-    yield b"data: [DONE]\n\n"
 
 
 class _RequestStream(StreamingResponse):
@@ -365,42 +326,164 @@ class _RequestStream(StreamingResponse):
             await self._stream.cancel()
 
 
-async def _sse(
+async def _first(gen: CompletionStream) -> CompletionChunk | Any:
+    """The first chunk, or the error response for a request that produced none."""
+    try:
+        return await gen.__anext__()
+    except Rejected as exc:
+        retry = max(1, math.ceil(exc.retry_after_s))
+        return _error(429, "rejected", f"{exc.reason}: {exc.detail}", {"Retry-After": str(retry)})
+    except ValueError as exc:
+        return _error(400, "invalid_request_error", str(exc))
+    except ServingError as exc:
+        return _error(503, "serving_error", str(exc))
+    except StopAsyncIteration:
+        return _error(503, "serving_error", "no tokens produced")
+    except BaseException:
+        await gen.cancel()
+        raise
+
+
+def _add_usage(total: dict[str, Any], one: dict[str, Any]) -> None:
+    # Sums the counts of several choices (None, unknown, stays None only if all are).
+    for key, v in one.items():
+        if v is None:
+            total.setdefault(key, None)
+        else:
+            total[key] = (total.get(key) or 0) + v
+
+
+def _stops(stop: str | list[str] | None) -> list[str]:
+    if stop is None:
+        return []
+    return [stop] if isinstance(stop, str) else list(stop)
+
+
+def _prompt_len(fd: Any, req: CompletionRequest) -> int:
+    if req.token_ids is not None:
+        return len(req.token_ids)
+    return len(fd.tokenizer.encode(req.prompt or ""))
+
+
+async def _collect(
+    fd: Any, req: CompletionRequest, stops: list[str]
+) -> tuple[list[CompletionChunk], str, str] | Any:
+    """Run one request to its end: chunks, text (cut at a stop string), finish reason."""
+    gen = fd.stream(req, fd.new_request_id())
+    started = await _first(gen)
+    if not isinstance(started, CompletionChunk):
+        return started
+    chunks = [started]
+    m = StopMatcher(stops)
+    text = m.push(started.text)
+    try:
+        if not m.stopped:
+            async for ch in gen:
+                chunks.append(ch)
+                text += m.push(ch.text)
+                if m.stopped:
+                    break
+    except ServingError as exc:
+        return _error(503, "serving_error", str(exc))
+    finally:
+        await gen.cancel()  # stops a request cut by a stop string; no-op when finished
+    text += m.flush()
+    return chunks, text, "stop" if m.stopped else _finish(fd, chunks)
+
+
+async def _chat_sse(
+    fd: Any,
     first: CompletionChunk,
     gen: AsyncIterator[CompletionChunk],
     created: int,
     model: str,
     prompt_tokens: int,
+    include_usage: bool,
+    stops: list[str],
 ) -> AsyncIterator[bytes]:
     chunks = [first]
+    m = StopMatcher(stops)
 
-    def event(ch: CompletionChunk, usage: dict[str, Any] | None) -> bytes:
+    def event(choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> bytes:
+        doc: dict[str, Any] = {
+            "id": first.request_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": choices,
+        }
+        if usage is not None:
+            doc["usage"] = usage
+        return f"data: {json.dumps(doc)}\n\n".encode()
+
+    def delta(ch: CompletionChunk, role: bool) -> bytes:
+        text = m.push(ch.text)
+        if ch.finished and not m.stopped:
+            text += m.flush()
+        d: dict[str, Any] = {"content": text}
+        if role:
+            d["role"] = "assistant"
+        finish = "stop" if m.stopped else (_finish(fd, chunks) if ch.finished else None)
+        return event([{"index": 0, "delta": d, "finish_reason": finish}])
+
+    yield delta(first, True)
+    try:
+        if not m.stopped:
+            async for ch in gen:
+                chunks.append(ch)
+                yield delta(ch, False)
+                if m.stopped:
+                    break
+    except ServingError as exc:
+        err = {"error": {"type": "serving_error", "message": str(exc)}}
+        yield f"data: {json.dumps(err)}\n\n".encode()
+    if include_usage:
+        yield event([], _usage(prompt_tokens, chunks))
+    yield b"data: [DONE]\n\n"
+
+
+async def _sse(
+    fd: Any,
+    first: CompletionChunk,
+    gen: AsyncIterator[CompletionChunk],
+    created: int,
+    model: str,
+    prompt_tokens: int,
+    stops: list[str],
+) -> AsyncIterator[bytes]:
+    chunks = [first]
+    m = StopMatcher(stops)
+
+    def event(ch: CompletionChunk) -> bytes:
+        text = m.push(ch.text)
+        if ch.finished and not m.stopped:
+            text += m.flush()
+        done = ch.finished or m.stopped
+        finish = "stop" if m.stopped else (_finish(fd, chunks) if ch.finished else None)
         doc: dict[str, Any] = {
             "id": ch.request_id,
             "object": "text_completion",
             "created": created,
             "model": model,
             "choices": [
-                {
-                    "index": 0,
-                    "text": ch.text,
-                    "token_ids": [ch.token],
-                    "finish_reason": "length" if ch.finished else None,
-                }
+                {"index": 0, "text": text, "token_ids": [ch.token], "finish_reason": finish}
             ],
         }
         if ch.ttft_s is not None:
             doc["timing"] = {"ttft_s": ch.ttft_s, "prefill": ch.prefill, "decode": ch.decode}
-        if usage is not None:
-            doc["usage"] = usage
+        if done:
+            doc["usage"] = _usage(prompt_tokens, chunks)
             doc.setdefault("timing", {})["tbt_s"] = ch.tbt_s
         return f"data: {json.dumps(doc)}\n\n".encode()
 
-    yield event(first, _usage(prompt_tokens, chunks) if first.finished else None)
+    yield event(first)
     try:
-        async for ch in gen:
-            chunks.append(ch)
-            yield event(ch, _usage(prompt_tokens, chunks) if ch.finished else None)
+        if not m.stopped:
+            async for ch in gen:
+                chunks.append(ch)
+                yield event(ch)
+                if m.stopped:
+                    break
     except ServingError as exc:
         err = {"error": {"type": "serving_error", "message": str(exc)}}
         yield f"data: {json.dumps(err)}\n\n".encode()

@@ -192,6 +192,8 @@ class FrontDoor:
         cpp_threshold: prompts longer than this run on a 2-stage CPP group (the chosen
             prefill instance and the next one in config order); 0 disables CPP.
         cpp_chunk_tokens: CPP chunk size.
+        tokenizer: the model's tokenizer (default the byte tokenizer).
+        max_seq_len: prompt + max_tokens above this is refused (ValueError).
         audit_wait_s: longest wait for the audit row of a decision (or an outcome) to be
             committed before the request goes on.
     """
@@ -211,6 +213,7 @@ class FrontDoor:
         cpp_chunk_tokens: int = 256,
         audit_wait_s: float = 2.0,
         tokenizer: TextTokenizer | None = None,
+        max_seq_len: int | None = None,
     ) -> None:
         self.conductor = conductor
         self.links = links
@@ -224,6 +227,7 @@ class FrontDoor:
         self.cpp_chunk_tokens = cpp_chunk_tokens
         self.audit_wait_s = audit_wait_s
         self.tokenizer: TextTokenizer = tokenizer or ByteTokenizer()
+        self.max_seq_len = max_seq_len
         self.stats = FrontDoorStats()
         self._ids = itertools.count(1)
         self._boot = f"{int(time.time() * 1000):x}"
@@ -323,6 +327,13 @@ class FrontDoor:
         vocab = self.vocab_size
         if any(not 0 <= t < vocab for t in tokens):
             raise ValueError(f"token ids must be in [0, {vocab})")
+        limit = self.max_seq_len
+        if limit is not None and len(tokens) + req.max_tokens > limit:
+            # Can never fit: refused now (400), not admitted to fail after decoding.
+            raise ValueError(
+                f"prompt ({len(tokens)} tokens) + max_tokens ({req.max_tokens}) exceeds"
+                f" the model's max_seq_len ({limit})"
+            )
         keys = tuple(self.hasher.block_keys(tokens))
         self.stats.requests += 1
         for role in ("prefill", "decode"):

@@ -213,6 +213,7 @@ class ConductorService:
             cpp_threshold=opts.cpp_threshold,
             cpp_chunk_tokens=opts.cpp_chunk_tokens,
             tokenizer=tokenizer_for(cl.model),
+            max_seq_len=cl.model.max_seq_len,
         )
         self.started_at = time.time()
         return self.front

