@@ -434,6 +434,28 @@ ROWS = (
 )
 
 
+def _parse(report: Path) -> dict[str, list[tuple[str, str]]]:
+    """Results by ``file::name`` from a pytest junit XML report."""
+    results: dict[str, list[tuple[str, str]]] = {}
+    for case in ET.parse(report).getroot().iter("testcase"):
+        mod = case.get("classname", "").replace(".", "/") + ".py"
+        name = case.get("name", "").split("[")[0]
+        status, why = "passed", ""
+        for child in case:
+            if child.tag == "skipped":
+                msg = child.get("message", "")
+                status = (
+                    "xfailed"
+                    if child.get("type") == "pytest.xfail" or "xfail" in msg
+                    else "skipped"
+                )
+                why = msg
+            elif child.tag in ("failure", "error"):
+                status, why = "failed", child.get("message", "")
+        results.setdefault(f"{mod}::{name}", []).append((status, why))
+    return results
+
+
 def _run(report: Path, soak: Path) -> tuple[dict[str, list[tuple[str, str]]], float]:
     ids = sorted({t.split("::")[0] + "::" + t.split("::")[1] for row in ROWS for t in row.tests})
     # Collect by file, select by keyword: parametrized ids are covered without listing params.
@@ -457,24 +479,7 @@ def _run(report: Path, soak: Path) -> tuple[dict[str, list[tuple[str, str]]], fl
     t0 = time.monotonic()
     subprocess.run(cmd, cwd=ROOT, env=env, check=False)
     took = time.monotonic() - t0
-    results: dict[str, list[tuple[str, str]]] = {}
-    for case in ET.parse(report).getroot().iter("testcase"):
-        mod = case.get("classname", "").replace(".", "/") + ".py"
-        name = case.get("name", "").split("[")[0]
-        status, why = "passed", ""
-        for child in case:
-            if child.tag == "skipped":
-                msg = child.get("message", "")
-                status = (
-                    "xfailed"
-                    if child.get("type") == "pytest.xfail" or "xfail" in msg
-                    else "skipped"
-                )
-                why = msg
-            elif child.tag in ("failure", "error"):
-                status, why = "failed", child.get("message", "")
-        results.setdefault(f"{mod}::{name}", []).append((status, why))
-    return results, took
+    return _parse(report), took
 
 
 def _outcome(row: Row, results: dict[str, list[tuple[str, str]]]) -> tuple[str, bool]:
@@ -539,10 +544,23 @@ def render(results: dict[str, list[tuple[str, str]]], soak: Path, took: float) -
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="run only; exit 1 if a row fails")
+    ap.add_argument(
+        "--from-junit",
+        type=Path,
+        metavar="XML",
+        help="render from the junit report of a run that included every row's tests "
+        "(e.g. the full suite with MOONCAKE_SOAK_REPORT set) instead of running them",
+    )
+    ap.add_argument("--soak", type=Path, help="with --from-junit: that run's soak report")
+    ap.add_argument("--took", type=float, default=0.0, help="with --from-junit: its seconds")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        report, soak = Path(tmp) / "junit.xml", Path(tmp) / "soak.json"
-        results, took = _run(report, soak)
+        if args.from_junit is not None:
+            soak = args.soak or Path(tmp) / "soak.json"
+            results, took = _parse(args.from_junit), args.took
+        else:
+            report, soak = Path(tmp) / "junit.xml", Path(tmp) / "soak.json"
+            results, took = _run(report, soak)
         table, ok = render(results, soak, took)
     if not args.check:
         text = DOC.read_text()
