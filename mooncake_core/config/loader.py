@@ -95,7 +95,11 @@ def parse_yaml(text: str) -> Any:
     Raises:
         ValueError: the first problem, in one line.
     """
-    loader = _BoundedLoader(text)
+    try:
+        # The reader checks the characters already when the loader is built.
+        loader = _BoundedLoader(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"not valid YAML: {_first_line(exc)}") from None
     try:
         return loader.get_single_data()
     except _Limit as exc:
