@@ -167,3 +167,18 @@ def remove_shm_of(pid: int) -> None:
     for path in glob.glob(f"/dev/shm/mooncake-{pid}-*"):
         with contextlib.suppress(OSError):
             os.unlink(path)
+
+
+def get_retrying(client: Any, key: str, timeout: float = 15.0) -> bytes:
+    """``client.get(key)``, retried while the master answers UNAVAILABLE (restarting)."""
+    from mooncake_core.store.errors import UnavailableError
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            data: bytes = client.get(key)
+            return data
+        except UnavailableError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)

@@ -10,28 +10,22 @@ from pathlib import Path
 
 import pytest
 import yaml
-from durability_proc_support import free_port, remove_shm_of, start_master, start_node
+from durability_proc_support import (
+    free_port,
+    get_retrying,
+    remove_shm_of,
+    start_master,
+    start_node,
+)
 
 from mooncake_core.config.models import MasterConfig
 from mooncake_core.store import ReplicateConfig
 from mooncake_core.store.client import Client
 from mooncake_core.store.client_options import ClientOptions
-from mooncake_core.store.errors import UnavailableError
 
 pytestmark = [pytest.mark.integration]
 
 MASTER = {"client_ttl_s": 5.0, "heartbeat_interval_s": 0.5, "unmount_grace_s": 0.5}
-
-
-def _get_retrying(c: Client, key: str, timeout: float = 15.0) -> bytes:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return c.get(key)
-        except UnavailableError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
 
 
 def test_objects_read_back_byte_identical_after_master_sigkill(tmp_path: Path) -> None:
@@ -54,7 +48,7 @@ def test_objects_read_back_byte_identical_after_master_sigkill(tmp_path: Path) -
             master = start_master(tmp_path, MASTER, flags, port=port)
             assert "restored 40 objects, 2 segments" in master.text()
             for key, data in written.items():
-                assert _get_retrying(c, key) == data, key
+                assert get_retrying(c, key) == data, key
             # Longer than client_ttl_s: the nodes keep heartbeating the restarted master.
             time.sleep(6)
             for key, data in written.items():

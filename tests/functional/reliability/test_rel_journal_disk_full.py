@@ -26,14 +26,20 @@ import yaml
 
 # The master/node launchers with a journal live with the durability tests.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "durability"))
-from durability_proc_support import health, remove_shm_of, start_master, start_node
+from durability_proc_support import (
+    get_retrying,
+    health,
+    remove_shm_of,
+    start_master,
+    start_node,
+)
 from faults import SmallDisk, kill9
 
 from mooncake_core.config.models import MasterConfig
 from mooncake_core.store import ReplicateConfig
 from mooncake_core.store.client import Client
 from mooncake_core.store.client_options import ClientOptions
-from mooncake_core.store.errors import NotFoundError, StoreError, UnavailableError
+from mooncake_core.store.errors import NotFoundError, StoreError
 
 pytestmark = [pytest.mark.integration]
 
@@ -51,17 +57,6 @@ def _snapshot(master: Any) -> dict[str, Any]:
     with urllib.request.urlopen(master.metrics_url + "/snapshot", timeout=5) as r:
         data: dict[str, Any] = json.loads(r.read())
         return data
-
-
-def _get_retrying(c: Client, key: str, timeout: float = 20.0) -> bytes:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return c.get(key)
-        except UnavailableError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
 
 
 def test_rel_journal_disk_full_then_room_then_sigkill(tmp_path: Path) -> None:
@@ -173,7 +168,7 @@ def test_rel_journal_disk_full_then_room_then_sigkill(tmp_path: Path) -> None:
             wrong = missing = 0
             for key in sorted(acked):
                 try:
-                    got = _get_retrying(c, key)
+                    got = get_retrying(c, key, timeout=20.0)
                 except NotFoundError:
                     missing += 1
                     continue
@@ -183,7 +178,7 @@ def test_rel_journal_disk_full_then_room_then_sigkill(tmp_path: Path) -> None:
             failed_state: dict[str, int] = {"intact": 0, "gone": 0, "wrong": 0}
             for key in remove_failed:
                 try:
-                    got = _get_retrying(c, key)
+                    got = get_retrying(c, key, timeout=20.0)
                     failed_state["intact" if got == _value(key) else "wrong"] += 1
                 except NotFoundError:
                     failed_state["gone"] += 1
