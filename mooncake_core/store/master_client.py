@@ -17,7 +17,6 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -662,10 +661,7 @@ class MasterClient:
             # Subscribe at the current leader (a resubscription after a failover must
             # not go back to the dead one). A new leader's seq starts again at 0:
             # resynchronise with ListKeys after WatchStarted, as after any resubscribe.
-            with contextlib.suppress(StoreError):
-                address = await self._resolver()
-                if address != self.address:
-                    await self._switch(address)
+            await self._follow_leader()
         call = self._stub.WatchEvents(pb.WatchEventsRequest(), metadata=self._metadata)
         try:
             async for msg in call:

@@ -118,7 +118,7 @@ def _read_all(path: Path, tmp: Path, digests: dict[str, str]) -> dict[str, str]:
 def test_leader_kill_and_pause_through_cluster_up_lose_nothing(
     ha_cluster: tuple[Path, dict[str, Any]], tmp_path: Path
 ) -> None:
-    path, cfg = ha_cluster
+    path, _ = ha_cluster
     only = ["--only", "etcd", "--only", "master", "--only", "store"]
     up = cli("cluster", "up", "-c", str(path), "--detach", *only, timeout=180)
     assert up.returncode == 0, up.stderr
@@ -169,4 +169,3 @@ def test_leader_kill_and_pause_through_cluster_up_lose_nothing(
         _wait(f"round {round_}: {old} back as a caught-up follower", back_as_follower, 60)
         timings[f"{fault}: old leader back as follower"] = time.monotonic() - t0
     print("failover timings:", json.dumps({k: round(v, 2) for k, v in timings.items()}))
-    write_config(path, cfg)
