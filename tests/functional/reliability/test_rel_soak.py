@@ -81,7 +81,7 @@ def _run(c: Cluster, w: Worker, deadline: float, t0: float) -> None:
                 else:
                     key = rng.choice(list(w.acked))
                     s = time.monotonic()
-                    # force: a read leases the object for lease_ttl_s (10 s), so a plain
+                    # force: a read leases the object for lease_ttl_s (2 s here), so a plain
                     # remove is refused; only this thread reads its keys, one at a time,
                     # so no read is in flight here.
                     cl.remove(key, force=True)
@@ -104,7 +104,11 @@ def _pct(xs: list[float], q: float) -> float:
 
 @pytest.fixture
 def soak_cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = start_cluster(tmp_path)
+    # A forced remove of an object read within lease_ttl_s keeps its range held until
+    # that lease ends (a reader may still be copying it). The default 10 s lease times
+    # this churn holds more than the 2 x 64 MiB, and the master would evict live keys
+    # for room; a 2 s lease keeps the nodes from filling up, as the soak assumes.
+    c = start_cluster(tmp_path, master_settings={"lease_ttl_s": 2.0})
     yield c
     c.close()
 

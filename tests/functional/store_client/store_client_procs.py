@@ -131,14 +131,21 @@ class Cluster:
 
 
 def start_cluster(
-    tmp: Path, nodes: tuple[str, ...] = ("n0", "n1"), secret: bytes | None = None
+    tmp: Path,
+    nodes: tuple[str, ...] = ("n0", "n1"),
+    secret: bytes | None = None,
+    master_settings: dict[str, object] | None = None,
 ) -> Cluster:
     """A real master (TEST_MASTER settings) and one node per name, started in parallel.
 
     With ``secret`` the config names a secret file: master, nodes and the CLI use it.
+    ``master_settings``: master config fields on top of TEST_MASTER.
     """
     cfg = tmp / "mooncake.yaml"
-    doc: dict[str, object] = {"state_dir": str(tmp), "master": TEST_MASTER}
+    doc: dict[str, object] = {
+        "state_dir": str(tmp),
+        "master": {**TEST_MASTER, **(master_settings or {})},
+    }
     if secret is not None:
         sf = tmp / "secret"
         sf.write_bytes(secret)
