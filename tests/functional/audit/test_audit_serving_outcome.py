@@ -6,8 +6,9 @@ conductor's audit database file says how each one ended.
 - rejected by admission (HTTP 429 ``decode_full``): the only decode slot is taken;
 - rejected after admission (HTTP 429 ``decode_kv_full``): the prompt needs more KV
   blocks than the decode pool has (Prepare answers RESOURCE_EXHAUSTED);
-- failed (HTTP 503): the prompt does not fit the model's ``max_seq_len``, so the decode
-  worker refuses it at Prepare (before any capacity check: it could never run);
+- failed: the decode worker is SIGKILLed after the first streamed token (the client
+  gets an SSE error event). A prompt that does not fit ``max_seq_len`` is refused
+  with 400 before scheduling and has no decision row;
 - cancelled: a streaming client goes away after the first token.
 """
 
@@ -40,7 +41,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
     tmp = tmp_path_factory.mktemp("audit_outcome")
     # early_reject judges the decode load now: with one decode slot (max_batch 1) taken,
     # the next request is rejected before prefill. The conductor counts slots, not KV
-    # blocks, so an over-long prompt is admitted and refused by the decode worker.
+    # blocks, so a prompt larger than the decode pool is admitted and refused at Prepare.
     with run_cluster(
         tmp,
         with_store=False,
@@ -68,6 +69,32 @@ def _rows(db: Path) -> dict[str, tuple[Any, ...]]:
         return {r[0]: r for r in con.execute(q)}
 
 
+def _stream_then_kill_decode(cl: Cluster) -> str:
+    """Start a long stream, SIGKILL the decode worker after its first token; its id."""
+    body = {"prompt": "fail me", "max_tokens": 500, "stream": True}
+    deadline = time.monotonic() + 20
+    with httpx.Client(timeout=60) as c:
+        while True:  # the cancelled stream's slot is given back a moment after it ends
+            resp = c.send(
+                c.build_request("POST", cl.url + "/v1/completions", json=body), stream=True
+            )
+            if resp.status_code == 200 or time.monotonic() > deadline:
+                break
+            resp.close()
+            time.sleep(0.2)
+        try:
+            assert resp.status_code == 200, resp.read()
+            request_id = resp.headers["X-Request-Id"]
+            lines = resp.iter_lines()
+            next(lines)
+            cl.procs["decode-0"].kill()
+            rest = "\n".join(lines)
+            assert "error" in rest, rest[-500:]
+        finally:
+            resp.close()
+    return request_id
+
+
 def test_every_way_a_request_ends_is_in_the_audit_file(cluster: Cluster) -> None:
     # completed
     r = _post(cluster, "hello audit")
@@ -79,9 +106,9 @@ def test_every_way_a_request_ends_is_in_the_audit_file(cluster: Cluster) -> None
     assert r.status_code == 429, r.text
     assert r.json()["error"]["message"].startswith("decode_kv_full")
 
-    # admitted, then failed: the decode worker refuses a request the model cannot hold
+    # a prompt the model cannot hold is refused before any scheduling (no decision)
     r = _post(cluster, [66] * TOO_LONG_TOKENS)
-    assert r.status_code == 503, r.text
+    assert r.status_code == 400 and "max_seq_len" in r.text, r.text
 
     # a stream holds the only decode slot: the next request is rejected by admission;
     # then the client goes away mid-stream
@@ -104,6 +131,9 @@ def test_every_way_a_request_ends_is_in_the_audit_file(cluster: Cluster) -> None
         finally:
             resp.close()
 
+    # admitted, then failed: the decode worker dies after the first streamed token
+    failed_id = _stream_then_kill_decode(cluster)
+
     db = Path(cluster.config["state_dir"]) / "audit.db"
     deadline = time.monotonic() + 15
     rows: dict[str, tuple[Any, ...]] = {}
@@ -123,9 +153,9 @@ def test_every_way_a_request_ends_is_in_the_audit_file(cluster: Cluster) -> None
     assert (kv_full[2], kv_full[3]) == (1, "rejected")
     assert kv_full[4].startswith("decode_kv_full: RESOURCE_EXHAUSTED")
 
-    failed = by_len[TOO_LONG_TOKENS]
+    failed = rows[failed_id]
     assert (failed[2], failed[3]) == (1, "failed")
-    assert "max_seq_len" in failed[4]
+    assert "decode" in failed[4], failed[4]
 
     held = rows[held_id]
     assert (held[2], held[3]) == (1, "cancelled")
