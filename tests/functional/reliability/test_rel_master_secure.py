@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -109,13 +110,22 @@ def _errors(resp: Any) -> list[Any]:
     return out
 
 
-def _undrain_real_node(channel: grpc.Channel) -> None:
-    """Undo a fuzzed DrainSegment of the real node: an authenticated caller may drain it
-    (short names like "n0" are common fuzz strings) and the master rightly obeys."""
-    r = _rpc(channel, "UndrainSegment")(
-        pb.SegmentRequest(name="n0"), metadata=auth_metadata(SECRET), timeout=10
-    )
-    assert r.error.code == ErrorCode.OK, r.error.message
+def _undrain_real_node(channel: grpc.Channel, timeout: float = 30.0) -> None:
+    """Undo a fuzzed DrainSegment or UnmountSegment of the real node: an authenticated
+    caller may drain or unmount it (short names like "n0" are common fuzz strings) and the
+    master rightly obeys. An unmounted (or, on a loaded machine, expired) segment comes back
+    when the node's heartbeat finds the master forgot it and remounts; until then it is
+    UNMOUNTING or unknown, and the call is repeated."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = _rpc(channel, "UndrainSegment")(
+            pb.SegmentRequest(name="n0"), metadata=auth_metadata(SECRET), timeout=10
+        )
+        if r.error.code == ErrorCode.OK:
+            return
+        retry = r.error.code in (ErrorCode.INVALID_STATE, ErrorCode.SEGMENT_NOT_FOUND)
+        assert retry and time.monotonic() < deadline, r.error.message
+        time.sleep(0.25)
 
 
 def test_rel_master_healthy_after_fuzzing(secure: Cluster, channel: grpc.Channel) -> None:
@@ -144,8 +154,9 @@ def test_rel_master_refuses_and_counts_missing_and_wrong_tokens(
     assert _auth_failures(secure, rpc) == before + 3
 
 
-def test_rel_secret_and_token_never_logged(secure: Cluster) -> None:
+def test_rel_secret_and_token_never_logged(secure: Cluster, channel: grpc.Channel) -> None:
     # Exercise failures that log (refused calls, bad requests) before grepping.
+    _undrain_real_node(channel)
     with make_client(secure, secret=SECRET, transport="tcp") as c:
         c.put("rel/leak", b"x" * 4096, ON_N0)
         assert c.get("rel/leak") == b"x" * 4096
