@@ -12,6 +12,11 @@ Every tool acts on real processes or real kernel objects; nothing is simulated:
 - ``FakeClock()``: libfaketime for a spawned process; ``jump(s)`` moves its wall and
   monotonic clocks at once (a clock step, an NTP jump, a resumed VM).
 - ``partition(pair, link)``: cut one veth link of a ``tests.netns_util`` rig, and heal.
+- ``CutProxy(port)``: a loopback TCP forwarder to ``port``; ``cut()`` partitions
+  whoever dials it from that port (silence, bytes held as by a dead link), ``heal()``
+  forwards again. For one process's link to one server (a master cut off from etcd
+  while its clients still reach it), where a network namespace would move the clients
+  too.
 
 Root-only tools skip the test (``pytest.skip``) with the reason when they cannot work.
 """
@@ -20,10 +25,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import selectors
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -197,6 +205,105 @@ def partition(pair: Any, link: int = 0) -> Iterator[None]:
         yield
     finally:
         pair.link_up(link)
+
+
+class CutProxy:
+    """Forward loopback TCP from ``self.port`` to ``target_port``; cut and heal the link.
+
+    While cut, the proxy reads and accepts nothing: what either side sends stays in the
+    kernel's socket buffers and nobody answers, as over a link that drops every packet
+    (a connection attempt completes in the kernel's backlog, then hears nothing). Once
+    healed, held bytes flow again, as TCP's retransmissions would deliver them.
+    """
+
+    def __init__(self, target_port: int) -> None:
+        self.target = ("127.0.0.1", target_port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self._listener, selectors.EVENT_READ)
+        self._peer: dict[socket.socket, socket.socket] = {}
+        self._cut = threading.Event()
+        self._parked = threading.Event()  # the loop saw the cut: nothing moves now
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"cut-proxy-{self.port}")
+        self._thread.daemon = True
+        self._thread.start()
+
+    @property
+    def is_cut(self) -> bool:
+        return self._cut.is_set()
+
+    def cut(self) -> None:
+        """Cut the link; once this returns, not one more byte is forwarded."""
+        self._parked.clear()
+        self._cut.set()
+        if not self._parked.wait(5):
+            raise AssertionError("the proxy did not stop forwarding within 5 s")
+
+    def heal(self) -> None:
+        self._cut.clear()
+
+    def _close(self, s: socket.socket) -> None:
+        for one in (s, self._peer.pop(s, None)):
+            if one is None:
+                continue
+            self._peer.pop(one, None)
+            with contextlib.suppress(KeyError, ValueError):
+                self._sel.unregister(one)
+            one.close()
+
+    def _accept(self) -> None:
+        c, _ = self._listener.accept()
+        try:
+            u = socket.create_connection(self.target, timeout=2)
+        except OSError:
+            c.close()
+            return
+        for one, other in ((c, u), (u, c)):
+            one.settimeout(5)  # a send to a peer that stopped reading gives up
+            self._peer[one] = other
+            self._sel.register(one, selectors.EVENT_READ)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if self._cut.is_set():
+                self._parked.set()
+                time.sleep(0.02)
+                continue
+            for key, _ in self._sel.select(0.05):
+                if self._cut.is_set():
+                    break  # the rest waits in the kernel until heal()
+                s = key.fileobj
+                assert isinstance(s, socket.socket)
+                if s is self._listener:
+                    self._accept()
+                    continue
+                if s not in self._peer:
+                    continue  # closed earlier in this round
+                try:
+                    data = s.recv(1 << 16)
+                    if data:
+                        self._peer[s].sendall(data)
+                except OSError:
+                    data = b""
+                if not data:
+                    self._close(s)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._cut.clear()
+        self._thread.join(5)
+        for s in list(self._peer):
+            self._close(s)
+        self._sel.close()
+        self._listener.close()
+
+    def __enter__(self) -> CutProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class SlowDisk:

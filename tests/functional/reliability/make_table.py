@@ -202,17 +202,24 @@ ROWS = (
     ),
     Row(
         "fault",
-        "randomized, HA: leader paused / killed, masters cut off from etcd",
-        "real etcd + 3 `--ha` masters (lease 2 s), 3 nodes, 4 client threads on `etcd://`; a "
-        "seeded nemesis pauses the leader 0.3-6 s (shorter than and past the lease), SIGKILLs it, "
-        "SIGSTOPs etcd for less than the lease, pauses/kills a node; one at a time, healed; "
-        "45 s in CI",
-        "checker: 0 lost acknowledged writes, 0 wrong or stale reads (seeds 1-3). Found and "
+        "randomized, HA: leader paused / killed / partitioned from etcd",
+        "real etcd + 3 `--ha` masters (lease 2 s), each reaching etcd through its own TCP proxy, "
+        "3 nodes, 4 client threads on `etcd://`; a seeded nemesis pauses the leader 0.3-6 s "
+        "(shorter than and past the lease), SIGKILLs it, cuts one master's (mostly the "
+        "leader's) link to etcd for 0.3-6 s while clients still reach it, SIGSTOPs etcd for less "
+        "than the lease, pauses/kills a node; one at a time, healed; 45 s in CI. Directed: the "
+        "leader cut from etcd is sent a put and polled with reads",
+        "checker: 0 lost acknowledged writes, 0 wrong or stale reads (seeds 1-3; with "
+        "partitions: 1397150341 at 45 s, 992209945 and 70048146 at 90 s, 3-8 partitions each). "
+        "The cut-off leader acknowledges no put, serves no read past its lease or after the new "
+        "leader removed the key, and exits 3 by itself. Found and "
         "fixed: a call resent after a leader switch answered as if definite (a resent Remove "
         "'not found' after the first attempt removed the key; a resent PutStart 'exists' "
         "because of its own unfinished first attempt): now UNAVAILABLE, outcome unknown",
         (
             R + "test_rel_jepsen.py::test_rel_jepsen_ha_leader_faults_lose_nothing",
+            R + "test_rel_ha_partition.py::"
+            "test_leader_cut_off_from_etcd_acknowledges_nothing_and_serves_no_stale_read",
             "tests/unit/store_client/test_store_client_resend.py::test_resent_put_start_answered_exists_is_indeterminate",
             "tests/unit/store_client/test_store_client_resend.py::test_resent_remove_answered_not_found_is_indeterminate",
         ),
@@ -303,14 +310,18 @@ ROWS = (
         "harness",
         "the fault tools themselves",
         "SIGSTOP a ticking process; fill a tmpfs; step a child's clocks with libfaketime; "
-        "throttle a loop device's writes with a blkio cgroup",
+        "throttle a loop device's writes with a blkio cgroup; cut a TCP proxy's link",
         "a stopped process prints nothing and resumes; ENOSPC then room; wall and monotonic "
-        "clocks jump by the step; 2 MiB + fsync at 1 MiB/s takes > 1 s",
+        "clocks jump by the step; 2 MiB + fsync at 1 MiB/s takes > 1 s; a cut link is silent "
+        "(no reset, no answer, new connections hear nothing) and delivers the held bytes "
+        "once healed",
         (
             R + "test_rel_harness.py::test_paused_process_makes_no_progress_and_resumes",
             R + "test_rel_harness.py::test_small_disk_fills_frees_and_grows",
             R + "test_rel_harness.py::test_fake_clock_jumps_wall_and_monotonic_of_a_child",
             R + "test_rel_harness.py::test_slow_disk_throttles_fsync_of_one_process",
+            R + "test_rel_harness.py::"
+            "test_cut_proxy_holds_bytes_while_cut_and_delivers_them_once_healed",
         ),
     ),
     Row(

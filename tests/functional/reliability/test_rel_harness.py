@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import errno
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
-from faults import FakeClock, SlowDisk, SmallDisk, kill9, paused
+from faults import CutProxy, FakeClock, SlowDisk, SmallDisk, kill9, paused
 
 TICKER = "import time,sys\nwhile True:\n print(time.monotonic(), time.time(), flush=True)\n time.sleep(0.05)\n"
 
@@ -104,3 +106,49 @@ def test_slow_disk_throttles_fsync_of_one_process() -> None:
         took = float(proc.stdout.readline())
         proc.wait(timeout=30)
         assert took > 1.0, f"2 MiB + fsync at 1 MiB/s took {took:.2f} s"
+
+
+def _echo_server() -> socket.socket:
+    srv = socket.create_server(("127.0.0.1", 0))
+
+    def echo(c: socket.socket) -> None:
+        with c:
+            while data := c.recv(4096):
+                c.sendall(data)
+
+    def serve() -> None:
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=echo, args=(c,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv
+
+
+def test_cut_proxy_holds_bytes_while_cut_and_delivers_them_once_healed() -> None:
+    srv = _echo_server()
+    with srv, CutProxy(srv.getsockname()[1]) as proxy:
+        c = socket.create_connection(("127.0.0.1", proxy.port), timeout=2)
+        with c:
+            c.sendall(b"one")
+            assert c.recv(16) == b"one"
+            proxy.cut()
+            c.sendall(b"two")
+            c.settimeout(0.5)
+            with pytest.raises(TimeoutError):
+                c.recv(16)  # silence, as over a dead link: no reset, no answer
+            # A new connection is not refused either: it hears nothing.
+            late = socket.create_connection(("127.0.0.1", proxy.port), timeout=2)
+            late.settimeout(0.5)
+            late.sendall(b"three")
+            with pytest.raises(TimeoutError):
+                late.recv(16)
+            proxy.heal()
+            c.settimeout(2)
+            late.settimeout(2)
+            assert c.recv(16) == b"two"  # held, then delivered
+            assert late.recv(16) == b"three"
+            late.close()

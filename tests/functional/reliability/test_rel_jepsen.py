@@ -41,6 +41,12 @@ exact bytes; no read ever returned bytes that were never written to that key; a 
 whose remove was acknowledged stays absent unless re-put. And the healed cluster must
 take a new write.
 
+HA mode (``test_rel_jepsen_ha_leader_faults_lose_nothing``) runs the same workers and
+checker against real etcd and three ``--ha`` masters, everyone on ``etcd://``; its
+nemesis pauses the leader (shorter than and past its lease), kills it, partitions one
+master (mostly the leader) from etcd while clients still reach it, pauses etcd, and
+pauses or kills nodes (``HaNemesis``).
+
 On failure the history (``history.jsonl``), every process's log and a summary are kept
 in a directory named in the assertion message, with the command that replays the same
 fault schedule (timing still differs run to run: the schedule is seeded, the interleaving
@@ -66,7 +72,7 @@ from typing import Any
 import pytest
 import yaml
 from durability_proc_support import ETCD, start_etcd
-from faults import SmallDisk, kill9, pause_for
+from faults import CutProxy, SmallDisk, kill9, pause_for
 from jepsen_support import History, check, digest, make_value, parse_head
 from store_client_procs import (
     MASTER_READY,
@@ -614,6 +620,9 @@ def _health(metrics_port: int) -> dict[str, Any]:
 class HaRig(RigBase):
     """Real etcd, three ``--ha`` masters on fixed ports, the nodes and clients on etcd://.
 
+    Each master reaches etcd through its own :class:`CutProxy`, so one master can be
+    partitioned from etcd while its clients and nodes still reach it (and etcd).
+
     A keeper thread (this rig's own, standing in for ``--respawn`` so the nemesis signals
     the master itself, not a keeper) starts a master again on its ports whenever it has
     exited: SIGKILLed by the nemesis (after the down time it chose) or deposed (a leader
@@ -626,6 +635,8 @@ class HaRig(RigBase):
         cfg.write_text(yaml.safe_dump({"state_dir": str(tmp), "master": HA_MASTER}))
         super().__init__(cfg, url.replace("http://", "etcd://"))
         self.procs.append(("etcd", self.etcd))
+        etcd_port = int(url.rsplit(":", 1)[1])
+        self.proxies = [CutProxy(etcd_port) for _ in range(HA_MASTERS)]
         self.ports = [(free_port(), free_port()) for _ in range(HA_MASTERS)]
         self.members: list[Proc | None] = [None] * HA_MASTERS
         self.down_until = [0.0] * HA_MASTERS  # the keeper leaves member i down until then
@@ -648,7 +659,7 @@ class HaRig(RigBase):
     def _start(self, i: int) -> None:
         port, metrics = self.ports[i]
         cmd = ["master", "--config", str(self.cfg), "--port", str(port)]
-        cmd += ["--metrics-port", str(metrics), "--ha", self.address]
+        cmd += ["--metrics-port", str(metrics), "--ha", f"etcd://127.0.0.1:{self.proxies[i].port}"]
         cmd += ["--lease-ttl", str(HA_LEASE_S), "--id", f"m{i}"]
         try:
             p = spawn(cmd, MASTER_READY, timeout=30.0)
@@ -694,6 +705,8 @@ class HaRig(RigBase):
                 self._scrape(self.ports[i][1])
 
     def heal(self, history: History) -> None:
+        for proxy in self.proxies:
+            proxy.heal()
         for _, p in [("etcd", self.etcd), *self.procs]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p.proc.pid, signal.SIGCONT)
@@ -714,15 +727,16 @@ class HaRig(RigBase):
             if m is not None:
                 with contextlib.suppress(Exception):
                     stop(m)
+        for proxy in self.proxies:
+            proxy.close()
         self.etcd.stop()
 
 
 class HaNemesis(NemesisBase):
-    """Leader pauses (shorter than and past the lease), leader kills, etcd pauses, nodes.
-
-    Masters are cut off from etcd by pausing etcd itself (for less than the lease): the
-    clients are threads of this process, so a network namespace around a master would
-    need routes for them too; a paused etcd cuts every master off at once instead.
+    """Leader pauses (shorter than and past the lease), leader kills, one master
+    partitioned from etcd (the leader mostly, shorter than and past the lease) while
+    clients and nodes still reach it, etcd paused (every master cut off at once, less
+    than the lease), node pauses and kills.
     """
 
     rig: HaRig
@@ -730,7 +744,8 @@ class HaNemesis(NemesisBase):
     FAULTS = (
         ("pause_leader", 2.0),
         ("kill_leader", 2.0),
-        ("pause_etcd", 1.5),
+        ("partition_master", 2.0),
+        ("pause_etcd", 1.0),
         ("pause_node", 1.0),
         ("kill_node", 1.0),
     )
@@ -765,6 +780,24 @@ class HaNemesis(NemesisBase):
         self.rig.down_until[i] = time.monotonic() + down
         self.h.record("nemesis", f="kill_leader", member=f"m{i}", down_s=down)
         kill9(m.proc)
+
+    def partition_master(self) -> None:
+        s = round(self.rng.uniform(0.3, 3.0 * HA_LEASE_S), 2)
+        if self.rng.random() < 0.7:
+            got = self._leader("partition_master")
+            if got is None:
+                return
+            i = got[0]
+        else:
+            i = self.rng.randrange(HA_MASTERS)
+        proxy = self.rig.proxies[i]
+        self.h.record("nemesis", f="partition_master", phase="start", member=f"m{i}", seconds=s)
+        proxy.cut()
+        try:
+            time.sleep(s)
+        finally:
+            proxy.heal()
+        self.h.record("nemesis", f="partition_master", phase="end", member=f"m{i}")
 
     def pause_etcd(self) -> None:
         s = round(self.rng.uniform(0.3, 0.8 * HA_LEASE_S), 2)
