@@ -185,11 +185,13 @@ ROWS = (
     ),
     Row(
         "fault",
-        "randomized (Jepsen-style): pauses, kills, full journal disk",
+        "randomized (Jepsen-style): pauses, kills, partitions, full journal disk",
         "4 client threads put/upsert/get/remove unique values (replica_num=2) while a seeded "
         "nemesis (MOONCAKE_JEPSEN_SEED) pauses/kills/restarts the master and nodes and fills the "
-        "journal tmpfs, one fault at a time, MOONCAKE_JEPSEN_SECONDS (60 s in CI); partitions "
-        "by pausing; history kept on failure with a replay command",
+        "journal tmpfs, one fault at a time, MOONCAKE_JEPSEN_SECONDS (60 s in CI); a node's "
+        "link to the master cut (each node dials it through its own TCP proxy; clients still "
+        "reach both) for < 0.4 x client_ttl_s, and node pauses; history kept on failure with a "
+        "replay command",
         "checker: every acknowledged write readable with its exact bytes, no read of bytes never "
         "written to that key, removed keys stay removed (on the code before this wave: 18 "
         "cross-wired or never-written reads and 54 lost writes with seed 1, 52 lost with seed 2)",

@@ -11,11 +11,11 @@ quiet gaps, for ``MOONCAKE_JEPSEN_SECONDS`` (60):
 
 - ``pause_master``: SIGSTOP the master for 0.5 s .. 2.2 x ``client_ttl_s``, SIGCONT;
 - ``kill_master``: SIGKILL, restart on the same port and journal;
-- ``pause_node``: SIGSTOP a node (stable or mortal) for at most 0.4 x ``client_ttl_s``.
-  This is also how partitions are modelled: the clients are threads of this process
-  and cannot be moved into a network namespace, so a node is cut from everyone (master
-  and clients) by pausing it, not by a link going down (``test_rel_partition.py`` does
-  the real netns partition of a node from the master);
+- ``pause_node``: SIGSTOP a node (stable or mortal) for at most 0.4 x ``client_ttl_s``
+  (cut from everyone: master and clients);
+- ``partition_node``: cut one node's link to the master (each node dials the master
+  through its own ``CutProxy``) for at most 0.4 x ``client_ttl_s``, while the clients
+  still reach both (``test_rel_partition.py`` does a netns partition past the TTL);
 - ``kill_node``: SIGKILL the mortal node, start the next one under a new name;
 - ``fill_disk``: fill the journal disk, hold, free it;
 - ``fill_free_kill``: fill, free, let writes be acknowledged, SIGKILL + restart the master.
@@ -198,7 +198,14 @@ class Rig(RigBase):
         cfg.write_text(yaml.safe_dump({"state_dir": str(tmp), "master": master}))
         self.port = free_port()
         super().__init__(cfg, f"127.0.0.1:{self.port}")
+        self.links: dict[str, CutProxy] = {}  # node name -> its link to the master
         self.cluster = Cluster(cfg, self._spawn_master(), self.address, {})
+
+    def start_node(self, name: str) -> Proc:
+        link = self.links[name] = CutProxy(self.port)
+        p = self.cluster.start_node(name, master=f"127.0.0.1:{link.port}")
+        self.procs.append((name, p))
+        return p
 
     def _spawn_master(self) -> Proc:
         cmd = ["master", "--config", str(self.cfg), "--port", str(self.port)]
@@ -229,6 +236,8 @@ class Rig(RigBase):
 
     def heal(self, history: History) -> None:
         self.disk.free()
+        for link in self.links.values():
+            link.heal()
         for _, p in [("master", self.master), *self.cluster.nodes.items()]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p.proc.pid, signal.SIGCONT)
@@ -240,6 +249,8 @@ class Rig(RigBase):
         self._close_nodes()
         with contextlib.suppress(Exception):
             stop(self.master)
+        for link in self.links.values():
+            link.close()
 
 
 class NemesisBase:
@@ -298,7 +309,8 @@ class Nemesis(NemesisBase):
     FAULTS = (
         ("pause_master", 2.0),
         ("kill_master", 2.0),
-        ("pause_node", 2.0),
+        ("pause_node", 1.5),
+        ("partition_node", 1.5),
         ("kill_node", 1.5),
         ("fill_disk", 1.5),
         ("fill_free_kill", 1.0),
@@ -307,6 +319,18 @@ class Nemesis(NemesisBase):
     def __init__(self, rig: Rig, history: History, seed: int) -> None:
         super().__init__(rig, history, seed)
         self.rig = rig
+
+    def partition_node(self) -> None:
+        name = self.rng.choice(["s0", "s1", self.rig.mortal])
+        s = round(self.rng.uniform(0.2, 0.4 * TTL), 2)
+        link = self.rig.links[name]
+        self.h.record("nemesis", f="partition_node", phase="start", node=name, seconds=s)
+        link.cut()
+        try:
+            time.sleep(s)
+        finally:
+            link.heal()
+        self.h.record("nemesis", f="partition_node", phase="end", node=name)
 
     def pause_master(self) -> None:
         s = round(self.rng.uniform(0.5, 2.2 * TTL), 2)

@@ -115,8 +115,11 @@ class Cluster:
     address: str
     nodes: dict[str, Proc]
 
-    def start_node(self, name: str, size: str = "64MiB") -> Proc:
-        cmd = ["store", "node", "--name", name, "--size", size, "--master", self.address]
+    def start_node(self, name: str, size: str = "64MiB", master: str | None = None) -> Proc:
+        """``mooncake store node NAME``; ``master``: the address it dials (default: the
+        cluster's; a proxy's, to cut that node's link alone)."""
+        target = master or self.address
+        cmd = ["store", "node", "--name", name, "--size", size, "--master", target]
         cmd += ["--config", str(self.config), "--metrics-port", "0"]
         p = spawn(cmd, NODE_READY)
         self.nodes[name] = p
