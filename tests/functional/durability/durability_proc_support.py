@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -128,6 +130,43 @@ def health(proc: Proc) -> dict[str, Any]:
             return data
     except OSError:
         return {}
+
+
+def role(m: Proc) -> str:
+    """A master's readiness state from /health ("exited" once its process has ended)."""
+    if m.proc.poll() is not None:
+        return "exited"
+    return str(health(m).get("readiness", {}).get("state", ""))
+
+
+async def until(what: str, cond: Callable[[], Any], timeout: float = 30.0) -> Any:
+    """Poll ``cond`` every 0.1 s until it is truthy and return it; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = cond()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"{what}: timed out"
+        await asyncio.sleep(0.1)
+
+
+async def ha_pair(
+    tmp: Path, etcd_urls: list[str], lease_s: int, masters: list[Proc]
+) -> tuple[Proc, Proc]:
+    """Start two ``--ha`` masters ``m1``, ``m2``, each on its own etcd URL (``etcd://...``),
+    into ``masters`` (the caller's list: its cleanup stops whatever started).
+
+    Returns the leader and the other one, once that is a caught-up follower.
+    """
+    for url, name in zip(etcd_urls, ("m1", "m2"), strict=True):
+        ha = ["--ha", url, "--lease-ttl", str(lease_s), "--id", name]
+        masters.append(start_master(tmp, {"client_ttl_s": 30.0}, ha))
+    leader = await until(
+        "a leader", lambda: next((m for m in masters if role(m) == "leader"), None)
+    )
+    other = next(m for m in masters if m is not leader)
+    await until("follower caught up", lambda: health(other)["readiness"].get("caught_up"))
+    return leader, other
 
 
 NODE_READY = re.compile(r"serving segment (\S+) .* at ([\d.]+:\d+) \(health on ([\d.]+:\d+)\)")

@@ -12,14 +12,11 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
-from durability_proc_support import ETCD, Proc, health, start_etcd, start_master
+from durability_proc_support import ETCD, Proc, ha_pair, role, start_etcd, until
 
 from mooncake_core.rpc import store_pb2 as pb
 from mooncake_core.rpc import store_pb2_grpc as pb_grpc
@@ -33,33 +30,14 @@ pytestmark = [
 LEASE_S = 2
 
 
-def _role(m: Proc) -> str:
-    return str(health(m).get("readiness", {}).get("state", ""))
-
-
-async def _wait(what: str, cond: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"{what}: timed out"
-        await asyncio.sleep(0.1)
-
-
 async def test_resumed_leader_refuses_reads_after_losing_its_lease(tmp_path: Path) -> None:
     etcd, url = start_etcd(tmp_path)
     masters: list[Proc] = []
     stopped: Proc | None = None
     try:
-        ha = ["--ha", url.replace("http://", "etcd://"), "--lease-ttl", str(LEASE_S)]
-        for name in ("m1", "m2"):
-            masters.append(start_master(tmp_path, {"client_ttl_s": 30.0}, [*ha, "--id", name]))
-        old = await _wait(
-            "a leader", lambda: next((m for m in masters if _role(m) == "leader"), None)
+        old, other = await ha_pair(
+            tmp_path, [url.replace("http://", "etcd://")] * 2, LEASE_S, masters
         )
-        other = next(m for m in masters if m is not old)
-        await _wait("follower caught up", lambda: health(other)["readiness"].get("caught_up"))
 
         mc = await MasterClient.from_etcd(url, client_id="writer", failover_timeout_s=30.0)
         beat = asyncio.create_task(mc.keep_alive(0.5))
@@ -74,7 +52,7 @@ async def test_resumed_leader_refuses_reads_after_losing_its_lease(tmp_path: Pat
 
                 os.kill(old.proc.pid, signal.SIGSTOP)
                 stopped = old
-                await _wait("the other master leads", lambda: _role(other) == "leader")
+                await until("the other master leads", lambda: role(other) == "leader")
                 await mc.remove("k")  # through the new leader
                 # Sent while the old leader is stopped: it waits in the kernel.
                 late = asyncio.ensure_future(

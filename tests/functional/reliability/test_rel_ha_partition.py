@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from durability_proc_support import ETCD, Proc, health, start_etcd, start_master
+from durability_proc_support import ETCD, Proc, ha_pair, role, start_etcd
 from faults import CutProxy
 
 from mooncake_core.rpc import store_pb2 as pb
@@ -38,22 +37,6 @@ pytestmark = [
 
 LEASE_S = 2
 EXIT_DEPOSED = 3
-
-
-def _role(m: Proc) -> str:
-    if m.proc.poll() is not None:
-        return "exited"
-    return str(health(m).get("readiness", {}).get("state", ""))
-
-
-async def _wait(what: str, cond: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"{what}: timed out"
-        await asyncio.sleep(0.1)
 
 
 async def _read(stub: Any, key: str) -> str:
@@ -95,14 +78,8 @@ async def test_leader_cut_off_from_etcd_acknowledges_nothing_and_serves_no_stale
     proxies = [CutProxy(int(url.rsplit(":", 1)[1])) for _ in range(2)]
     masters: list[Proc] = []
     try:
-        for i, name in enumerate(("m1", "m2")):
-            ha = ["--ha", f"etcd://127.0.0.1:{proxies[i].port}", "--lease-ttl", str(LEASE_S)]
-            masters.append(start_master(tmp_path, {"client_ttl_s": 30.0}, [*ha, "--id", name]))
-        old = await _wait(
-            "a leader", lambda: next((m for m in masters if _role(m) == "leader"), None)
-        )
-        other = next(m for m in masters if m is not old)
-        await _wait("follower caught up", lambda: health(other)["readiness"].get("caught_up"))
+        urls = [f"etcd://127.0.0.1:{p.port}" for p in proxies]
+        old, other = await ha_pair(tmp_path, urls, LEASE_S, masters)
 
         mc = await MasterClient.from_etcd(url, client_id="writer", failover_timeout_s=30.0)
         beat = asyncio.create_task(mc.keep_alive(0.5))
@@ -124,7 +101,7 @@ async def test_leader_cut_off_from_etcd_acknowledges_nothing_and_serves_no_stale
 
                 # Poll the old leader until the other one leads; note the last read served.
                 last_ok = cut_at
-                while _role(other) != "leader":
+                while role(other) != "leader":
                     assert time.monotonic() - cut_at < 30, "no new leader within 30 s"
                     if await _read(stub, "k") == "ok":
                         last_ok = time.monotonic()
