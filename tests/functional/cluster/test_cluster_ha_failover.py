@@ -95,8 +95,10 @@ def _wait(what: str, cond: Any, timeout: float, path: Path | None = None) -> flo
         time.sleep(0.25)
 
 
-def _leader(path: Path) -> str | None:
-    leaders = [n for n, r in _masters(path).items() if r["detail"].startswith("leader")]
+def _leader(path: Path, rows: dict[str, dict[str, Any]] | None = None) -> str | None:
+    """The one master whose detail says leader (``rows``: a `_masters` result to reuse)."""
+    rows = _masters(path) if rows is None else rows
+    leaders = [n for n, r in rows.items() if r["detail"].startswith("leader")]
     return leaders[0] if len(leaders) == 1 else None
 
 
@@ -179,7 +181,7 @@ def test_leader_kill_and_pause_through_cluster_up_lose_nothing(
             # Every master but the leader (the faulted one among them, unless its
             # respawned process won the election) is a healthy, caught-up follower.
             rows = _masters(path)
-            lead = _leader(path)
+            lead = _leader(path, rows)
             return lead is not None and all(
                 r["state"] == "healthy" and r["detail"].startswith("follower, caught up")
                 for n, r in rows.items()
