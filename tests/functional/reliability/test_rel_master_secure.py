@@ -15,7 +15,7 @@ from google.protobuf import message_factory
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rel_proto_fuzz import CLEAN_STATUS, message
-from store_client_procs import Cluster, make_client, start_cluster
+from store_client_procs import Cluster, make_client, start_cluster, stop
 
 from mooncake_core.rpc import store_pb2 as pb
 from mooncake_core.rpc import store_pb2_grpc as pb_grpc
@@ -110,13 +110,16 @@ def _errors(resp: Any) -> list[Any]:
     return out
 
 
-def _undrain_real_node(channel: grpc.Channel, timeout: float = 30.0) -> None:
+def _undrain_real_node(secure: Cluster, channel: grpc.Channel, timeout: float = 30.0) -> None:
     """Undo a fuzzed DrainSegment or UnmountSegment of the real node: an authenticated
     caller may drain or unmount it (short names like "n0" are common fuzz strings) and the
-    master rightly obeys. An unmounted (or, on a loaded machine, expired) segment comes back
-    when the node's heartbeat finds the master forgot it and remounts; until then it is
-    UNMOUNTING or unknown, and the call is repeated."""
+    master rightly obeys. An expired segment comes back when the node's heartbeat finds the
+    master forgot it and remounts; until then it is UNMOUNTING or unknown, and the call is
+    repeated. An operator unmount leaves the client known, so the node never remounts on
+    its own (an operator brings it back by restarting it): after 5 s without the segment
+    the node is restarted, as an operator would."""
     deadline = time.monotonic() + timeout
+    missing_since: float | None = None
     while True:
         r = _rpc(channel, "UndrainSegment")(
             pb.SegmentRequest(name="n0"), metadata=auth_metadata(SECRET), timeout=10
@@ -125,13 +128,21 @@ def _undrain_real_node(channel: grpc.Channel, timeout: float = 30.0) -> None:
             return
         retry = r.error.code in (ErrorCode.INVALID_STATE, ErrorCode.SEGMENT_NOT_FOUND)
         assert retry and time.monotonic() < deadline, r.error.message
+        if r.error.code != ErrorCode.SEGMENT_NOT_FOUND:
+            missing_since = None
+        elif missing_since is None:
+            missing_since = time.monotonic()
+        elif time.monotonic() - missing_since > 5.0:
+            stop(secure.nodes.pop("n0"))
+            secure.start_node("n0")
+            missing_since = None
         time.sleep(0.25)
 
 
 def test_rel_master_healthy_after_fuzzing(secure: Cluster, channel: grpc.Channel) -> None:
     # Runs after the fuzz test (file order): the process is alive and still serves data.
     assert secure.master.proc.poll() is None, "".join(secure.master.log)[-3000:]
-    _undrain_real_node(channel)
+    _undrain_real_node(secure, channel)
     with make_client(secure, secret=SECRET, transport="tcp") as c:
         # Fuzzed MountSegments may have left metadata-only segments (empty transport
         # address); place on the real node.
@@ -156,7 +167,7 @@ def test_rel_master_refuses_and_counts_missing_and_wrong_tokens(
 
 def test_rel_secret_and_token_never_logged(secure: Cluster, channel: grpc.Channel) -> None:
     # Exercise failures that log (refused calls, bad requests) before grepping.
-    _undrain_real_node(channel)
+    _undrain_real_node(secure, channel)
     with make_client(secure, secret=SECRET, transport="tcp") as c:
         c.put("rel/leak", b"x" * 4096, ON_N0)
         assert c.get("rel/leak") == b"x" * 4096
