@@ -540,8 +540,9 @@ def render(results: dict[str, list[tuple[str, str]]], soak: Path, took: float) -
         outcome, ok = _outcome(row, results)
         all_ok &= ok
         observed = row.expect
-        if row.kind == "load" and ok:
-            observed += f". Measured: {_soak_cell(soak)}"
+        measured = _soak_cell(soak) if ok and "test_rel_soak" in row.tests[0] else ""
+        if measured:
+            observed += f". Measured: {measured}"
         tests = "<br>".join(f"`{t}`" for t in row.tests)
         cells = [row.kind, row.what, row.how, observed, outcome, tests]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
