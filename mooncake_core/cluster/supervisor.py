@@ -403,10 +403,26 @@ class Supervisor:
         return replace(row, version=version, info=res.info)
 
     def store_usage(self) -> dict[str, object] | None:
-        """The master's ``/snapshot`` JSON, or None when the master does not answer."""
-        url = f"http://{self.cfg.host(self.cfg.master.host).address}:{self.cfg.master.metrics_port}/snapshot"
-        res = http_get_json(url, 2.0)
-        return res.info if res.ok else None
+        """The serving master's ``/snapshot`` JSON, or None when no master answers.
+
+        With ``etcd.enabled`` every master is asked in turn (``master.metrics_port + i``,
+        as the spec starts them) and the one whose readiness says it serves (the leader)
+        answers: a follower's snapshot is empty, and after a failover the first master is
+        often one. Without a serving master, the first answer (e.g. mid-election)."""
+        address = self.cfg.host(self.cfg.master.host).address
+        count = self.cfg.etcd.masters if self.cfg.etcd.enabled else 1
+        first: dict[str, object] | None = None
+        for i in range(count):
+            res = http_get_json(
+                f"http://{address}:{self.cfg.master.metrics_port + i}/snapshot", 2.0
+            )
+            if not res.ok:
+                continue
+            readiness = res.info.get("readiness")
+            if count == 1 or (isinstance(readiness, dict) and readiness.get("serving")):
+                return res.info
+            first = first or res.info
+        return first
 
 
 def master_readiness(r: Mapping[str, object]) -> str:

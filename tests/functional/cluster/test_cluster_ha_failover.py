@@ -189,5 +189,10 @@ def test_leader_kill_and_pause_through_cluster_up_lose_nothing(
             )
 
         _wait(f"round {round_}: followers caught up", all_followers_caught_up, 60, path)
+        # `cluster status` reports the store as the leader sees it, not as the first
+        # master (a follower now, or after the pause) does: it once said 0 keys here.
+        st = json.loads(cli("cluster", "status", "-c", str(path), "--json").stdout)
+        assert st["store"]["key_count"] == OBJECTS, (fault, st["store"]["readiness"])
+        assert st["store"]["readiness"]["serving"], fault
         timings[f"{fault}: all followers caught up"] = time.monotonic() - t0
     print("failover timings:", json.dumps({k: round(v, 2) for k, v in timings.items()}))
