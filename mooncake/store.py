@@ -218,10 +218,10 @@ class MooncakeDistributedStore(TensorOps):
         refused = self._staged(view.nbytes)
         if refused is not None:
             return refused
-        cfg = config if config is not None else ReplicateConfig()
 
         def run(c: Client) -> int:
-            core = cfg.to_core()
+            # the default config's core form is built once (the common call)
+            core = _DEFAULT_CORE if config is None else config.to_core()
             if upsert:
                 c.upsert(key, view, core)
             else:
@@ -231,7 +231,8 @@ class MooncakeDistributedStore(TensorOps):
                     # upstream: a put of an existing key succeeds and keeps the object
                     if exc.code != ErrorCode.OBJECT_ALREADY_EXISTS:
                         raise
-            _after_write(c, key, cfg)
+            if config is not None:
+                _after_write(c, key, config)
             return 0
 
         return self._do(run, lambda code: code)
@@ -532,6 +533,11 @@ def _try(fn: Callable[..., object], *args: Any) -> StoreError | None:
     except StoreError as exc:
         return exc
     return None
+
+
+_DEFAULT_CORE = ReplicateConfig().to_core()
+"""``ReplicateConfig()`` as our master's config (frozen; its soft-pin action needs no
+follow-up call)."""
 
 
 def _after_write(c: Client, key: str, cfg: ReplicateConfig) -> None:
