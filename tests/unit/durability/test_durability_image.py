@@ -162,3 +162,21 @@ def test_objects_on_vanished_segments_are_not_restored() -> None:
 def test_unknown_record_type_is_an_error() -> None:
     with pytest.raises(ValueError, match="unknown journal record type 'zap'"):
         MetadataImage().apply({"t": "zap", "s": 4})
+
+
+def test_upsert_in_progress_restores_without_the_old_version() -> None:
+    # The old version's ranges are free in memory once the upsert started; its restore
+    # would point at bytes another write may have put there. Its removal is journaled
+    # with the start, so a restart in that window restores no old version.
+    st = MasterState(MasterConfig(), rng=random.Random(1))
+    image = MetadataImage()
+    st.mount_segment("a", "c1", 1 << 20, 0.0)
+    st.put_start("k", 4096, "w", 1.0, ReplicateConfig())
+    st.put_end("k", 1.0)
+    _journal(st, image)
+    new = st.upsert_start("k", 8192, "w", 2.0, ReplicateConfig())
+    records = records_from_events(st.take_events(), WALL_MINUS_MONO, lambda _: None)
+    assert [r["t"] for r in records] == ["removed"]
+    image.apply_all([*records, started_record("k", 8192, new)])
+    assert "k" not in image.objects
+    assert image.processing["k"] == (8192, new)
