@@ -54,12 +54,16 @@ class ObjectStored:
 
 @dataclass(frozen=True, slots=True)
 class ObjectRemoved:
-    """An object disappeared. ``was_complete`` is False for a write that never finished."""
+    """An object disappeared. ``was_complete`` is False for a write that never finished.
+
+    ``held``: its replicas when their ranges stay held for readers that may still read
+    them (a forced remove under a lease, see :mod:`.master_removal`); empty when freed."""
 
     at: float
     key: str
     reason: RemoveReason
     was_complete: bool
+    held: tuple[Replica, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

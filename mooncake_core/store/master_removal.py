@@ -24,7 +24,7 @@ from . import events as ev
 from . import master_replicas as replica_ops
 from . import master_tier_ops as tier_ops
 from .errors import ConflictError, ErrorCode, InvalidArgumentError
-from .objects import ObjectMeta, Replica
+from .objects import ObjectMeta, Replica, Slice
 from .results import RemoveManyResult
 from .validation import compile_pattern
 
@@ -171,16 +171,26 @@ def drop(
     """Take an object out of every table (the one way an object leaves) and say why.
 
     Its ranges are held while a reader may still read them (:func:`reader_hold`)."""
+    hold = reader_hold(ms, obj, now)
+    # The ranges this drop leaves held (its replicas', and a deferred replica drop's)
+    # go into its event: the journal keeps them for a restored master.
+    before = set(ms._held) if hold is not None or key in ms._dropping else None
     if key in ms._adding or key in ms._dropping:
         replica_ops.forget_moves(ms, key, now)
     tier_ops.forget_tier(ms, key, obj)
-    release(ms, key, obj.replicas, hold_until=reader_hold(ms, obj, now))
+    release(ms, key, obj.replicas, hold_until=hold)
     del ms._objects[key]
     ms._processing.pop(key, None)
     ms._keys.discard(key)
     if not keep_pin and ms._pins.clear(key, is_prefix=False) is not None:
         ms._events.append(ev.ObjectUnpinned(now, key, False, expired=False))
-    ms._events.append(ev.ObjectRemoved(now, key, reason, obj.complete))
+    held: tuple[Replica, ...] = ()
+    if before is not None:
+        held = tuple(
+            (Slice(name, off, ms._held[(name, off)].length),)
+            for name, off in sorted(set(ms._held) - before)
+        )
+    ms._events.append(ev.ObjectRemoved(now, key, reason, obj.complete, held))
 
 
 def check_removable(ms: MasterState, key: str, obj: ObjectMeta, now: float) -> None:

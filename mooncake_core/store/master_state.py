@@ -240,6 +240,22 @@ class MasterState:
         silent ones (suspect), only their forgetting and data loss waits."""
         self.expiry_hold_until = max(self.expiry_hold_until, until)
 
+    def hold_ranges(self, ranges: Iterable[tuple[str, int, int]], until: float) -> int:
+        """Hold free ``(segment, offset, length)`` ranges for readers until ``until``
+        (core clock): allocated, unused, released by ``tick`` then. A range that is not
+        wholly free in a mounted segment (taken by an object meanwhile) is skipped.
+
+        Returns:
+            How many ranges are held.
+        """
+        held = 0
+        for name, offset, length in ranges:
+            seg = self._segments.find(name)
+            if seg is not None and seg.allocator.allocate_at(offset, length):
+                removal_ops.free_range(self, seg, offset, length, until)
+                held += 1
+        return held
+
     def held_ranges(self) -> list[tuple[str, int, int, float]]:
         """Freed ranges kept allocated for readers: ``(segment, offset, length, free at)``,
         sorted; holds of segments that are gone are left out."""

@@ -11,6 +11,9 @@ turns the events that matter after a restart into plain JSON records
     ssd       key  -> segments whose node holds an SSD copy of the object
     processing key -> (size, replicas) of writes started and not ended
     pins      (target, is_prefix) -> (hard, wall-clock expiry)
+    holds     segment -> {offset: length} of ranges a removal left held for readers
+              and no later write has taken: a restored master holds them again
+              for ``lease_ttl_s`` (a reader of the previous master may still read)
 
 Writes in progress (PutStart without PutEnd) are journaled too (``started``), without
 making PutStart wait for an fsync: when the record made it, the restored master has the
@@ -29,7 +32,10 @@ Record types (``s`` is the seq, set by the journal)::
     {"t": "unmount", "seg"}                   the segment and its replicas are gone
     {"t": "started", "key", "size", "replicas": [[[seg, offset, length], ...], ...]}
     {"t": "stored", "key", "size", "replicas"}   PutEnd (replicas repeated: self-contained)
-    {"t": "removed", "key"}                      complete or in progress
+    {"t": "removed", "key", "held"?}             complete or in progress; held: its
+                                                 replicas when readers may still read
+                                                 them (the ranges stay held)
+    {"t": "hold", "seg", "off", "len"}           a held range (snapshots only)
     {"t": "replica_dropped", "key", "seg"}       an object with SSD copies stays (SSD-only)
     {"t": "replica_added", "key", "replica": [[seg, offset, length], ...]}   AddReplicaEnd
     {"t": "pin", "target", "prefix", "hard", "expires_wall"}
@@ -117,7 +123,10 @@ def records_from_events(
                 }
             )
         elif isinstance(e, ev.ObjectRemoved):
-            out.append({"t": "removed", "key": e.key})
+            removed: Record = {"t": "removed", "key": e.key}
+            if e.held:
+                removed["held"] = _replicas_to_json(e.held)
+            out.append(removed)
         elif isinstance(e, ev.ReplicaDropped):
             out.append({"t": "replica_dropped", "key": e.key, "seg": e.segment})
         elif isinstance(e, ev.ReplicaAdded):
@@ -180,8 +189,34 @@ class MetadataImage:
         self.processing: dict[str, tuple[int, tuple[Replica, ...]]] = {}
         self.pins: dict[tuple[str, bool], PinRecord] = {}
         self.ssd: dict[str, tuple[str, ...]] = {}
+        self.holds: dict[str, dict[int, int]] = {}
         self.applied_seq = 0
         self.ignored = 0
+
+    def held_ranges(self) -> list[tuple[str, int, int]]:
+        """``(segment, offset, length)`` of every range the image holds, sorted."""
+        return sorted((n, o, ln) for n, held in self.holds.items() for o, ln in held.items())
+
+    def _hold(self, replicas: Iterable[Replica]) -> None:
+        for r in replicas:
+            for sl in r:
+                if sl.segment in self.segments:
+                    self.holds.setdefault(sl.segment, {})[sl.offset] = sl.length
+
+    def _taken(self, replicas: Iterable[Replica]) -> None:
+        # A write placed on (part of) a held range: the live master had released it.
+        if not self.holds:
+            return
+        for r in replicas:
+            for sl in r:
+                held = self.holds.get(sl.segment)
+                if not held:
+                    continue
+                end = sl.offset + sl.length
+                for off in [o for o, ln in held.items() if o < end and o + ln > sl.offset]:
+                    del held[off]
+                if not held:
+                    del self.holds[sl.segment]
 
     def apply_all(self, records: Iterable[Record]) -> None:
         """Apply records in order."""
@@ -200,11 +235,17 @@ class MetadataImage:
             self.objects.pop(key, None)
             self.processing.pop(key, None)
             self.ssd.pop(key, None)  # a new version has no SSD copy yet
-            self.objects[key] = (int(rec["size"]), _replicas_from_json(rec["replicas"]))
+            replicas = _replicas_from_json(rec["replicas"])
+            self._taken(replicas)
+            self.objects[key] = (int(rec["size"]), replicas)
         elif t == "started":
-            self.processing[rec["key"]] = (int(rec["size"]), _replicas_from_json(rec["replicas"]))
+            replicas = _replicas_from_json(rec["replicas"])
+            self._taken(replicas)
+            self.processing[rec["key"]] = (int(rec["size"]), replicas)
         elif t == "removed":
             key = rec["key"]
+            if "held" in rec:
+                self._hold(_replicas_from_json(rec["held"]))
             self.ssd.pop(key, None)
             if self.objects.pop(key, None) is None and self.processing.pop(key, None) is None:
                 self.ignored += 1
@@ -216,7 +257,13 @@ class MetadataImage:
                 self.ignored += 1
             else:
                 added = _replicas_from_json([rec["replica"]])
+                self._taken(added)
                 self.objects[rec["key"]] = (found[0], found[1] + added)
+        elif t == "hold":
+            if rec["seg"] in self.segments:
+                self.holds.setdefault(rec["seg"], {})[int(rec["off"])] = int(rec["len"])
+            else:
+                self.ignored += 1
         elif t == "pin":
             self.pins[(rec["target"], bool(rec["prefix"]))] = PinRecord(
                 bool(rec["hard"]), rec.get("expires_wall")
@@ -225,6 +272,7 @@ class MetadataImage:
             if self.pins.pop((rec["target"], bool(rec["prefix"])), None) is None:
                 self.ignored += 1
         elif t == "mount":
+            self.holds.pop(rec["seg"], None)  # a new allocator under that name
             self.segments[rec["seg"]] = SegmentRecord(
                 rec["client"],
                 int(rec["cap"]),
@@ -288,6 +336,7 @@ class MetadataImage:
         if self.segments.pop(name, None) is None:
             self.ignored += 1
             return
+        self.holds.pop(name, None)
         for key in [k for k, segs in self.ssd.items() if name in segs]:
             self._drop_ssd(key, name, forget_empty=True)
         # The core reports lost replicas before the unmount; this catches any left over.
@@ -325,6 +374,8 @@ class MetadataImage:
                 "hard": pin.hard,
                 "expires_wall": pin.expires_wall,
             }
+        for name, offset, length in self.held_ranges():
+            yield {"t": "hold", "seg": name, "off": offset, "len": length}
 
 
 def _touches(replicas: tuple[Replica, ...], segment: str) -> bool:

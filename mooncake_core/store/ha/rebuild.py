@@ -84,6 +84,9 @@ def build_state(
     # Readers of the previous master may read on under leases this one never saw.
     hold = now + config.lease_ttl_s
     st.restore_objects(restored, now, token_base=int(wall * 1e6), read_hold=hold)
+    # ... and so may readers of objects it had removed under their lease: their ranges
+    # are free in the records but stay held for one lease here too.
+    st.hold_ranges(image.held_ranges(), hold)
     for key, ssd in image.ssd.items():
         if st.exist(key, now):  # restored and complete
             st.restore_ssd_copies(key, ssd)

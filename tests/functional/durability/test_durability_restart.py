@@ -149,3 +149,39 @@ async def test_without_journal_clients_remount_by_themselves(tmp_path: Path) -> 
         finally:
             beat.cancel()
             assert m2.stop() == 0
+
+
+async def test_range_held_for_a_reader_stays_held_across_a_restart(tmp_path: Path) -> None:
+    # A segment with room for two objects; "a" is read (leased), then force-removed: its
+    # range is held for that reader. The master is killed and restarted inside the lease;
+    # the new master must not give the range to "c" while the old reader may read on.
+    port = free_port()
+    flags = ["--data-dir", str(tmp_path / "journal")]
+    opts = {"client_ttl_s": 5.0, "lease_ttl_s": 6.0}
+    size = 1 << 20
+    m = start_master(tmp_path, opts, flags, port=port)
+    async with MasterClient(m.address, client_id="node-a") as mc:
+        await mc.mount_segment("node-a/dram", 2 * size, transport_address="127.0.0.1:1")
+        beat = asyncio.create_task(mc.keep_alive(0.2))
+        try:
+            for key in ("a", "b"):
+                await mc.put_start(key, size)
+                await mc.put_end(key)
+            held = (await mc.get_replica_list("a")).replicas  # leased for 6 s
+            await mc.remove("a", force=True)
+            m.stop(signal.SIGKILL)
+            m2 = start_master(tmp_path, opts, flags, port=port)
+            try:
+                await _wait_for(lambda: _known(mc))
+                with pytest.raises(StoreError) as refused:
+                    await mc.put_start("c", size)
+                assert refused.value.code.name == "STORE_FULL", refused
+                assert await _all_keys(mc) == ["b"]
+                # once the lease of the restored master ran out, the range is free again
+                await asyncio.sleep(opts["lease_ttl_s"] + 0.5)
+                c = await mc.put_start("c", size)
+                assert c == held
+            finally:
+                m2.stop(signal.SIGKILL)
+        finally:
+            beat.cancel()

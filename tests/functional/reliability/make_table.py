@@ -160,11 +160,14 @@ ROWS = (
         "0 reads of another key's bytes (0 of 7255 and 0 of 6015; was 117 of 4753): a forced "
         "remove under a live lease holds its range until the lease ends, restored objects are "
         "read-held for lease_ttl_s, a client whose transfer outlasted its lease reads again or "
-        "fails cleanly; the rest exact or a clean NOT_FOUND / NOT_READY",
+        "fails cleanly; the rest exact or a clean NOT_FOUND / NOT_READY. A range held when the "
+        "master was SIGKILLed stays held by the restarted one (journaled): a same-size put is "
+        "refused STORE_FULL until the lease ends (was: placed on it at once)",
         (
             R
             + "test_rel_reclaimed_reads.py::test_rel_reads_racing_removal_and_reuse_never_return_other_bytes",
             "tests/unit/store/test_store_held_ranges.py::test_forced_remove_holds_the_range_until_the_lease_ends",
+            "tests/functional/durability/test_durability_restart.py::test_range_held_for_a_reader_stays_held_across_a_restart",
             "tests/unit/store_client/test_store_client_lease.py::test_a_read_is_trusted_only_inside_its_lease_counted_from_the_ask",
         ),
     ),

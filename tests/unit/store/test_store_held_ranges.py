@@ -10,8 +10,8 @@ from __future__ import annotations
 from store_unit_support import MakeMaster
 
 from mooncake_core.config.models import MasterConfig
-from mooncake_core.store import MasterState
-from mooncake_core.store.ha.image import MetadataImage, records_from_events
+from mooncake_core.store import MasterState, ReplicateConfig
+from mooncake_core.store.ha.image import MetadataImage, records_from_events, started_record
 from mooncake_core.store.ha.rebuild import build_state
 
 
@@ -141,3 +141,80 @@ def test_a_rebuilt_master_evicts_new_objects_but_not_restored_ones_for_a_lease()
     st.tick(60.0)
     st.put_start("n6", 256, "c1", 60.0)  # the hold is over: restored objects go first
     assert not st.exist("a", 60.0)
+
+
+def _journaled(m: MasterState, image: MetadataImage) -> None:
+    snaps = {s.name: s for s in m.snapshot().segments}
+    image.apply_all(records_from_events(m.take_events(), 0.0, snaps.get))
+
+
+def test_a_rebuilt_master_holds_again_what_a_forced_remove_held() -> None:
+    # The previous master held k's range for a reader when it was removed; the records
+    # have it free. A master restored inside that lease must not hand it out.
+    m = MasterState(MasterConfig(lease_ttl_s=10.0), alignment=64)
+    image = MetadataImage()
+    m.mount_segment("s", "c1", 1000, 0.0)
+    m.put_start("k", 100, "c1", 0.0)
+    m.put_end("k", 0.0)
+    m.get_replica_list("k", 1.0)
+    _journaled(m, image)
+    m.remove("k", 2.0, force=True)
+    _journaled(m, image)
+    assert image.held_ranges() == [("s", 0, 100)]
+    st = build_state(image, m.config, 50.0, 1000.0)
+    assert st.held_ranges() == [("s", 0, 100, 60.0)]
+    st.put_start("k2", 100, "c1", 51.0)
+    assert st.stat("k2", 51.0).replicas[0][0].offset == 128
+    st.heartbeat("c1", 59.0)
+    st.tick(60.0)
+    assert st.held_ranges() == []
+    st.put_start("k3", 100, "c1", 60.0)
+    assert st.stat("k3", 60.0).replicas[0][0].offset == 0
+
+
+def test_the_image_forgets_a_hold_once_a_write_takes_the_range() -> None:
+    m = MasterState(MasterConfig(lease_ttl_s=10.0), alignment=64)
+    image = MetadataImage()
+    m.mount_segment("s", "c1", 1000, 0.0)
+    m.mount_segment("t", "c2", 1000, 0.0)
+    for key, seg in (("k", "s"), ("j", "t")):
+        m.put_start(key, 100, "c1", 0.0, ReplicateConfig(preferred_segments=(seg,)))
+        m.put_end(key, 0.0)
+        m.get_replica_list(key, 1.0)
+        m.remove(key, 2.0, force=True)
+    _journaled(m, image)
+    assert image.held_ranges() == [("s", 0, 100), ("t", 0, 100)]
+    # a snapshot of the image carries the holds
+    again = MetadataImage()
+    again.apply_all(image.records())
+    assert again.held_ranges() == image.held_ranges()
+    m.heartbeat("c1", 11.0)
+    m.heartbeat("c2", 11.0)
+    m.tick(11.0)  # the live master releases both; a write then takes s's range
+    reps = m.put_start("n", 64, "c1", 11.0, ReplicateConfig(preferred_segments=("s",)))
+    assert reps[0][0] == ("s", 0, 64)
+    _journaled(m, image)
+    image.apply(started_record("n", 64, reps))  # what the service journals with it
+    assert image.held_ranges() == [("t", 0, 100)]
+    m.unmount_segment("t", 12.0)
+    m.tick(12.0 + m.config.unmount_grace_s)
+    _journaled(m, image)
+    assert image.held_ranges() == []
+
+
+def test_a_deferred_replica_drop_held_by_a_forced_remove_is_journaled() -> None:
+    m = MasterState(MasterConfig(lease_ttl_s=10.0), alignment=64)
+    image = MetadataImage()
+    m.mount_segment("a", "c1", 1000, 0.0)
+    m.mount_segment("b", "c2", 1000, 0.0)
+    m.put_start("k", 100, "c1", 0.0, ReplicateConfig(preferred_segments=("a",)))
+    m.put_end("k", 0.0)
+    m.add_replica_start("k", 0.0)
+    m.add_replica_end("k", 0.0)
+    m.get_replica_list("k", 1.0)
+    assert m.drop_replica("k", "b", 2.0) is False  # deferred: a reader may use b
+    m.remove("k", 3.0, force=True)
+    _journaled(m, image)
+    assert image.held_ranges() == [("a", 0, 100), ("b", 0, 100)]
+    st = build_state(image, m.config, 50.0, 1000.0)
+    assert [r[:3] for r in st.held_ranges()] == [("a", 0, 100), ("b", 0, 100)]
