@@ -65,7 +65,7 @@ async def login(
     )
 
 
-@router.post("/logout", status_code=204)
+@router.post("/logout", status_code=204, response_model=None)
 async def logout(session: WriteAccess, sessions: SessionsDep, response: Response) -> None:
     """Close the session (needs the CSRF token like every action)."""
     sessions.logout(session.sid)

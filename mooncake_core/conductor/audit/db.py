@@ -159,27 +159,25 @@ def require_current_schema(engine: Engine) -> None:
 
 
 def migrations_dir() -> Path:
-    """The Alembic script folder (``migrations/``).
+    """The Alembic script folder (``migrations/`` inside this package).
 
-    Looks at ``$MOONCAKE_MIGRATIONS_DIR`` first, then at ``migrations/`` inside this
-    package (where a wheel would have to ship it), then at ``migrations/`` next to the
-    ``mooncake_core`` package (a source checkout or editable install).
+    Looks at ``$MOONCAKE_MIGRATIONS_DIR`` first, then at the ``migrations/`` folder that
+    ships inside ``mooncake_core.conductor.audit`` (source checkout, editable install and
+    wheel alike).
 
     Raises:
-        SchemaError: the folder cannot be found (e.g. installed from a wheel).
+        SchemaError: the folder cannot be found (a broken install).
     """
     env = os.environ.get(MIGRATIONS_ENV)
     candidates = [Path(env)] if env else []
-    here = Path(__file__).resolve()
-    # A wheel could ship the folder inside this package; a checkout has it at the root.
-    candidates += [here.parent / "migrations", here.parents[3] / "migrations"]
+    candidates.append(Path(__file__).resolve().parent / "migrations")
     for c in candidates:
         if (c / "env.py").is_file() and (c / "versions").is_dir():
             return c
     looked = ", ".join(str(c) for c in candidates)
     raise SchemaError(
-        f"cannot find the audit migrations (looked in {looked}); run from a source "
-        f"checkout or set {MIGRATIONS_ENV} to the repository's migrations/ folder"
+        f"cannot find the audit migrations (looked in {looked}); reinstall mooncake-py "
+        f"or set {MIGRATIONS_ENV} to a folder holding env.py and versions/"
     )
 
 

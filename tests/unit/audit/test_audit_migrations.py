@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -178,10 +179,12 @@ def test_migrations_dir_env_override_and_clear_error(
 ) -> None:
     from mooncake_core.conductor.audit import db, migrations_dir
 
-    repo = Path(__file__).resolve().parents[3]
-    assert migrations_dir() == repo / "migrations"
-    monkeypatch.setenv(db.MIGRATIONS_ENV, str(repo / "migrations"))
-    assert migrations_dir() == repo / "migrations"
+    shipped = Path(db.__file__).resolve().parent / "migrations"
+    assert migrations_dir() == shipped
+    copy = tmp_path / "copy"
+    shutil.copytree(shipped, copy)
+    monkeypatch.setenv(db.MIGRATIONS_ENV, str(copy))
+    assert migrations_dir() == copy
     # Pretend to be installed without the folder: the error names every place looked at.
     monkeypatch.setenv(db.MIGRATIONS_ENV, str(tmp_path / "nowhere"))
     monkeypatch.setattr(db, "__file__", str(tmp_path / "site/mooncake_core/conductor/audit/db.py"))
