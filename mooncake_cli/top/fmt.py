@@ -20,6 +20,11 @@ def human_bytes(n: float | None) -> str:
     return f"{n:.1f}T"  # pragma: no cover - loop always returns
 
 
+def bytes_per_s(bps: float | None) -> str:
+    """``1.5M/s``-style rate (binary units, as :func:`human_bytes`); ``-`` when unknown."""
+    return "-" if bps is None else f"{human_bytes(bps)}/s"
+
+
 def gbps(bps: float | None) -> str:
     """Bytes per second as GB/s (decimal, like NIC specs); ``-`` when unknown."""
     if bps is None:

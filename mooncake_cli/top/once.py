@@ -13,7 +13,7 @@ from rich.text import Text
 from mooncake_core.telemetry import ClusterView, to_plain
 
 from ..tables import fit
-from .fmt import ago, duration, gbps, human_bytes, pct, seconds, spark
+from .fmt import ago, bytes_per_s, duration, gbps, human_bytes, pct, seconds, spark
 from .widgets.scheduler_summary import scheduler_text
 from .widgets.store_summary import store_text
 
@@ -75,6 +75,19 @@ def render_view(
             str(nic.errors),
             spark(nic.history, 8),
         )
+    transports = _table(
+        "Transports (own: its requests; served: peers' through it)",
+        ("Node", "Transport", "Own", "Own rate", "Served", "Served rate"),
+    )
+    for t in view.transports:
+        transports.add_row(
+            t.node,
+            t.transport,
+            human_bytes(t.bytes),
+            bytes_per_s(t.bps),
+            human_bytes(t.served_bytes),
+            bytes_per_s(t.served_bps),
+        )
     hosts = _table("OS interfaces (GB/s)", ("Host", "Iface", "tx", "rx", "Errors", "Drops"))
     for h in view.host_nics:
         hosts.add_row(
@@ -108,6 +121,7 @@ def render_view(
     return Group(
         fitted(nodes, "Name"),
         fitted(nics, "Node", "NIC/iface"),
+        fitted(transports, "Node", "Transport"),
         fitted(hosts, "Host", "Iface"),
         Text("Store", style="bold"),
         store_text(view.store),

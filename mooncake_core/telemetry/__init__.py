@@ -32,6 +32,7 @@ from .view import (
     SchedulerView,
     SegmentView,
     StoreView,
+    TransportView,
 )
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "Target",
     "TelemetryRegistry",
     "TelemetryServer",
+    "TransportView",
     "ViewBuilder",
     "exposition",
     "iface_addresses",

@@ -24,6 +24,7 @@ from .view import (
     SchedulerView,
     SegmentView,
     StoreView,
+    TransportView,
 )
 
 __all__ = ["AuditDigest", "PollResult", "ViewBuilder"]
@@ -115,6 +116,7 @@ class ViewBuilder:
         docs = [(r.target, r.telemetry) for r in results if r.ok and r.telemetry is not None]
         host_nics = self._host_nics(docs, now)  # first: the NIC rows read these OS rates
         nics = self._nics(docs, now)
+        transports = self._transports(docs, now)
         master = next((r.master for r in results if r.ok and r.master is not None), None)
         store = self._store(master, docs, audit, now)
         sched = self._scheduler(docs, audit, now)
@@ -126,6 +128,7 @@ class ViewBuilder:
             host_nics=host_nics,
             store=store,
             scheduler=sched,
+            transports=transports,
         )
 
     # ------------------------------------------------------------------ nodes
@@ -202,6 +205,26 @@ class ViewBuilder:
                         history=tuple(hist),
                     )
                 )
+        return tuple(out)
+
+    def _transports(
+        self, docs: list[tuple[Target, dict[str, Any]]], now: float
+    ) -> tuple[TransportView, ...]:
+        out: list[TransportView] = []
+        for target, doc in docs:
+            t_doc = float(doc.get("taken_at") or now)
+            totals: dict[str, list[int]] = {}
+            for snap in _snapshots(doc, "transfer"):
+                for t in snap.get("transports") or []:
+                    acc = totals.setdefault(str(t["name"]), [0, 0])
+                    acc[0] += int(t.get("bytes") or 0)
+                    acc[1] += int(t.get("served_bytes") or 0)
+            for name, (moved, served) in totals.items():
+                k = (target.name, "transport", name)
+                bps = self._rates.add((*k, "own"), t_doc, moved)
+                served_bps = self._rates.add((*k, "served"), t_doc, served)
+                if moved or served:
+                    out.append(TransportView(target.name, name, moved, served, bps, served_bps))
         return tuple(out)
 
     def _host_nics(

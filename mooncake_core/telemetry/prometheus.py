@@ -36,6 +36,12 @@ _TRANSPORT_COUNTERS = (
     ("requests_failed", "transfer_requests_failed", "Requests failed."),
     ("bytes", "transfer_transport_bytes", "Payload bytes moved."),
     ("slices", "transfer_transport_slices", "Slices moved."),
+    (
+        "served_bytes",
+        "transfer_transport_served_bytes",
+        "Payload bytes peers moved into or out of our segments.",
+    ),
+    ("served_requests", "transfer_transport_served_requests", "Requests peers moved through us."),
 )
 _OS_COUNTERS = (
     ("rx_bytes", "os_nic_receive_bytes", "Bytes received (kernel counter)."),

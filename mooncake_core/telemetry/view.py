@@ -98,6 +98,29 @@ class NicView:
 
 
 @dataclass(frozen=True, slots=True)
+class TransportView:
+    """One transport (tcp, shm, rdma) of one component: the bytes its own requests moved
+    and the bytes peers moved through it (its segments, its data servers).
+
+    Attributes:
+        node: Component.
+        transport: ``tcp``, ``shm`` or ``rdma``.
+        bytes: Payload bytes its requests moved so far.
+        served_bytes: Payload bytes peers moved into or out of it so far (shm: counted
+            from the peers' ledgers; rdma: 0, the target does not see one-sided verbs).
+        bps: ``bytes`` per second over the window (``None`` until two samples).
+        served_bps: ``served_bytes`` per second.
+    """
+
+    node: str
+    transport: str
+    bytes: int
+    served_bytes: int
+    bps: float | None
+    served_bps: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class HostNicView:
     """One OS interface of one host (deduplicated over the components on that host).
 
@@ -282,6 +305,7 @@ class ClusterView:
         host_nics: OS interfaces per host.
         store: The store.
         scheduler: The scheduler.
+        transports: Per component and transport, those that moved anything.
     """
 
     taken_at: float
@@ -291,6 +315,7 @@ class ClusterView:
     host_nics: tuple[HostNicView, ...]
     store: StoreView
     scheduler: SchedulerView
+    transports: tuple[TransportView, ...] = ()
 
     @property
     def nodes_up(self) -> int:

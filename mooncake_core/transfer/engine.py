@@ -40,7 +40,7 @@ from .rdma_info import SegmentKey
 from .region import Region, allocate_shm, resolve_buffer
 from .request import OpCode, TransferError, TransferRequest, TransferState, TransferStatus
 from .server import DataServer
-from .shm import Job, ShmTransport
+from .shm import Job, ShmTransport, remove_ledgers, served
 from .stats import Counters, TransferSnapshot, nic_stats, transport_stats
 from .tcp import TcpInitiator
 from .validation import check_location, validate_request
@@ -123,6 +123,9 @@ class TransferEngine:
         self._lock = threading.Lock()
         self._outcome = Outcome()
         self._stats = Counters()
+        # Counts of exited initiators' shm ledgers, per segment file (see shm.served).
+        self._shm_folded: dict[str, list[int]] = {}
+        self._fold_lock = threading.Lock()
         self._tcp = TcpInitiator(config, secret, self._outcome, self._stats, self._local_nics)
         self._shm = ShmTransport(self._shm_done)
         self._mrs: dict[Region, Any] = {}  # rdma memory regions, when a device is open
@@ -365,6 +368,7 @@ class TransferEngine:
         if region.shm_path is not None:
             with contextlib.suppress(OSError):
                 os.unlink(region.shm_path)
+            remove_ledgers(region.shm_path)
 
     # ------------------------------------------------------------------ segments
 
@@ -551,6 +555,11 @@ class TransferEngine:
                     self._stats.add("shm|requests_completed")
                 self._stats.add("shm|bytes", st.request.length)
                 self._stats.add("shm|slices")
+                info = st.request.segment.info
+                if info.shm_path is not None:
+                    self._shm.account(
+                        info.shm_path, st.request.op == OpCode.READ, st.request.length
+                    )
             self._outcome.cv.notify_all()
         for st in states:
             st.request.local.release(1)
@@ -678,21 +687,40 @@ class TransferEngine:
         values = self._stats.copy()
         now = time.monotonic()
         nics = []
+        tcp_served = (0, 0)
         for nic in self.nics:
             srv = self._servers.get(nic)
             with self._tcp._hlock:
                 health = self._tcp.local_health.state(nic, now)
+            native = srv.native_counters() if srv else {}
+            tcp_served = (
+                tcp_served[0] + native.get("bytes_sent", 0) + native.get("bytes_received", 0),
+                tcp_served[1] + native.get("slices_sent", 0) + native.get("slices_received", 0),
+            )
             nics.append(
                 nic_stats(
                     nic,
                     values,
-                    srv.native_counters() if srv else {},
+                    native,
                     srv.counters.copy() if srv else {},
                     health.paused,
                     health.paused_until,
                 )
             )
-        transports = tuple(transport_stats(t, values) for t in TRANSPORTS)
+        with self._lock:
+            shm_paths = [r.shm_path for r in self._exposed.values() if r.shm_path]
+        with self._lock:
+            folds = [self._shm_folded.setdefault(p, [0, 0]) for p in shm_paths]
+        # One snapshot at a time folds (two would count an exited initiator twice).
+        with self._fold_lock:
+            shm_served = [served(p, f) for p, f in zip(shm_paths, folds, strict=True)]
+        by_transport = {
+            "shm": (sum(b for b, _ in shm_served), sum(r for _, r in shm_served)),
+            "tcp": tcp_served,  # payload the data servers on our NICs moved for peers
+        }
+        transports = tuple(
+            transport_stats(t, values, by_transport.get(t, (0, 0))) for t in TRANSPORTS
+        )
         with self._outcome.cv:
             pending = sum(
                 1

@@ -125,7 +125,9 @@ def resolve_buffer(obj: Any, length: int | None) -> tuple[int, int, Any]:
     return addr, total, keep
 
 
-_SHM_NAME = re.compile(r"^mooncake-(\d+)-[0-9a-f]{16}$")
+# A segment file, or an initiator's ledger of one (``.peer-<pid>-<token>``, see shm.py):
+# both go when the segment's owner (the first pid) is dead.
+_SHM_NAME = re.compile(r"^mooncake-(\d+)-[0-9a-f]{16}(?:\.peer-\d+-[0-9a-f]{8})?$")
 _swept = False
 
 

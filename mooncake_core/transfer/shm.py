@@ -3,6 +3,12 @@
 The initiator maps the target's segment file once (cached per path) and copies between
 its own memory and the mapping with ``_native.copy_many``: GIL released, and a large
 batch is cut into equal byte ranges copied by two pthreads.
+
+The target takes no part in a copy, so it could not count them. Each initiator keeps a
+ledger beside the segment file (``<segment file>.peer-<pid>-<token>``, 32 bytes: bytes
+and requests written, bytes and requests read), which only it writes; the target sums
+the ledgers of its segments for its served counters (:func:`served`) and removes them
+with the segment.
 """
 
 from __future__ import annotations
@@ -10,6 +16,8 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import secrets
+import struct
 import threading
 import time
 from collections import deque
@@ -41,6 +49,97 @@ def copy_threads(cpus: int, load_1min: float) -> int:
 # page fault per 4 KiB inside the copy loop (measured 10x slower).
 _MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
 
+_LEDGER = struct.Struct("=4Q")  # written bytes, written requests, read bytes, read requests
+_PEER = ".peer-"
+
+
+def ledger_paths(segment_path: str) -> list[str]:
+    """The initiators' ledgers of the segment file at ``segment_path``."""
+    folder, name = os.path.split(segment_path)
+    prefix = name + _PEER
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return [os.path.join(folder, n) for n in names if n.startswith(prefix)]
+
+
+def _owner_gone(path: str) -> bool:
+    try:
+        pid = int(path.rsplit(_PEER, 1)[1].split("-", 1)[0])
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (ValueError, IndexError, PermissionError):
+        return False
+    return False
+
+
+def served(segment_path: str, folded: list[int] | None = None) -> tuple[int, int]:
+    """(bytes, requests) same-host peers copied into or out of this segment file.
+
+    Args:
+        segment_path: The segment file.
+        folded: ``[bytes, requests]`` of ledgers already folded in, updated here: the
+            ledger of an initiator that has exited is added to it and removed, so a node
+            that outlives many short-lived clients keeps one file per live one (each
+            costs a page of /dev/shm) and its counters still never go back.
+    """
+    nbytes = nreq = 0
+    for path in ledger_paths(segment_path):
+        try:
+            with open(path, "rb") as f:
+                raw = f.read(_LEDGER.size)
+        except OSError:
+            continue  # its owner or the target removed it meanwhile
+        if len(raw) != _LEDGER.size:
+            continue
+        wb, wr, rb, rr = _LEDGER.unpack(raw)
+        if folded is not None and _owner_gone(path):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                folded[0] += wb + rb
+                folded[1] += wr + rr
+            continue
+        nbytes += wb + rb
+        nreq += wr + rr
+    if folded is not None:
+        nbytes += folded[0]
+        nreq += folded[1]
+    return nbytes, nreq
+
+
+def remove_ledgers(segment_path: str) -> None:
+    """Remove every ledger of a segment file (with the segment)."""
+    for path in ledger_paths(segment_path):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+class _Ledger:
+    """This initiator's counts for one peer segment, in a file only it writes."""
+
+    def __init__(self, segment_path: str) -> None:
+        self.path = f"{segment_path}{_PEER}{os.getpid()}-{secrets.token_hex(4)}"
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, _LEDGER.size)
+            self.map = mmap.mmap(fd, _LEDGER.size, mmap.MAP_SHARED)
+        finally:
+            os.close(fd)
+        self.values = [0, 0, 0, 0]
+
+    def add(self, read: bool, nbytes: int) -> None:
+        i = 2 if read else 0
+        self.values[i] += nbytes
+        self.values[i + 1] += 1
+        _LEDGER.pack_into(self.map, 0, *self.values)
+
+    def close(self) -> None:
+        with contextlib.suppress(BufferError, ValueError):
+            self.map.close()
+
+
 Job = tuple[Any, int, int, int]
 """(request state, destination address, source address, length)."""
 
@@ -55,6 +154,7 @@ class ShmTransport:
     def __init__(self, on_done: Callable[[list[Any]], None]) -> None:
         self._on_done = on_done
         self._maps: dict[str, tuple[mmap.mmap, int]] = {}
+        self._ledgers: dict[str, _Ledger | None] = {}
         self._lock = threading.Lock()
         self._queue: deque[list[Job]] = deque()
         self._cv = threading.Condition()
@@ -89,7 +189,19 @@ class ShmTransport:
                 os.close(fd)
             addr = _native.buffer_address(m)[0]
             self._maps[path] = (m, addr)
+            if path not in self._ledgers:
+                try:
+                    self._ledgers[path] = _Ledger(path)
+                except OSError:
+                    self._ledgers[path] = None  # counted here only; the copy still works
             return addr
+
+    def account(self, path: str, read: bool, nbytes: int) -> None:
+        """Count one finished copy in the ledger of the segment file at ``path``."""
+        with self._lock:
+            ledger = self._ledgers.get(path)
+            if ledger is not None:
+                ledger.add(read, nbytes)
 
     def submit(self, jobs: list[Job]) -> None:
         """Queue one batch of copies (already bounds-checked by the engine)."""
@@ -116,6 +228,11 @@ class ShmTransport:
                 with contextlib.suppress(BufferError):
                     m.close()
             self._maps.clear()
+            # The ledgers stay: the target's served counters must not go back.
+            for ledger in self._ledgers.values():
+                if ledger is not None:
+                    ledger.close()
+            self._ledgers.clear()
 
     def _threads(self) -> int:
         now = time.monotonic()

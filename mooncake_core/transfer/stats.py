@@ -43,13 +43,27 @@ class NicStats:
 
 @dataclass(frozen=True, slots=True)
 class TransportStats:
-    """One transport (tcp, shm, rdma), initiator side."""
+    """One transport (tcp, shm, rdma): what we initiated, and what peers moved through us.
+
+    Attributes:
+        name: ``tcp``, ``shm`` or ``rdma``.
+        requests_completed: Our requests over it that completed.
+        requests_failed: Our requests over it that failed.
+        bytes: Payload bytes our requests moved (both directions).
+        slices: Slices our requests moved.
+        served_bytes: Payload bytes peers moved into or out of our segments (tcp: our
+            data servers; shm: the peers' ledgers; rdma: 0, one-sided verbs are not
+            seen by the target).
+        served_requests: Their slices (tcp) or copy requests (shm).
+    """
 
     name: str
     requests_completed: int
     requests_failed: int
     bytes: int
     slices: int
+    served_bytes: int = 0
+    served_requests: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,12 +156,17 @@ def nic_stats(
     )
 
 
-def transport_stats(name: str, values: dict[str, int]) -> TransportStats:
-    """One transport's stats from counters named ``<transport>|name``."""
+def transport_stats(
+    name: str, values: dict[str, int], served: tuple[int, int] = (0, 0)
+) -> TransportStats:
+    """One transport's stats from counters named ``<transport>|name`` and what peers
+    moved through us, ``served`` = (bytes, requests)."""
     return TransportStats(
         name=name,
         requests_completed=values.get(f"{name}|requests_completed", 0),
         requests_failed=values.get(f"{name}|requests_failed", 0),
         bytes=values.get(f"{name}|bytes", 0),
         slices=values.get(f"{name}|slices", 0),
+        served_bytes=served[0],
+        served_requests=served[1],
     )

@@ -1,4 +1,5 @@
-"""``/api/network``: per-NIC bandwidth (with chart history) per node, paused NICs."""
+"""``/api/network``: per-NIC bandwidth (with chart history) per node, paused NICs, and
+per-transport traffic (shm included, which no NIC sees)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ def network_doc(view: ClusterView, backend: Backend, node: str | None = None) ->
         "nodes": [{"node": n, "nics": nics} for n, nics in nodes.items()],
         "paused": [f"{n.node}/{n.nic}" for n in view.nics if n.paused],
         "host_nics": to_plain(view.host_nics) if node is None else [],
+        "transports": to_plain(tuple(t for t in view.transports if node is None or t.node == node)),
     }
 
 

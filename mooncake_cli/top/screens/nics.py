@@ -7,7 +7,7 @@ from textual.widgets import DataTable, Label
 
 from mooncake_core.telemetry import ClusterView
 
-from ..widgets import HostNicTable, NicTable, NicTrend, SortableTable
+from ..widgets import HostNicTable, NicTable, NicTrend, SortableTable, TransportTable
 from .base import TopScreen
 
 __all__ = ["NicsScreen"]
@@ -25,6 +25,11 @@ class NicsScreen(TopScreen):
         )
         yield NicTable(id="nics")
         yield NicTrend(id="trend")
+        yield Label(
+            "Transports (own: this component's requests; served: peers' through it)",
+            classes="section",
+        )
+        yield TransportTable(id="transports")
         yield Label("OS interfaces per host", classes="section")
         yield HostNicTable(id="host-nics")
 
@@ -34,6 +39,7 @@ class NicsScreen(TopScreen):
     def draw(self, view: ClusterView) -> None:
         table = self.query_one(NicTable)
         table.show(view)
+        self.query_one(TransportTable).show(view)
         self.query_one(HostNicTable).show(view)
         self.query_one(NicTrend).show(table.nic(view))
 

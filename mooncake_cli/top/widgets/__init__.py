@@ -12,6 +12,7 @@ from .segment_table import SegmentTable
 from .sortable_table import Column, Row, SortableTable
 from .status_line import StatusLine
 from .store_summary import StoreSummary, store_text
+from .transport_table import TransportTable
 
 __all__ = [
     "Column",
@@ -28,6 +29,7 @@ __all__ = [
     "SortableTable",
     "StatusLine",
     "StoreSummary",
+    "TransportTable",
     "scheduler_text",
     "store_text",
 ]

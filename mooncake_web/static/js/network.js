@@ -22,6 +22,12 @@ function renderNetwork(n) {
     }
     parts.push(charts);
   }
+  if (n.transports && n.transports.length) {
+    parts.push(MC.el("h2", {}, "Transports"));
+    parts.push(MC.el("p", { class: "muted" }, "own: the component's requests; served: what peers moved through it (same-host shm copies included)"));
+    parts.push(MC.table(["node", "transport", "own", "own rate", "served", "served rate"],
+      n.transports.map((t) => [t.node, t.transport, MC.bytes(t.bytes), MC.rate(t.bps), MC.bytes(t.served_bytes), MC.rate(t.served_bps)]), { num: [2, 3, 4, 5] }));
+  }
   if (n.host_nics.length) {
     parts.push(MC.el("h2", {}, "Host interfaces (kernel counters)"));
     parts.push(MC.table(["host", "iface", "tx", "rx", "errors", "drops"],

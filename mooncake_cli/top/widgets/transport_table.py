@@ -1,0 +1,44 @@
+"""Per-transport traffic of each component: what its requests moved, what peers moved
+through it (same-host shm copies included, which no NIC counter sees)."""
+
+from __future__ import annotations
+
+from mooncake_core.telemetry import ClusterView, TransportView
+
+from ..fmt import bytes_per_s, human_bytes
+from .sortable_table import Column, Row, SortableTable
+
+__all__ = ["TransportTable"]
+
+
+class TransportTable(SortableTable):
+    """One row per (component, transport) that moved anything."""
+
+    COLUMNS = (
+        Column("Node", 12, identity=True),
+        Column("Transport", 9, identity=True),
+        Column("Own", 8, descending=True),
+        Column("Own rate", 10, descending=True),
+        Column("Served", 8, descending=True),
+        Column("Served rate", 11, descending=True),
+    )
+
+    def show(self, view: ClusterView) -> None:
+        """Rebuild the rows from ``view``."""
+        self.set_rows([_row(t) for t in view.transports])
+
+
+def _row(t: TransportView) -> Row:
+    return Row(
+        key=f"{t.node}|{t.transport}",
+        cells=(
+            t.node,
+            t.transport,
+            human_bytes(t.bytes),
+            bytes_per_s(t.bps),
+            human_bytes(t.served_bytes),
+            bytes_per_s(t.served_bps),
+        ),
+        sort=(t.node, t.transport, t.bytes, t.bps, t.served_bytes, t.served_bps),
+        search=" ".join((t.node, t.transport, human_bytes(t.bytes), human_bytes(t.served_bytes))),
+    )
