@@ -9,13 +9,9 @@ import typer
 
 from .common import ConfigOption, JsonOption, err, fail, load, out, write_stdout
 
-app = typer.Typer(
-    help="Replay a trace or a synthetic prefix-heavy workload against the front door.",
-    invoke_without_command=True,
-)
+HELP = "Replay a trace or a synthetic prefix-heavy workload against the front door."
 
 
-@app.callback(invoke_without_command=True)
 def loadgen(
     trace: Annotated[
         Path | None,

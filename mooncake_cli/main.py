@@ -30,7 +30,8 @@ app = typer.Typer(
     help="Mooncake-py: KVCache-centric disaggregated LLM serving and its operator toolkit.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    # typer's own: `mooncake --install-completion` / `--show-completion` (bash, zsh, fish).
+    add_completion=True,
 )
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(bench_cmd.app, name="bench")
@@ -44,7 +45,8 @@ app.add_typer(node_cmd.app, name="node")
 app.add_typer(store_cmd.app, name="store")
 app.add_typer(worker_cmd.app, name="worker")
 app.add_typer(conductor_cmd.app, name="conductor")
-app.add_typer(loadgen_cmd.app, name="loadgen")
+# One command, no subcommands: its usage line says `mooncake loadgen [OPTIONS]`.
+app.command("loadgen", help=loadgen_cmd.HELP)(loadgen_cmd.loadgen)
 app.command("top")(top_cmd.top)
 app.command("web")(web_cmd.web)
 

@@ -88,6 +88,13 @@ def create_app(config: ClusterConfig, options: WebOptions | None = None) -> Fast
     app.include_router(pages_router)
     static = resources.files("mooncake_web").joinpath("static")
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
+    favicon = static.joinpath("favicon.svg").read_bytes()
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def _favicon() -> Response:
+        # Browsers ask for it on every page; an SVG icon (they take it at this path too).
+        return Response(favicon, media_type="image/svg+xml")
+
     app.add_middleware(HostCheck, allowed=_host_names(config, opts))
 
     @app.middleware("http")

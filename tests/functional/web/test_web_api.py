@@ -363,3 +363,12 @@ def test_undrain_stops_a_running_drain(logged: tuple[TestClient, str], backend: 
             break
         time.sleep(0.3)
     assert total == len(OBJECTS)
+
+
+def test_favicon_is_served_and_linked(client: TestClient) -> None:
+    # A browser asks for it on every page: a 404 in every console otherwise.
+    icon = client.get("/favicon.ico")
+    assert icon.status_code == 200
+    assert icon.headers["content-type"].startswith("image/svg+xml")
+    assert icon.content.startswith(b"<svg")
+    assert 'rel="icon"' in client.get("/").text
