@@ -349,8 +349,9 @@ class DashboardConfig(_Strict):
     """Host (by name) that runs the dashboard."""
     port: Port = 8080
     """HTTP port."""
-    anonymous_read: bool = True
-    """Whether read-only pages open without the cluster token."""
+    anonymous_read: bool = False
+    """Whether read-only pages open without the cluster token. Off by default: the pages
+    show every key name and the audit trail; a login (the cluster token) opens them."""
     allowed_hosts: list[Annotated[str, Field(min_length=1, max_length=253)]] = Field(
         default_factory=list, max_length=64
     )

@@ -101,6 +101,13 @@ def test_cluster_up_on_127_0_0_2_with_settings_from_the_config(
     assert front.status_code == 200, front.text
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{cfg['dashboard']['port']}/health", timeout=5)
+    # Reads need a login by default (anonymous_read off): key names and the audit trail
+    # are not for whoever reaches the port; the page sends a browser to /login.
+    dash_url = f"http://{ADDR}:{cfg['dashboard']['port']}"
+    keys = httpx.get(f"{dash_url}/api/store/objects", timeout=10)
+    assert keys.status_code == 401 and "login required" in keys.text, keys.text
+    page = httpx.get(f"{dash_url}/store", timeout=10)
+    assert page.status_code in (302, 303, 307) and "/login" in page.headers["location"]
 
     runs = Path(cfg["state_dir"]) / "run"
     recs = {p.stem: json.loads(p.read_text()) for p in runs.glob("*.json")}

@@ -42,7 +42,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 @pytest.fixture(scope="module")
 def web(cluster: Cluster) -> Iterator[Dashboard]:
     doc = yaml.safe_load(cluster.config.read_text())
-    doc["dashboard"] = {"allowed_hosts": [EXTRA_HOST]}
+    doc["dashboard"] = {"allowed_hosts": [EXTRA_HOST], "anonymous_read": True}
     cfg = cluster.config.with_name("web.yaml")
     cfg.write_text(yaml.safe_dump(doc))
     port = free_port()

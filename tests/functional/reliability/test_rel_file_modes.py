@@ -30,6 +30,7 @@ def up(tmp_path: Path) -> Iterator[Path]:
     state = Path(cfg["state_dir"])
     cfg["master"]["data_dir"] = str(state / "journal")
     cfg["master"]["unmount_grace_s"] = 0.0
+    cfg["dashboard"]["anonymous_read"] = True  # read the audit page below without a login
     write_config(path, cfg)
     state.mkdir(mode=0o755)
     os.chmod(state, 0o755)  # a state_dir someone made by hand, world-readable

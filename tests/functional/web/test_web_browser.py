@@ -56,7 +56,9 @@ def base_url(make_app: Callable[..., FastAPI]) -> Iterator[str]:
 
     port = _free_port()
     server = uvicorn.Server(
-        uvicorn.Config(make_app(), host="127.0.0.1", port=port, log_level="warning")
+        uvicorn.Config(
+            make_app(anonymous_read=True), host="127.0.0.1", port=port, log_level="warning"
+        )
     )
     t = threading.Thread(target=server.run, daemon=True)
     t.start()
