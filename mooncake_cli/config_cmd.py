@@ -17,10 +17,12 @@ def show(
     config: ConfigOption = None,
     fmt: Annotated[str, typer.Option("--format", help="yaml or json.")] = "yaml",
 ) -> None:
-    """Print the effective configuration (defaults filled in)."""
-    from mooncake_core.config import dump_config
+    """Print the effective configuration (defaults filled in); stderr names its file."""
+    from mooncake_core.config import config_source, dump_config
 
     cfg = load(config)
+    # On stderr: stdout stays a config that `config validate` and `-c` take back.
+    err.print(f"config: {config_source(config)}", highlight=False, markup=False, soft_wrap=True)
     if fmt == "json":
         write_stdout(cfg.model_dump_json(indent=2))
     elif fmt == "yaml":

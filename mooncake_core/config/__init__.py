@@ -1,6 +1,13 @@
 """Typed configuration for every component (see ``docs/configuration.md``)."""
 
-from .loader import CONFIG_ENV, ConfigError, dump_config, load_config, parse_config
+from .loader import (
+    CONFIG_ENV,
+    ConfigError,
+    config_source,
+    dump_config,
+    load_config,
+    parse_config,
+)
 from .models import (
     AuditConfig,
     ClusterConfig,
@@ -31,6 +38,7 @@ __all__ = [
     "StoreNodeConfig",
     "TransferConfig",
     "WorkerConfig",
+    "config_source",
     "dump_config",
     "load_config",
     "parse_config",

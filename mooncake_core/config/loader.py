@@ -149,6 +149,25 @@ def parse_config(data: Any, source: str = "<config>") -> ClusterConfig:
         raise ConfigError(source, _format_errors(exc)) from None
 
 
+def config_path(path: str | os.PathLike[str] | None = None) -> Path | None:
+    """The file :func:`load_config` reads for ``path`` (``None``: the embedded default)."""
+    if path is not None:
+        return Path(path)
+    env = os.environ.get(CONFIG_ENV)
+    if env:
+        return Path(env)
+    return Path("mooncake.yaml") if Path("mooncake.yaml").is_file() else None
+
+
+def config_source(path: str | os.PathLike[str] | None = None) -> str:
+    """Where the effective config comes from, in words (for ``config show``)."""
+    p = config_path(path)
+    if p is None:
+        return "the embedded default (no --config, no $MOONCAKE_CONFIG, no ./mooncake.yaml)"
+    via = f" (from ${CONFIG_ENV})" if path is None and os.environ.get(CONFIG_ENV) else ""
+    return f"{p.resolve()}{via}"
+
+
 def load_config(path: str | os.PathLike[str] | None = None) -> ClusterConfig:
     """Load the effective cluster configuration.
 
@@ -159,15 +178,9 @@ def load_config(path: str | os.PathLike[str] | None = None) -> ClusterConfig:
     Raises:
         ConfigError: the file is missing, not YAML, or not a valid cluster.
     """
-    if path is None:
-        env = os.environ.get(CONFIG_ENV)
-        if env:
-            path = env
-        elif Path("mooncake.yaml").is_file():
-            path = "mooncake.yaml"
-        else:
-            return ClusterConfig()
-    p = Path(path)
+    p = config_path(path)
+    if p is None:
+        return ClusterConfig()
     try:
         with p.open("rb") as f:
             raw = f.read(MAX_CONFIG_BYTES + 1)

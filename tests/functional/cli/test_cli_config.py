@@ -27,6 +27,22 @@ def test_show_prints_effective_config_as_json() -> None:
     assert data["master"]["port"] == 50051 and len(data["store_nodes"]) == 2
 
 
+def test_show_names_the_file_it_loaded(tmp_path: Path) -> None:
+    # From the repository root: ./mooncake.yaml.
+    here = run("config", "show")
+    assert f"config: {ROOT / 'mooncake.yaml'}" in here.stderr, here.stderr
+    # Elsewhere, nothing given: the embedded default, and it says so.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    res = run("config", "show", cwd=empty)
+    assert res.returncode == 0 and "config: the embedded default" in res.stderr, res.stderr
+    # -c names its file; stdout stays YAML that loads back.
+    own = tmp_path / "own.yaml"
+    own.write_text(res.stdout)
+    again = run("config", "show", "-c", str(own), cwd=empty)
+    assert f"config: {own}" in again.stderr and again.stdout == res.stdout
+
+
 def test_validate_accepts_shipped_file() -> None:
     res = run("config", "validate", "mooncake.yaml")
     assert res.returncode == 0 and "valid" in res.stderr
