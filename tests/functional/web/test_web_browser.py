@@ -262,6 +262,17 @@ def test_drain_and_undrain_from_nodes_page(
     page.wait_for_selector(f"{row} .drain-progress")
     # Lease-bound: the last copied object's old replica goes when its read lease ends.
     page.wait_for_selector(f"{row} .drain-progress[data-state='done']", timeout=60_000)
+    # The drain's progress and the node's row come from two feeds (the drain job, the
+    # polled cluster view): the row says DRAINED with 0 objects one poll later.
+    page.wait_for_function(
+        """([sel, want]) => {
+            const r = document.querySelector(sel);
+            const cells = r ? r.querySelectorAll("td") : [];
+            return r && r.textContent.includes(want) && cells[5]?.textContent === "0";
+        }""",
+        arg=[row, f"{node} (dram) DRAINED"],
+        timeout=30_000,
+    )
     text = page.locator(f"{row}").text_content()
     assert "DRAINED:" in text and "failed" not in text and f"{node} (dram) DRAINED" in text
     assert f"{before} replicas dropped" in text
