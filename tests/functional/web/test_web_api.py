@@ -344,6 +344,9 @@ def test_undrain_stops_a_running_drain(logged: tuple[TestClient, str], backend: 
     c, csrf = logged
     h = {"X-CSRF-Token": csrf}
     assert c.get("/api/nodes/store-a").json()["keys"] > 0
+    # Read every object first: their read leases (lease_ttl_s) keep the drain from
+    # finishing before the undrain below, however fast (or loaded) this machine is.
+    assert read_back(backend.master, backend.cfg, OBJECTS)
     assert c.post("/api/nodes/store-a/drain", headers=h).status_code == 202
     # Once objects are moving (or moved and the drain waits for leases): still running.
     job = _wait(c, "/api/nodes/store-a/drain", lambda d: d["done"] > 0 or d["state"] != "running")
