@@ -20,17 +20,21 @@ def human_bytes(n: float | None) -> str:
     return f"{n:.1f}T"  # pragma: no cover - loop always returns
 
 
-def bytes_per_s(bps: float | None) -> str:
-    """``1.5M/s``-style rate (binary units, as :func:`human_bytes`); ``-`` when unknown."""
-    return "-" if bps is None else f"{human_bytes(bps)}/s"
-
-
 def gbps(bps: float | None) -> str:
-    """Bytes per second as GB/s (decimal, like NIC specs); ``-`` when unknown."""
+    """Bytes per second in decimal units picked for the value (``980K``, ``4.70M``,
+    ``12.3G``; like NIC specs, 1G = 1e9 B): at most 5 characters, three significant
+    digits, so a trickle under 1 MB/s still reads as what it is; ``-`` when unknown."""
     if bps is None:
         return "-"
-    g = bps / 1e9
-    return f"{g:.3f}" if g < 10 else f"{g:.1f}"
+    v = float(bps)
+    if v < 999.5:
+        return f"{v:.0f}"
+    for unit in ("K", "M", "G", "T"):
+        v /= 1000
+        if v < 999.5 or unit == "T":
+            break
+    digits = 2 if v < 9.995 else 1 if v < 99.95 else 0
+    return f"{v:.{digits}f}{unit}"
 
 
 def rate(per_s: float | None) -> str:
@@ -89,3 +93,8 @@ def spark(values: tuple[float, ...], width: int) -> str:
         return (_BLOCKS[0] * len(vals)).rjust(width)
     chars = [_BLOCKS[min(7, int(v / top * 7.999))] for v in vals]
     return "".join(chars).rjust(width)
+
+
+def bytes_per_s(bps: float | None) -> str:
+    """A rate with its unit, ``42.5MB/s`` (decimal, as :func:`gbps`); ``-`` when unknown."""
+    return "-" if bps is None else f"{gbps(bps)}B/s"

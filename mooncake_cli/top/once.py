@@ -59,7 +59,7 @@ def render_view(
             n.endpoint if n.up else (n.error or ""),
         )
     nics = _table(
-        f"NICs (GB/s over {view.window_s:.0f}s)",
+        f"NICs (bytes/s, K M G = 1e3 1e6 1e9, over {view.window_s:.0f}s)",
         ("Node", "NIC/iface", "TE tx", "TE rx", "OS tx", "OS rx", "Share", "Err", "Trend"),
     )
     for nic in view.nics:
@@ -88,7 +88,7 @@ def render_view(
             human_bytes(t.served_bytes),
             bytes_per_s(t.served_bps),
         )
-    hosts = _table("OS interfaces (GB/s)", ("Host", "Iface", "tx", "rx", "Errors", "Drops"))
+    hosts = _table("OS interfaces (bytes/s)", ("Host", "Iface", "tx", "rx", "Errors", "Drops"))
     for h in view.host_nics:
         hosts.add_row(
             h.hostname, h.iface, gbps(h.tx_bps), gbps(h.rx_bps), str(h.errors), str(h.drops)

@@ -14,13 +14,13 @@ __all__ = ["NicsScreen"]
 
 
 class NicsScreen(TopScreen):
-    """Per-NIC bandwidth; GB/s are decimal (1e9 bytes/s), rates over the sliding window."""
+    """Per-NIC bandwidth in bytes/s, decimal units (1G = 1e9), over the sliding window."""
 
     SCREEN_TITLE = "1 NICs"
 
     def body(self) -> ComposeResult:
         yield Label(
-            "Transfer Engine NICs (GB/s; OS = kernel counters of the same interface)",
+            "Transfer Engine NICs (bytes/s, K M G = 1e3 1e6 1e9; OS = kernel counters)",
             classes="section",
         )
         yield NicTable(id="nics")

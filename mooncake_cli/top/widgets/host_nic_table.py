@@ -18,8 +18,8 @@ class HostNicTable(SortableTable):
     COLUMNS = (
         Column("Host", 14, identity=True),
         Column("Iface", 10, identity=True),
-        Column("tx GB/s", 7, descending=True),
-        Column("rx GB/s", 7, descending=True),
+        Column("tx B/s", 6, descending=True),
+        Column("rx B/s", 6, descending=True),
         Column("Errors", 6, descending=True),
         Column("Drops", 6, descending=True),
     )

@@ -30,7 +30,7 @@ class NicTrend(Widget):
             return
         peak = max(nic.history) if nic.history else 0.0
         label.update(
-            f"{nic.node} {nic.nic}: TE {gbps(nic.te_total_bps)} GB/s now, "
-            f"peak {gbps(peak)} GB/s over {len(nic.history)} polls"
+            f"{nic.node} {nic.nic}: TE {gbps(nic.te_total_bps)}B/s now, "
+            f"peak {gbps(peak)}B/s over {len(nic.history)} polls"
         )
         spark.data = list(nic.history)

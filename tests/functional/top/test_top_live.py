@@ -84,9 +84,9 @@ async def test_nic_screen_shows_live_rates_and_fits_80x24(live):
         rows = {r[0]: r for r in _cells(table)}
         reader = rows["te-reader"]
         assert reader[1] == "127.0.0.1/lo"
-        assert float(reader[3]) > 0  # TE rx GB/s of the reading side
+        assert reader[3] not in ("0", "-")  # TE rx bytes/s of the reading side
         assert reader[6] == "100%"  # its only NIC carries all its traffic
-        assert float(rows["te-target"][2]) > 0  # the target sends what the reader reads
+        assert rows["te-target"][2] not in ("0", "-")  # the target sends what the reader reads
         assert table.virtual_size.width <= 80, "NIC table wider than an 80-column terminal"
 
 

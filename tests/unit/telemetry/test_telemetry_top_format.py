@@ -30,7 +30,12 @@ def _nic(**kw: object) -> NicView:
 
 
 def test_formatters():
-    assert gbps(None) == "-" and gbps(2e9) == "2.000" and gbps(12.34e9) == "12.3"
+    assert gbps(None) == "-" and gbps(0) == "0" and gbps(999) == "999"
+    # Three significant digits in the unit the value needs: nothing under 1 MB/s reads 0.
+    assert [gbps(x) for x in (1000, 47_400, 980_000, 4.7e6, 2e9, 12.34e9, 999.6e9)] == [
+        "1.00K", "47.4K", "980K", "4.70M", "2.00G", "12.3G", "1.00T",
+    ]  # fmt: skip
+    assert max(len(gbps(10**k * 9.996)) for k in range(15)) <= 5
     assert human_bytes(16 << 20) == "16.0M" and human_bytes(512) == "512B"
     assert pct(0.291) == "29%" and pct(None) == "-"
     assert seconds(0.25) == "250ms" and seconds(3.5) == "3.50s"
@@ -43,7 +48,7 @@ def test_formatters():
 
 def test_nic_row_flags_slow_and_paused():
     cells = [str(c) for c in nic_row(_nic()).cells]
-    assert cells[:8] == ["n", "10.0.0.1/eth0", "2.000", "-", "2.500", "0.000", "50%", "0"]
+    assert cells[:8] == ["n", "10.0.0.1/eth0", "2.00G", "-", "2.50G", "0", "50%", "0"]
     # The flag is in the Trend cell: the node's name stays as it is (a fixed-width Node
     # column cut it; an auto-width one widened the table past 80 columns).
     assert str(nic_row(_nic(slow=True)).cells[0]) == "n"
