@@ -13,9 +13,10 @@ from rich.text import Text
 from mooncake_core.telemetry import ClusterView, to_plain
 
 from ..tables import fit
-from .fmt import ago, bytes_per_s, duration, gbps, human_bytes, pct, seconds, spark
+from .fmt import ago, duration, gbps, human_bytes, pct, seconds, spark
 from .widgets.scheduler_summary import scheduler_text
 from .widgets.store_summary import store_text
+from .widgets.transport_table import TransportTable, transport_cells
 
 __all__ = ["render_view", "view_json"]
 
@@ -77,17 +78,10 @@ def render_view(
         )
     transports = _table(
         "Transports (own: its requests; served: peers' through it)",
-        ("Node", "Transport", "Own", "Own rate", "Served", "Served rate"),
+        tuple(c.label for c in TransportTable.COLUMNS),
     )
     for t in view.transports:
-        transports.add_row(
-            t.node,
-            t.transport,
-            human_bytes(t.bytes),
-            bytes_per_s(t.bps),
-            human_bytes(t.served_bytes),
-            bytes_per_s(t.served_bps),
-        )
+        transports.add_row(*transport_cells(t))
     hosts = _table("OS interfaces (bytes/s)", ("Host", "Iface", "tx", "rx", "Errors", "Drops"))
     for h in view.host_nics:
         hosts.add_row(

@@ -709,11 +709,9 @@ class TransferEngine:
             )
         with self._lock:
             shm_paths = [r.shm_path for r in self._exposed.values() if r.shm_path]
-        with self._lock:
-            folds = [self._shm_folded.setdefault(p, [0, 0]) for p in shm_paths]
         # One snapshot at a time folds (two would count an exited initiator twice).
         with self._fold_lock:
-            shm_served = [served(p, f) for p, f in zip(shm_paths, folds, strict=True)]
+            shm_served = [served(p, self._shm_folded.setdefault(p, [0, 0])) for p in shm_paths]
         by_transport = {
             "shm": (sum(b for b, _ in shm_served), sum(r for _, r in shm_served)),
             "tcp": tcp_served,  # payload the data servers on our NICs moved for peers

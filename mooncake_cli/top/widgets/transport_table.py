@@ -8,7 +8,7 @@ from mooncake_core.telemetry import ClusterView, TransportView
 from ..fmt import bytes_per_s, human_bytes
 from .sortable_table import Column, Row, SortableTable
 
-__all__ = ["TransportTable"]
+__all__ = ["TransportTable", "transport_cells"]
 
 
 class TransportTable(SortableTable):
@@ -28,17 +28,22 @@ class TransportTable(SortableTable):
         self.set_rows([_row(t) for t in view.transports])
 
 
+def transport_cells(t: TransportView) -> tuple[str, ...]:
+    """One row's cells, in COLUMNS order (the TUI table and ``top --once`` alike)."""
+    return (
+        t.node,
+        t.transport,
+        human_bytes(t.bytes),
+        bytes_per_s(t.bps),
+        human_bytes(t.served_bytes),
+        bytes_per_s(t.served_bps),
+    )
+
+
 def _row(t: TransportView) -> Row:
     return Row(
         key=f"{t.node}|{t.transport}",
-        cells=(
-            t.node,
-            t.transport,
-            human_bytes(t.bytes),
-            bytes_per_s(t.bps),
-            human_bytes(t.served_bytes),
-            bytes_per_s(t.served_bps),
-        ),
+        cells=transport_cells(t),
         sort=(t.node, t.transport, t.bytes, t.bps, t.served_bytes, t.served_bps),
         search=" ".join((t.node, t.transport, human_bytes(t.bytes), human_bytes(t.served_bytes))),
     )
