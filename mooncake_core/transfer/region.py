@@ -157,14 +157,24 @@ def sweep_stale_shm(directory: str = SHM_DIR) -> int:
         try:
             if os.stat(path).st_uid != uid:
                 continue
-            os.kill(int(m.group(1)), 0)
-        except ProcessLookupError:
+        except OSError:
+            continue
+        if pid_gone(int(m.group(1))):
             with contextlib.suppress(OSError):
                 os.unlink(path)
                 removed += 1
-        except (OSError, ValueError):
-            continue
     return removed
+
+
+def pid_gone(pid: int) -> bool:
+    """True only when no process ``pid`` exists (one we may not signal still counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def allocate_shm(length: int) -> tuple[mmap.mmap, str]:

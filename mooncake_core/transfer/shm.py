@@ -26,6 +26,7 @@ from typing import Any
 
 from ._c import native as _native
 from .protocol import COPY_JOB
+from .region import pid_gone
 from .request import TransferError
 
 COPY_THREADS = 2
@@ -67,12 +68,9 @@ def ledger_paths(segment_path: str) -> list[str]:
 def _owner_gone(path: str) -> bool:
     try:
         pid = int(path.rsplit(_PEER, 1)[1].split("-", 1)[0])
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except (ValueError, IndexError, PermissionError):
+    except (ValueError, IndexError):
         return False
-    return False
+    return pid_gone(pid)
 
 
 def served(segment_path: str, folded: list[int] | None = None) -> tuple[int, int]:
