@@ -84,6 +84,12 @@ class AdmissionContext:
         request_tokens: context tokens this request will hold in decode (its prompt).
         durations: learned decode-duration distribution; when given and ready, the
             predictive strategy forecasts with it instead of the uniform ``D``.
+        floor_ttft_s: the chosen plan's TTFT without its queue (``None``: unknown).
+        floor_tbt_s: TBT of this request alone on an idle decode instance (``None``:
+            unknown). A prediction over its SLO is rejected (429, retry later) only
+            when waiting can bring it under: when the floor itself misses the SLO, no
+            amount of waiting will, so the request is admitted (a 429 that can never
+            clear would refuse every request, even on an idle cluster).
     """
 
     now: float
@@ -100,6 +106,8 @@ class AdmissionContext:
     pending_joins: Sequence[tuple[float, int]] = ()
     request_tokens: int = 0
     durations: DecodeDurations | None = None
+    floor_ttft_s: float | None = None
+    floor_tbt_s: float | None = None
 
     def capacity(self) -> int:
         """Total decode batch slots."""
@@ -135,8 +143,13 @@ class AdmissionContext:
         return sorted(t + d for inst in self.decode for t in inst.active_since())
 
 
+def _clears(floor: float | None, slo: float) -> bool:
+    # Whether waiting can meet the SLO: the prediction without load is within it.
+    return floor is None or floor <= slo
+
+
 def _slo_check(ctx: AdmissionContext) -> AdmissionResult | None:
-    if ctx.predicted_ttft_s > ctx.ttft_slo_s:
+    if ctx.predicted_ttft_s > ctx.ttft_slo_s and _clears(ctx.floor_ttft_s, ctx.ttft_slo_s):
         excess = ctx.predicted_ttft_s - ctx.ttft_slo_s
         return AdmissionResult(
             False,
@@ -144,7 +157,7 @@ def _slo_check(ctx: AdmissionContext) -> AdmissionResult | None:
             ctx.retry(excess),
             f"predicted TTFT {ctx.predicted_ttft_s:.3f}s exceeds the SLO {ctx.ttft_slo_s:.3f}s",
         )
-    if ctx.predicted_tbt_s > ctx.tbt_slo_s:
+    if ctx.predicted_tbt_s > ctx.tbt_slo_s and _clears(ctx.floor_tbt_s, ctx.tbt_slo_s):
         ends = ctx.decode_ends()
         wait = (ends[0] - ctx.now) if ends else ctx.decode_time_s
         return AdmissionResult(

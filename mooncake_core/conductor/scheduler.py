@@ -354,6 +354,8 @@ class Conductor:
             self._pending_joins(),
             request.input_len,
             self._durations,
+            floor_ttft_s=plan.ttft_s - plan.queue_s,
+            floor_tbt_s=self.decode_model.tbt_if_joined(0, 0, request.input_len),
         )
         verdict = self.admission.before_prefill(adm_ctx)
         migration = None

@@ -31,8 +31,12 @@ def ctx(
     finishes: tuple[float, ...] = (),
     now: float = 10.0,
     decode_time: float = 8.0,
+    floor_ttft: float | None = None,
+    floor_tbt: float | None = None,
 ) -> AdmissionContext:
     return AdmissionContext(
+        floor_ttft_s=floor_ttft,
+        floor_tbt_s=floor_tbt,
         now=now,
         predicted_ttft_s=ttft,
         predicted_tbt_s=tbt,
@@ -69,6 +73,21 @@ def test_early_reject_on_slos() -> None:
     r = make_admission("early_reject").before_prefill(ctx(free, tbt=0.2))
     assert (r.admitted, r.reason) == (False, "tbt_slo")
     assert make_admission("early_reject").before_prefill(ctx(free)).admitted
+
+
+@pytest.mark.parametrize("name", ["early_reject", "early_reject_predictive"])
+def test_slo_misses_that_waiting_cannot_clear_are_admitted(name: str) -> None:
+    # The load makes the miss (floors within the SLOs): 429, retry later.
+    free = [decode("d0", 4, [])]
+    adm = make_admission(name)
+    r = adm.before_prefill(ctx(free, ttft=7.5, floor_ttft=4.0))
+    assert (r.admitted, r.reason) == (False, "ttft_slo")
+    r = adm.before_prefill(ctx(free, tbt=0.2, floor_tbt=0.09))
+    assert (r.admitted, r.reason) == (False, "tbt_slo")
+    # The request alone on an idle cluster misses them (0.203 s TBT for a 0.1 s SLO, a
+    # 6 s prefill for 5 s): a 429 could never clear, so it is admitted.
+    assert adm.before_prefill(ctx(free, tbt=0.203, floor_tbt=0.203)).admitted
+    assert adm.before_prefill(ctx(free, ttft=7.5, floor_ttft=6.0)).admitted
 
 
 def test_predictive_admits_when_decode_will_have_drained() -> None:

@@ -14,7 +14,7 @@ from mooncake_core.conductor import (
     ScheduleRequest,
     Tier,
 )
-from mooncake_core.config.models import ClusterConfig, ConductorConfig, HashingConfig
+from mooncake_core.config.models import ClusterConfig, ConductorConfig, HashingConfig, ModelConfig
 
 HBM, DRAM = Tier.HBM, Tier.DRAM
 
@@ -181,24 +181,25 @@ def test_to_record_maps_every_audit_field() -> None:
 
 def test_rejection_record_has_reason_and_retry() -> None:
     c = Conductor(
-        ConductorConfig(policy="round_robin", admission="early_reject", ttft_slo_s=0.05),
+        ConductorConfig(policy="round_robin", admission="early_reject", ttft_slo_s=0.15),
         ["p0"],
         {"d0": 4},
         hashing=HashingConfig(block_size=10),
         prefill_model=PrefillTimeModel((0.0, 0.001, 0.0, 0.0)),
     )
-    d = c.schedule(req("a", tokens=100), 0.0)
+    assert c.schedule(req("a", tokens=100), 0.0).admitted  # 0.1 s alone
+    d = c.schedule(req("b", tokens=100), 0.0)  # 0.1 s behind a's 0.1 s
     assert not d.admitted and d.migration is None
     rec, _ = d.to_record()
     assert rec.reject_reason is not None and rec.reject_reason.startswith(
-        "ttft_slo: predicted TTFT 0.100s"
+        "ttft_slo: predicted TTFT 0.200s"
     )
     assert rec.retry_after_s == pytest.approx(0.5)  # 50 ms excess, raised to the 0.5 s floor
     assert c.snapshot().rejected == (("ttft_slo", 1),)
 
 
 def test_from_cluster_uses_workers_and_hashing() -> None:
-    c = Conductor.from_cluster(ClusterConfig())
+    c = Conductor.from_cluster(ClusterConfig(model=ModelConfig()))
     assert [p.name for p in c.snapshot().prefill] == ["prefill-0"]
     assert [(d.name, d.max_batch) for d in c.snapshot().decode] == [("decode-0", 8)]
     assert c.block_size == 16 and c.policy.name == "kvcache_centric"
