@@ -230,3 +230,55 @@ def run_cluster(
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+
+async def prefill_and_decode(
+    cfg: dict[str, Any], prefill: int, rid: str, tokens: list[int], fetch: list[int], n: int
+) -> tuple[Any, list[int]]:
+    """Act as the conductor by hand for one request: prefill worker ``prefill`` (fetching
+    the Store blocks ``fetch`` first, storing its new blocks) writes the KV into
+    decode-0's pool, which decodes ``n`` tokens.
+
+    Returns:
+        The prefill reply and every output token (the prefill's first, then decode's).
+    """
+    import grpc
+
+    from mooncake_core.rpc import worker_pb2 as pb
+    from mooncake_core.rpc import worker_pb2_grpc as pbg
+
+    def stub(port: int) -> Any:
+        return pbg.WorkerStub(grpc.aio.insecure_channel(f"127.0.0.1:{port}"))
+
+    pre = stub(cfg["prefill_workers"][prefill]["rpc_port"])
+    dec = stub(cfg["decode_workers"][0]["rpc_port"])
+    sampling = pb.Sampling(max_tokens=n)
+    prep = await dec.Prepare(pb.PrepareRequest(request_id=rid, num_tokens=len(tokens)))
+    target = pb.DecodeTarget(
+        segment=prep.segment,
+        seq_id=prep.seq_id,
+        blocks=list(prep.blocks),
+        block_nbytes=prep.block_nbytes,
+        layer_nbytes=prep.layer_nbytes,
+    )
+    rep = await pre.Prefill(
+        pb.PrefillRequest(
+            request_id=rid,
+            tokens=tokens,
+            sampling=sampling,
+            fetch_keys=fetch,
+            target=target,
+            store_kv=True,
+        )
+    )
+    out = [rep.first_token]
+    admit = pb.AdmitRequest(
+        request_id=rid,
+        seq_id=prep.seq_id,
+        tokens=tokens,
+        next_token=rep.first_token,
+        sampling=sampling,
+    )
+    async for ev in dec.Admit(admit):
+        out.append(ev.token)
+    return rep, out

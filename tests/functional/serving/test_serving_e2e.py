@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 import httpx
 import pytest
-from serving_cluster import Cluster, run_cluster
+from serving_cluster import Cluster, prefill_and_decode, run_cluster
 
 from mooncake_core.conductor.hashing import BlockHasher
 from mooncake_core.config.models import HashingConfig, ModelConfig
@@ -167,63 +167,21 @@ async def _store_path(cl: Cluster, reference: InferenceEngine) -> None:
     hasher = BlockHasher(HashingConfig(**cfg["hashing"]))
     bs = cfg["hashing"]["block_size"]
     base = tok.encode("The Store keeps this prefix for everyone who asks later. " * 2)
-    p0 = pbg.WorkerStub(
-        grpc.aio.insecure_channel(f"127.0.0.1:{cfg['prefill_workers'][0]['rpc_port']}")
-    )
-    p1 = pbg.WorkerStub(
-        grpc.aio.insecure_channel(f"127.0.0.1:{cfg['prefill_workers'][1]['rpc_port']}")
-    )
-    dec = pbg.WorkerStub(
-        grpc.aio.insecure_channel(f"127.0.0.1:{cfg['decode_workers'][0]['rpc_port']}")
-    )
-    sampling = pb.Sampling(max_tokens=10)
-
-    async def run(
-        stub: Any, rid: str, tokens: list[int], fetch: list[int]
-    ) -> tuple[Any, list[int]]:
-        prep = await dec.Prepare(pb.PrepareRequest(request_id=rid, num_tokens=len(tokens)))
-        target = pb.DecodeTarget(
-            segment=prep.segment,
-            seq_id=prep.seq_id,
-            blocks=list(prep.blocks),
-            block_nbytes=prep.block_nbytes,
-            layer_nbytes=prep.layer_nbytes,
-        )
-        rep = await stub.Prefill(
-            pb.PrefillRequest(
-                request_id=rid,
-                tokens=tokens,
-                sampling=sampling,
-                fetch_keys=fetch,
-                target=target,
-                store_kv=True,
-            )
-        )
-        out = [rep.first_token]
-        async for ev in dec.Admit(
-            pb.AdmitRequest(
-                request_id=rid,
-                seq_id=prep.seq_id,
-                tokens=tokens,
-                next_token=rep.first_token,
-                sampling=sampling,
-            )
-        ):
-            out.append(ev.token)
-        return rep, out
-
     a = base + tok.encode("A?", add_bos=False)
-    rep_a, out_a = await run(p0, "store-a", a, [])
+    rep_a, out_a = await prefill_and_decode(cfg, 0, "store-a", a, [], 10)
     assert out_a == _ref(reference, a, 10)
     assert rep_a.stored_blocks == len(a) // bs  # every complete block went to the Store
     b = base + tok.encode("And B, please?", add_bos=False)
     keys = hasher.block_keys(b)[: len(base) // bs]
-    rep_b, out_b = await run(p1, "store-b", b, keys)
+    rep_b, out_b = await prefill_and_decode(cfg, 1, "store-b", b, keys, 10)
     assert rep_b.fetched_blocks == len(keys)  # prefill-1 never computed this prefix
     assert rep_b.reused_tokens == len(keys) * bs
     assert rep_b.computed_tokens == len(b) - len(keys) * bs
     assert out_b == _ref(reference, b, 10)
     # Hotspot migration order: already cached now on prefill-1, nothing to fetch.
+    p1 = pbg.WorkerStub(
+        grpc.aio.insecure_channel(f"127.0.0.1:{cfg['prefill_workers'][1]['rpc_port']}")
+    )
     mig = await p1.FetchPrefix(pb.FetchPrefixRequest(keys=keys))
     assert (mig.fetched_blocks, mig.already_cached) == (0, len(keys))
 
