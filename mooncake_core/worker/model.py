@@ -1,10 +1,13 @@
-"""A small Llama-architecture decoder with deterministic weights.
+"""A small Llama-architecture decoder with deterministic weights, or a checkpoint's.
 
 RMSNorm, rotary position embeddings, grouped-query attention and a SwiGLU MLP, sized by
 :class:`~mooncake_core.config.models.ModelConfig`. Every weight tensor is drawn from its
 own ``torch.Generator`` seeded from ``(config.seed, layer, name)``, on the CPU, so the same
 seed gives bit-identical weights in every process, and a pipeline stage can build only
-the layers it owns.
+the layers it owns. With ``config.checkpoint`` the weights come from a GGUF file or a
+Hugging Face directory (:mod:`~mooncake_core.worker.checkpoint`): then the q/k/v/o
+projections may carry biases (Qwen2, Llama ``attention_bias``), added after the
+projection, and the RoPE frequencies may be scaled (``linear``, ``llama3``).
 
 The forward pass is split so that every caller composes what it needs::
 
@@ -30,7 +33,12 @@ import torch
 import xxhash
 
 from mooncake_core.config.models import ModelConfig
-from mooncake_core.worker.checkpoint import checkpoint_config, load_weights
+from mooncake_core.worker.checkpoint import (
+    checkpoint_config,
+    load_weights,
+    rope_inv_freq,
+    rope_scaling,
+)
 
 __all__ = ["KVPair", "LayerHook", "PastFn", "TinyLlama", "torch_dtype"]
 
@@ -81,6 +89,11 @@ class _Layer:
     w_gate: torch.Tensor
     w_up: torch.Tensor
     w_down: torch.Tensor
+    bq: torch.Tensor | None = None
+    bk: torch.Tensor | None = None
+    bv: torch.Tensor | None = None
+    bo: torch.Tensor | None = None
+    """Projection biases (a checkpoint's; None: no bias)."""
 
 
 class TinyLlama:
@@ -120,7 +133,7 @@ class TinyLlama:
             self._load(config, owned)
         else:
             self._random(config, owned)
-        inv = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+        inv = rope_inv_freq(d, config.rope_theta, rope_scaling(config))
         ang = torch.arange(config.max_seq_len, dtype=torch.float64)[:, None] * inv[None, :]
         self._cos = torch.cos(ang).to(torch.float32).to(self.device)
         self._sin = torch.sin(ang).to(torch.float32).to(self.device)
@@ -133,7 +146,8 @@ class TinyLlama:
             w["lm_head"],
         )
         for i in owned:
-            self._layers[i] = _Layer(**{f: w[f"layers.{i}.{f}"] for f in _Layer.__slots__})
+            fields = {f: w.get(f"layers.{i}.{f}") for f in _Layer.__slots__}
+            self._layers[i] = _Layer(**{f: t for f, t in fields.items() if t is not None})
 
     def _random(self, config: ModelConfig, owned: range) -> None:
         h, d, s = config.hidden, self.head_dim, config.seed
@@ -165,7 +179,8 @@ class TinyLlama:
         out = {"embedding": self.embedding, "final_norm": self.final_norm, "lm_head": self.lm_head}
         for i, layer in self._layers.items():
             for f in _Layer.__slots__:
-                out[f"layers.{i}.{f}"] = getattr(layer, f)
+                if (t := getattr(layer, f)) is not None:
+                    out[f"layers.{i}.{f}"] = t
         return out
 
     # ---- pieces -------------------------------------------------------------------------
@@ -243,6 +258,11 @@ class TinyLlama:
         return xf.to(x.dtype) * w
 
     @staticmethod
+    def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        y = x @ w
+        return y if b is None else y + b
+
+    @staticmethod
     def _rope(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         tf = t.float()
         half = tf.shape[-1] // 2
@@ -274,9 +294,9 @@ class TinyLlama:
         cfg, d = self.config, self.head_dim
         b, n, _ = x.shape
         h = self._rms(x, w.attn_norm)
-        q = (h @ w.wq).view(b, n, cfg.heads, d).transpose(1, 2)
-        k = (h @ w.wk).view(b, n, cfg.kv_heads, d).transpose(1, 2)
-        v = (h @ w.wv).view(b, n, cfg.kv_heads, d).transpose(1, 2)
+        q = self._linear(h, w.wq, w.bq).view(b, n, cfg.heads, d).transpose(1, 2)
+        k = self._linear(h, w.wk, w.bk).view(b, n, cfg.kv_heads, d).transpose(1, 2)
+        v = self._linear(h, w.wv, w.bv).view(b, n, cfg.kv_heads, d).transpose(1, 2)
         q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
         k, v = k.contiguous(), v.contiguous()
         if hook is not None:
@@ -294,7 +314,7 @@ class TinyLlama:
         else:
             out = sdpa(q.float(), k_all.float(), v_all.float(), attn_mask=mask, enable_gqa=True)
         att = out.transpose(1, 2).reshape(b, n, cfg.heads * d).to(x.dtype)
-        x = x + att @ w.wo
+        x = x + self._linear(att, w.wo, w.bo)
         h = self._rms(x, w.mlp_norm)
         act = torch.nn.functional.silu(h @ w.w_gate) * (h @ w.w_up)
         return x + act @ w.w_down
