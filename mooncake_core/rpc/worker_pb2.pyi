@@ -46,16 +46,18 @@ class HealthReply(_message.Message):
     def __init__(self, name: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., model: _Optional[str] = ..., kv_segment: _Optional[str] = ..., block_nbytes: _Optional[int] = ..., layer_nbytes: _Optional[int] = ..., block_size: _Optional[int] = ..., num_blocks: _Optional[int] = ..., max_batch: _Optional[int] = ...) -> None: ...
 
 class Sampling(_message.Message):
-    __slots__ = ("max_tokens", "temperature", "seed", "stop_at_eos")
+    __slots__ = ("max_tokens", "temperature", "seed", "stop_at_eos", "top_p")
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     STOP_AT_EOS_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
     max_tokens: int
     temperature: float
     seed: int
     stop_at_eos: bool
-    def __init__(self, max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., seed: _Optional[int] = ..., stop_at_eos: _Optional[bool] = ...) -> None: ...
+    top_p: float
+    def __init__(self, max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., seed: _Optional[int] = ..., stop_at_eos: _Optional[bool] = ..., top_p: _Optional[float] = ...) -> None: ...
 
 class DecodeTarget(_message.Message):
     __slots__ = ("instance", "segment", "seq_id", "blocks", "block_nbytes", "layer_nbytes")

@@ -133,7 +133,11 @@ class WorkerServiceOptions:
 def sampling_to_pb(s: SamplingParams) -> pb.Sampling:
     """Protobuf form of :class:`SamplingParams`."""
     return pb.Sampling(
-        max_tokens=s.max_tokens, temperature=s.temperature, seed=s.seed, stop_at_eos=s.stop_at_eos
+        max_tokens=s.max_tokens,
+        temperature=s.temperature,
+        seed=s.seed,
+        stop_at_eos=s.stop_at_eos,
+        top_p=s.top_p,
     )
 
 
@@ -144,6 +148,7 @@ def sampling_from_pb(s: pb.Sampling) -> SamplingParams:
         temperature=s.temperature,
         seed=s.seed,
         stop_at_eos=s.stop_at_eos,
+        top_p=s.top_p or 1.0,
     )
 
 

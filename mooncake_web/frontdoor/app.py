@@ -4,6 +4,7 @@ template), ``GET /v1/models``, ``GET /health``,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -13,7 +14,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, Field, StrictBool, StrictInt
+from pydantic import BaseModel, Field, StrictBool, StrictInt, model_validator
 
 from mooncake_core.conductor.service import (
     CompletionChunk,
@@ -29,7 +30,36 @@ from mooncake_web.frontdoor.stops import StopMatcher
 __all__ = ["ChatBody", "CompletionBody", "create_app"]
 
 
-class CompletionBody(BaseModel):
+_UNSUPPORTED: dict[str, tuple[Any, ...]] = {
+    # OpenAI fields that would change the answer, with the values that leave it alone.
+    "logprobs": (None, False, 0),
+    "top_logprobs": (None, 0),
+    "echo": (None, False),
+    "best_of": (None, 1),
+    "suffix": (None, ""),
+    "logit_bias": (None, {}),
+    "presence_penalty": (None, 0),
+    "frequency_penalty": (None, 0),
+    "tools": (None, []),
+    "response_format": (None, {"type": "text"}),
+}
+
+
+class _OpenAIBody(BaseModel):
+    """Unknown fields are ignored, as OpenAI's clients expect; a known one we do not
+    implement, set to a value that would change the answer, is a 400 naming it."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_unsupported(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key, neutral in _UNSUPPORTED.items():
+                if key in data and not any(data[key] == v for v in neutral):
+                    raise ValueError(f"{key} is not supported by this server")
+        return data
+
+
+class CompletionBody(_OpenAIBody):
     """Request body of ``POST /v1/completions`` (the OpenAI fields we support)."""
 
     model: str | None = None
@@ -37,11 +67,14 @@ class CompletionBody(BaseModel):
     """Text, a list of texts (one choice each), or token ids."""
     max_tokens: Annotated[StrictInt, Field(ge=1, le=1 << 16)] = 16
     temperature: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = 0.0
+    top_p: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 1.0
     seed: Annotated[StrictInt, Field(ge=0, le=2**63 - 1)] = 0
     n: Annotated[StrictInt, Field(ge=1, le=16)] = 1
     stop: str | Annotated[list[str], Field(max_length=4)] | None = None
     stream: StrictBool = False
-    stop_at_eos: StrictBool = False
+    stop_at_eos: StrictBool | None = None
+    """Stop at the model's EOS; default: yes for a real checkpoint, no for the random
+    model (whose EOS means nothing)."""
 
 
 class ChatMessage(BaseModel):
@@ -57,7 +90,7 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class ChatBody(BaseModel):
+class ChatBody(_OpenAIBody):
     """Request body of ``POST /v1/chat/completions`` (the OpenAI fields we support)."""
 
     model: str | None = None
@@ -65,6 +98,7 @@ class ChatBody(BaseModel):
     max_tokens: Annotated[StrictInt | None, Field(ge=1, le=1 << 16)] = None
     max_completion_tokens: Annotated[StrictInt | None, Field(ge=1, le=1 << 16)] = None
     temperature: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = 0.0
+    top_p: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 1.0
     seed: Annotated[StrictInt, Field(ge=0, le=2**63 - 1)] = 0
     n: Annotated[StrictInt, Field(ge=1, le=16)] = 1
     stop: str | Annotated[list[str], Field(max_length=4)] | None = None
@@ -110,7 +144,8 @@ def create_app(service: ConductorService) -> FastAPI:
         # OpenAI's shape and status for a malformed body (FastAPI's is 422 {"detail"}).
         e = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
-        return _error(400, "invalid_request_error", f"{where}: {e.get('msg', 'invalid')}")
+        msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
+        return _error(400, "invalid_request_error", f"{where}: {msg}" if where else msg)
 
     router = APIRouter(tags=["front door"])
 
@@ -165,6 +200,9 @@ def create_app(service: ConductorService) -> FastAPI:
             prompts = [str(x) for x in body.prompt]
         else:
             prompts = [tuple(int(x) for x in body.prompt)]
+        stop_at_eos = body.stop_at_eos
+        if stop_at_eos is None:
+            stop_at_eos = service.cluster.model.checkpoint is not None
         reqs: list[CompletionRequest] = []
         try:
             for pr in prompts:
@@ -178,7 +216,8 @@ def create_app(service: ConductorService) -> FastAPI:
                             max_tokens=body.max_tokens,
                             temperature=body.temperature,
                             seed=body.seed + k,
-                            stop_at_eos=body.stop_at_eos,
+                            stop_at_eos=stop_at_eos,
+                            top_p=body.top_p,
                         )
                     )
         except ValueError as exc:
@@ -249,6 +288,7 @@ def create_app(service: ConductorService) -> FastAPI:
                 temperature=body.temperature,
                 seed=body.seed,
                 stop_at_eos=True,
+                top_p=body.top_p,
             )
         except ValueError as exc:
             return _error(400, "invalid_request_error", str(exc))
@@ -274,13 +314,7 @@ def create_app(service: ConductorService) -> FastAPI:
         total: dict[str, Any] = {}
         rid0 = ""
         for i in range(body.n):
-            one = CompletionRequest(
-                prompt=prompt,
-                max_tokens=req.max_tokens,
-                temperature=req.temperature,
-                seed=req.seed + i,
-                stop_at_eos=True,
-            )
+            one = dataclasses.replace(req, seed=req.seed + i)
             got = await _collect(fd, one, stops)
             if not isinstance(got, tuple):
                 return got

@@ -95,6 +95,7 @@ class CompletionRequest:
         temperature: 0 is greedy.
         seed: sampling seed (temperature > 0).
         stop_at_eos: stop after EOS.
+        top_p: nucleus sampling mass, in ``(0, 1]`` (temperature > 0).
 
     Raises:
         ValueError: neither or both of prompt/token_ids, an empty prompt, bad numbers.
@@ -106,6 +107,7 @@ class CompletionRequest:
     temperature: float = 0.0
     seed: int = 0
     stop_at_eos: bool = False
+    top_p: float = 1.0
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (self.token_ids is None):
@@ -116,6 +118,8 @@ class CompletionRequest:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if not (0.0 <= self.temperature < math.inf):
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,6 +377,7 @@ class FrontDoor:
             temperature=req.temperature,
             seed=req.seed,
             stop_at_eos=req.stop_at_eos,
+            top_p=req.top_p,
         )
         q = self._fifo.setdefault(d.prefill, deque())
         q.append(rid)

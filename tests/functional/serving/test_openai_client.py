@@ -208,9 +208,32 @@ def test_n_stop_and_token_lists(client: openai.OpenAI, reference: Any) -> None:
     assert streamed == cut
 
 
+def test_completions_stop_at_eos_and_top_p(client: openai.OpenAI, reference: Any) -> None:
+    eng, tok = reference
+    # The chat prompt as plain text: a completion of it stops at the model's EOS, as
+    # the chat answer does (the random model's default is to run to max_tokens).
+    prompt = tok.apply_chat_template([{"role": "user", "content": QUESTION}])
+    r = client.completions.create(model="smollm2", prompt=prompt, max_tokens=64)
+    assert r.choices[0].text == _ref_chat(reference, QUESTION, 64)
+    assert r.choices[0].finish_reason == "stop"
+    # top_p: a nucleus this small holds only the most likely token, so sampling at
+    # temperature 1 gives the greedy text; without top_p the same seed does not.
+    ids = tok.encode("Once upon a time")
+    greedy = tok.decode(eng.generate_reference(ids, 16, sampling=SamplingParams(16)))
+    kw: dict[str, Any] = {"model": "smollm2", "prompt": ids, "max_tokens": 16, "seed": 5}
+    r = client.completions.create(temperature=1.0, top_p=1e-6, **kw)
+    assert r.choices[0].text == greedy
+    r = client.completions.create(temperature=1.5, **kw)
+    assert r.choices[0].text != greedy
+
+
 @pytest.mark.parametrize(
     "extra",
     [
+        {"top_p": 0},
+        {"top_p": 1.5},
+        {"logprobs": 2},  # not implemented: refused by name, never silently ignored
+        {"echo": True},
         {"max_tokens": True},
         {"max_tokens": "8"},
         {"max_tokens": 0},
@@ -224,6 +247,8 @@ def test_bad_requests_are_400_in_openai_shape(client: openai.OpenAI, extra: dict
     assert e.value.status_code == 400
     err = e.value.body
     assert isinstance(err, dict) and err.get("type") == "invalid_request_error", err
+    key = next(iter(extra))
+    assert key in str(err.get("message")), err
 
 
 def test_nan_temperature_is_400_not_500(cluster: Cluster) -> None:
