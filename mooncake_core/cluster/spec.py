@@ -80,16 +80,21 @@ def hashing_of(cfg: ClusterConfig) -> dict[str, object]:
     """The settings that must match on every component for block keys to agree.
 
     Returns:
-        ``{"block_size", "seed", "model", "layers", "kv_heads", "hidden"}``.
+        ``{"block_size", "seed", "model"}`` and the model's ``"checkpoint"``, or for the
+        random model its ``"layers", "kv_heads", "hidden"`` (a checkpoint's shapes are
+        the file's, not the config's).
     """
-    return {
+    m = cfg.model
+    out: dict[str, object] = {
         "block_size": cfg.hashing.block_size,
         "seed": cfg.hashing.seed,
-        "model": cfg.model.name,
-        "layers": cfg.model.layers,
-        "kv_heads": cfg.model.kv_heads,
-        "hidden": cfg.model.hidden,
+        "model": m.name,
     }
+    if m.checkpoint is not None:
+        out["checkpoint"] = m.checkpoint
+    else:
+        out.update(layers=m.layers, kv_heads=m.kv_heads, hidden=m.hidden)
+    return out
 
 
 def plan(

