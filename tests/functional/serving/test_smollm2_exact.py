@@ -21,7 +21,7 @@ import os  # noqa: E402
 
 import torch  # noqa: E402
 
-from mooncake_core.config.models import ModelConfig  # noqa: E402
+from mooncake_core.config.models import HashingConfig, ModelConfig  # noqa: E402
 from mooncake_core.worker.bpe_tokenizer import BPETokenizer, IncrementalDecoder  # noqa: E402
 from mooncake_core.worker.checkpoint import (  # noqa: E402
     CheckpointError,
@@ -112,3 +112,23 @@ def test_incremental_decode_never_splits_a_character(ours) -> None:
     chunks = [dec.push(t) for t in tok.encode(text)] + [dec.flush()]
     assert "".join(chunks) == text
     assert not any("\ufffd" in c for c in chunks)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cuda_greedy_answers_like_the_cpu(ours, gguf_path: str, dtype: str) -> None:
+    # The GPU path: the same checkpoint on CUDA. float32 gives the CPU's ids for the
+    # first questions' answers; bfloat16 (what a GPU would serve) must still answer.
+    eng, tok = ours
+    gpu = InferenceEngine(
+        ModelConfig(checkpoint=gguf_path, dtype=dtype),  # type: ignore[arg-type]
+        HashingConfig(),
+        num_blocks=64,
+        device="cuda",
+    )
+    assert gpu.cache.pool.is_cuda
+    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": QUESTIONS[0]}]))
+    mine = gpu.generate_reference(ids, 16)
+    if dtype == "float32":
+        assert mine == eng.generate_reference(ids, 16)
+    assert "Paris" in tok.decode(mine)
