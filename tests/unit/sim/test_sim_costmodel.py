@@ -55,9 +55,14 @@ def test_fit_rejects_bad_anchors() -> None:
 
 
 def test_profiles_listed_and_loaded_by_path(tmp_path: Path) -> None:
-    assert {"llama3_70b_a800", "tiny_cpu"} <= set(available_profiles())
+    assert {"llama3_70b_a800", "tiny_cpu", "smollm2_cpu"} <= set(available_profiles())
     tiny = load_profile("tiny_cpu")  # measured from the worker's tiny torch model
     assert tiny.prefill_time(256, 0) > 0 and tiny.decode_max_batch == 8
+    # Measured from the embedded default (SmolLM2-135M-Instruct): its KV per token is
+    # 30 layers x K,V x 3 KV heads x 64 dims x 4 bytes, and a cached prefix is cheaper.
+    smol = load_profile("smollm2_cpu")
+    assert smol.kv_bytes_per_token == 30 * 2 * 3 * 64 * 4
+    assert 0 < smol.prefill_time(512, 448) < smol.prefill_time(512, 0)
     with pytest.raises(FileNotFoundError, match="llama3_70b_a800"):
         load_profile("nope")
     doc = json.loads(
