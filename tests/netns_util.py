@@ -1,4 +1,4 @@
-"""Two network namespaces joined by veth "NICs": a multi-host rig on one machine.
+"""Network namespaces joined by veth "NICs": a multi-host rig on one machine.
 
 Multi-NIC and fault tests need real kernel networking between two "hosts". This module
 builds one with iproute2: namespaces A and B, ``n_links`` veth pairs between them, each
@@ -8,7 +8,12 @@ pair on its own subnet, optionally shaped with ``tc``::
       mcv0a 10.77.1.1/24  <---- veth link 0 ---->  mcv0b 10.77.1.2/24
       mcv1a 10.77.2.1/24  <---- veth link 1 ---->  mcv1b 10.77.2.2/24
 
-Only 10.77.x.0/24 addresses inside the rig's own namespaces are ever used. Names carry
+:func:`netns_switch` builds ``n`` hosts on one switch instead (a bridge in its own
+namespace, one veth per host, host ``i`` at 10.78.<rig>.<i+1>/24), for clusters of more
+than two hosts.
+
+Only 10.77.x.0/24 and 10.78.x.0/24 addresses inside the rig's own namespaces are ever
+used. Names carry
 the creating PID, so concurrent runs never collide and namespaces left behind by a crashed
 run (its PID is gone) are removed the next time a rig is built.
 
@@ -39,8 +44,10 @@ __all__ = [
     "Link",
     "NetnsError",
     "NetnsPair",
+    "NetnsSwitch",
     "cleanup_leftovers",
     "netns_pair",
+    "netns_switch",
     "netns_unavailable_reason",
 ]
 
@@ -51,7 +58,7 @@ Side = Literal["a", "b"]
 
 _CLONE_NEWNET = 0x40000000
 _seq = itertools.count()
-_live: weakref.WeakSet[NetnsPair] = weakref.WeakSet()
+_live: weakref.WeakSet[NetnsPair | NetnsSwitch] = weakref.WeakSet()
 
 
 class NetnsError(RuntimeError):
@@ -118,7 +125,7 @@ def cleanup_leftovers(prefix: str = DEFAULT_PREFIX) -> list[str]:
             continue
         if int(parts[1]) != os.getpid() and _pid_alive(int(parts[1])):
             continue
-        if int(parts[1]) == os.getpid() and any(name in (p.ns_a, p.ns_b) for p in _live):
+        if int(parts[1]) == os.getpid() and any(name in p.names() for p in _live):
             continue
         _kill_pids_in(name)
         if _sh(["ip", "netns", "del", name], check=False).returncode == 0:
@@ -179,6 +186,10 @@ class NetnsPair:
         self._procs: list[subprocess.Popen[Any]] = []
         self._children: list[multiprocessing.process.BaseProcess] = []
         self._closed = False
+
+    def names(self) -> tuple[str, ...]:
+        """Every namespace of the rig."""
+        return (self.ns_a, self.ns_b)
 
     def ns(self, side: Side) -> str:
         """The namespace name of ``side``."""
@@ -351,6 +362,96 @@ class NetnsPair:
             _sh(["ip", "netns", "del", ns], check=False)
 
 
+class NetnsSwitch:
+    """``n`` host namespaces on one switch: a bridge in a namespace of its own, one veth
+    from each host to it (``mcs0`` inside every host). Build it with :func:`netns_switch`;
+    hosts are numbered ``0..n-1``."""
+
+    def __init__(self, base: str, n: int, subnet: int) -> None:
+        self.hosts = tuple(f"{base}-h{i}" for i in range(n))
+        self.switch = f"{base}-sw"
+        self.addrs = tuple(f"10.78.{subnet}.{i + 1}" for i in range(n))
+        self._procs: list[subprocess.Popen[Any]] = []
+        self._closed = False
+
+    def names(self) -> tuple[str, ...]:
+        """Every namespace of the rig."""
+        return (*self.hosts, self.switch)
+
+    def popen(self, host: int, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
+        """Start ``argv`` inside host ``host``; it is killed when the rig closes."""
+        proc = subprocess.Popen(["ip", "netns", "exec", self.hosts[host], *argv], **kwargs)
+        self._procs.append(proc)
+        return proc
+
+    def run(
+        self, host: int, argv: Sequence[str], **kwargs: Any
+    ) -> subprocess.CompletedProcess[Any]:
+        """Run ``argv`` inside host ``host`` to completion (``subprocess.run`` kwargs)."""
+        return subprocess.run(["ip", "netns", "exec", self.hosts[host], *argv], **kwargs)
+
+    def close(self) -> None:
+        """Kill every process started in the rig, then delete its namespaces (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        for proc in self._procs:
+            if proc.poll() is None:
+                proc.kill()
+                with suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=10)
+        for ns in self.names():
+            _kill_pids_in(ns)
+            _sh(["ip", "netns", "del", ns], check=False)
+
+
+@contextmanager
+def netns_switch(n: int = 3, *, prefix: str = DEFAULT_PREFIX) -> Iterator[NetnsSwitch]:
+    """Build ``n`` hosts on one switch, yield the rig, and always tear it down.
+
+    Raises:
+        NetnsError: an ``ip`` command failed (not root, no iproute2, no netns).
+    """
+    if not 2 <= n <= 200:
+        raise ValueError(f"n must be 2..200, got {n}")
+    cleanup_leftovers(prefix)
+    seq = next(_seq)
+    rig = NetnsSwitch(f"{prefix}-{os.getpid()}-{seq}", n, seq % 250)
+    _live.add(rig)
+    try:
+        for ns in rig.names():
+            _sh(["ip", "netns", "add", ns])
+            _sh(["ip", "-n", ns, "link", "set", "lo", "up"])
+        sw = rig.switch
+        _sh(["ip", "-n", sw, "link", "add", "br0", "type", "bridge"])
+        _sh(["ip", "-n", sw, "link", "set", "br0", "up"])
+        for i, (ns, addr) in enumerate(zip(rig.hosts, rig.addrs, strict=True)):
+            port = f"mcs{i}"
+            _sh(
+                [
+                    "ip",
+                    "-n",
+                    sw,
+                    "link",
+                    "add",
+                    port,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    "mcs0",
+                    "netns",
+                    ns,
+                ]
+            )
+            _sh(["ip", "-n", sw, "link", "set", port, "master", "br0", "up"])
+            _sh(["ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", "mcs0"])
+            _sh(["ip", "-n", ns, "link", "set", "mcs0", "up"])
+        yield rig
+    finally:
+        rig.close()
+
+
 def _build(n_links: int, prefix: str) -> NetnsPair:
     if not 1 <= n_links <= 200:
         raise ValueError(f"n_links must be 1..200, got {n_links}")
@@ -445,5 +546,5 @@ def netns_pair(
 def _close_all_live() -> None:
     # A test that forgot its context manager, or an interpreter exiting on an exception,
     # still leaves no namespace behind.
-    for pair in list(_live):
-        pair.close()
+    for rig in list(_live):
+        rig.close()

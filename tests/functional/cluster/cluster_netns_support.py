@@ -1,15 +1,18 @@
-"""A two-host rig for the cluster tests: network namespaces, each running its own sshd.
+"""Multi-host rigs for the cluster tests: network namespaces, each running its own sshd.
 
 Keys (host key, user key) are generated into the test's temp directory; sshd listens only
-on the namespace's own 10.77.x address, so nothing outside the rig is ever reachable.
+on the namespace's own 10.77.x / 10.78.x address, so nothing outside the rig is ever
+reachable. :func:`ssh_switch`: ``n`` hosts on one switch; :func:`netns_pair`: two hosts
+on veth links (no sshd).
 """
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -17,15 +20,20 @@ _ROOT = Path(__file__).resolve().parents[3]
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
-from tests.netns_util import NetnsPair, netns_pair, netns_unavailable_reason  # noqa: E402
+from tests.netns_util import (  # noqa: E402
+    NetnsSwitch,
+    netns_pair,
+    netns_switch,
+    netns_unavailable_reason,
+)
 
 SSHD = Path("/usr/sbin/sshd")
 
 __all__ = [
-    "NetnsPair",
+    "NetnsSwitch",
     "netns_pair",
     "netns_unavailable_reason",
-    "ssh_rig",
+    "ssh_switch",
     "sshd_unavailable_reason",
 ]
 
@@ -46,13 +54,7 @@ def _keygen(path: Path) -> None:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
 
 
-@contextmanager
-def ssh_rig(tmp_path: Path) -> Iterator[tuple[NetnsPair, Path]]:
-    """Two namespaces joined by one veth link, sshd on port 22 in each.
-
-    Yields:
-        The rig and the user's private key (authorized for root on both sides).
-    """
+def _keys(tmp_path: Path) -> Path:
     keys = tmp_path / "ssh"
     keys.mkdir()
     _keygen(keys / "host_key")
@@ -60,38 +62,58 @@ def ssh_rig(tmp_path: Path) -> Iterator[tuple[NetnsPair, Path]]:
     (keys / "authorized_keys").write_text((keys / "user_key.pub").read_text())
     # sshd refuses to start without its privilege-separation directory.
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
-    with netns_pair(1) as rig:
-        for side in ("a", "b"):
-            conf = keys / f"sshd_{side}.conf"
-            conf.write_text(
-                "\n".join(
-                    [
-                        f"ListenAddress {rig.links[0].addr(side)}",
-                        "Port 22",
-                        f"HostKey {keys / 'host_key'}",
-                        f"PidFile {keys / f'sshd_{side}.pid'}",
-                        f"AuthorizedKeysFile {keys / 'authorized_keys'}",
-                        "PermitRootLogin prohibit-password",
-                        "PasswordAuthentication no",
-                        "KbdInteractiveAuthentication no",
-                        "StrictModes no",
-                        "UsePAM no",
-                        "",
-                    ]
-                )
-            )
-            rig.popen(
-                side,
-                [str(SSHD), "-D", "-e", "-f", str(conf)],
-                stdout=subprocess.DEVNULL,
-                stderr=open(keys / f"sshd_{side}.log", "wb"),  # noqa: SIM115 (closed with the rig)
-            )
-        for side in ("a", "b"):
-            _wait_port(rig, "a", rig.links[0].addr(side), 22)
+    return keys
+
+
+def _sshd(keys: Path, label: str, address: str, popen: Callable[..., object]) -> None:
+    conf = keys / f"sshd_{label}.conf"
+    conf.write_text(
+        "\n".join(
+            [
+                f"ListenAddress {address}",
+                "Port 22",
+                f"HostKey {keys / 'host_key'}",
+                f"PidFile {keys / f'sshd_{label}.pid'}",
+                f"AuthorizedKeysFile {keys / 'authorized_keys'}",
+                "PermitRootLogin prohibit-password",
+                "PasswordAuthentication no",
+                "KbdInteractiveAuthentication no",
+                "StrictModes no",
+                "UsePAM no",
+                "",
+            ]
+        )
+    )
+    popen(
+        [str(SSHD), "-D", "-e", "-f", str(conf)],
+        stdout=subprocess.DEVNULL,
+        stderr=open(keys / f"sshd_{label}.log", "wb"),  # noqa: SIM115 (closed with the rig)
+    )
+
+
+@contextmanager
+def ssh_switch(tmp_path: Path, n: int = 3) -> Iterator[tuple[NetnsSwitch, Path]]:
+    """``n`` namespaces on one switch, sshd on port 22 in each.
+
+    Yields:
+        The rig and the user's private key (authorized for root on every host).
+    """
+    keys = _keys(tmp_path)
+    with netns_switch(n) as rig:
+        for i, addr in enumerate(rig.addrs):
+            _sshd(keys, f"h{i}", addr, functools.partial(rig.popen, i))
+        for addr in rig.addrs:
+            _wait_port(rig.run, 0, addr, 22)
         yield rig, keys / "user_key"
 
 
-def _wait_port(rig: NetnsPair, side: str, address: str, port: int, timeout: float = 10.0) -> None:
+def _wait_port(
+    run: Callable[..., subprocess.CompletedProcess[object]],
+    where: object,
+    address: str,
+    port: int,
+    timeout: float = 10.0,
+) -> None:
     deadline = time.monotonic() + timeout
     code = (
         "import socket,sys\n"
@@ -99,7 +121,7 @@ def _wait_port(rig: NetnsPair, side: str, address: str, port: int, timeout: floa
         f"sys.exit(s.connect_ex(({address!r},{port})))\n"
     )
     while time.monotonic() < deadline:
-        if rig.run(side, [sys.executable, "-c", code]).returncode == 0:  # type: ignore[arg-type]
+        if run(where, [sys.executable, "-c", code]).returncode == 0:
             return
         time.sleep(0.1)
     raise RuntimeError(f"sshd on {address}:{port} did not come up")
