@@ -152,3 +152,16 @@ def test_profile_device_follows_the_workers_unless_set() -> None:
     assert pinned.profile_device == "cpu"
     none = ClusterConfig(prefill_workers=[], decode_workers=[])
     assert none.profile_device is None
+
+
+def test_every_component_gets_the_whole_config_and_secret() -> None:
+    # Settings without a flag reach a component through its --config file (the run copy
+    # of mooncake.yaml), so every mooncake command cluster up builds must carry it, and
+    # the secret: a component started without them would run on its defaults.
+    cfg = ClusterConfig(etcd=EtcdConfig(enabled=True, masters=2))
+    specs = [s for s in plan(cfg, CFG, SECRET, ALL) if s.role != "etcd"]
+    assert {s.role for s in specs} >= {"master", "store", "prefill", "decode", "conductor"}
+    for s in specs:
+        argv = list(s.argv)
+        assert argv[argv.index("--config") + 1] == str(CFG), s.name
+        assert argv[argv.index("--secret-file") + 1] == str(SECRET), s.name
