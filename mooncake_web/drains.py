@@ -97,7 +97,10 @@ class _StoppableCopier:
     A copy runs in a worker thread that task cancellation cannot stop: were the drain
     cancelled mid-copy, the core would revoke the new replica while the thread still
     writes into its (freed, perhaps reallocated) space. So stops are cooperative: no
-    copy starts after a stop, and the drain is cancelled only once none is running.
+    copy starts after a stop, and the drain is cancelled only once no object is between
+    its copy and the drop of its old replica (busy from the copy's start until the
+    drain reports that object done): cancelled in that gap, the object kept both
+    replicas, one on the undrained node, for good.
     """
 
     def __init__(self, inner: ReplicaCopier, stop: threading.Event) -> None:
@@ -115,8 +118,13 @@ class _StoppableCopier:
         self._idle.clear()
         try:
             self._inner.copy(size, source, target)
-        finally:
-            self._idle.set()
+        except BaseException:
+            self._idle.set()  # the core revokes the new replica: nothing half-moved
+            raise
+
+    def object_done(self) -> None:
+        """The drain finished an object (its old replica dropped): a clean point."""
+        self._idle.set()
 
     def idle(self) -> bool:
         """No copy is running."""
@@ -224,6 +232,7 @@ class DrainJobs:
 
         def progress(done: int, total: int) -> None:
             self._set(node, done=done, total=total)
+            copier.object_done()
             if stop.is_set():
                 raise _Stopped("drain stopped")  # called between objects: a clean point
 
