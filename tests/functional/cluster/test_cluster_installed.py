@@ -1,20 +1,19 @@
-"""The project as a user installs it: a built wheel, and every dependency at its floor.
+"""The project as a user installs it: a built wheel, every dependency at its floor.
 
-Two fresh virtual environments, away from the source checkout (the current directory is
-a temp folder, no PYTHONPATH):
+One fresh virtual environment, away from the source checkout (the current directory is a
+temp folder, no PYTHONPATH), gets a wheel built from this checkout, installed
+non-editable, with every direct dependency pinned to the lowest version
+`pyproject.toml` allows. Then: every module imports (from the venv, not the checkout),
+SmolLM2 loads through the checkpoint readers at their floors and answers, the CLI runs,
+`mooncake db upgrade` finds the migrations that ship inside the package, and
+`cluster up --detach` brings the embedded cluster up healthy (every component on the
+venv's interpreter), serving a completion and storing and returning bytes.
 
-- a wheel built from this checkout, installed non-editable: `mooncake db upgrade` finds
-  the migrations that ship inside the package, and `cluster up --detach` brings the
-  embedded default (master, store nodes, workers, conductor, dashboard) up healthy and
-  serving a completion;
-- the same wheel with every direct dependency pinned to the lowest version
-  `pyproject.toml` allows: every module imports, the CLI runs, `db upgrade`, and a store
-  cluster stores and returns bytes.
-
-Both reuse this interpreter's site-packages (`--system-site-packages`) for what is not
-pinned (torch above all, which would otherwise be a second copy of hundreds of MB); the
-venv's own site-packages come first, so a pinned floor shadows the newer copy here. The
-floors come from PyPI: without it the second test skips, saying so (docs/packaging.md).
+The venv reuses this interpreter's site-packages (`--system-site-packages`) for what is
+not pinned (torch above all, which would otherwise be a second copy of hundreds of MB);
+its own site-packages come first, so a pinned floor shadows the newer copy here. The
+floors come from PyPI: without it the wheel is installed on this interpreter's versions
+instead, and the test says so (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -118,38 +117,6 @@ def home(tmp_path: Path) -> Iterator[Path]:
     kill_recorded(tmp_path / "state")
 
 
-def test_installed_wheel_upgrades_the_audit_db_and_brings_the_cluster_up(
-    wheel: Path, tmp_path: Path, home: Path
-) -> None:
-    py = venv(tmp_path / "venv")
-    run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], cwd=home)
-    files = where_from(py, home)
-    for name, file in files.items():
-        assert file.startswith(str(tmp_path / "venv")), f"{name} imported from {file}"
-    mooncake = str(tmp_path / "venv" / "bin" / "mooncake")
-
-    path, cfg = make_config(tmp_path, workers=True)
-    c = str(path)
-    out = run([mooncake, "db", "upgrade", "-c", c], cwd=home)
-    assert "0003" in out, out
-    try:
-        run([mooncake, "cluster", "up", "-c", c, "--detach", "--ready-timeout", "180"], cwd=home)
-        st = json.loads(run([mooncake, "cluster", "status", "-c", c, "--json"], cwd=home))
-        states = {r["name"]: r["state"] for r in st["components"]}
-        want = {"master", "store-0", "store-1", "prefill-0", "decode-0", "conductor", "dashboard"}
-        assert states == dict.fromkeys(want, "healthy"), states
-        # Every component runs the venv's interpreter, i.e. the installed wheel.
-        for rec in (Path(cfg["state_dir"]) / "run").glob("*.json"):
-            argv = json.loads(rec.read_text())["argv"]
-            assert argv[0].startswith(str(tmp_path / "venv")), argv
-        url = f"http://127.0.0.1:{cfg['conductor']['http_port']}/v1/completions"
-        resp = httpx.post(url, json={"prompt": "hello wheel", "max_tokens": 3}, timeout=120)
-        assert resp.status_code == 200, resp.text
-        assert resp.json()["usage"]["completion_tokens"] == 3
-    finally:
-        subprocess.run([mooncake, "cluster", "down", "-c", c], cwd=home, timeout=120)
-
-
 def _pypi_reachable(py: Path, cwd: Path) -> bool:
     probe = subprocess.run(
         [str(py), "-m", "pip", "download", "-q", "--no-deps", "-d", str(cwd), "xxhash==3.4.1"],
@@ -160,18 +127,24 @@ def _pypi_reachable(py: Path, cwd: Path) -> bool:
     return probe.returncode == 0
 
 
-def test_lowest_declared_versions_install_import_and_serve(
+def test_wheel_at_the_lowest_declared_versions_installs_imports_and_serves(
     wheel: Path, tmp_path: Path, home: Path
 ) -> None:
     py = venv(tmp_path / "venv")
-    if not _pypi_reachable(py, home):
-        pytest.skip("the declared floors come from PyPI, which cannot be reached here")
-    pins = floors()
+    at_floors = _pypi_reachable(py, home)
+    if not at_floors:
+        print("PyPI cannot be reached: the wheel runs on this interpreter's versions")
+        run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], cwd=home)
+    pins = floors() if at_floors else {}
     constraints = tmp_path / "floors.txt"
     constraints.write_text("".join(f"{n}=={v}\n" for n, v in pins.items()))
     # The wheel with its declared requirements, every direct one held at its floor: pip
     # fails here if the ranges cannot be resolved that low.
-    run([str(py), "-m", "pip", "install", "-q", "-c", str(constraints), str(wheel)], cwd=home)
+    if at_floors:
+        run([str(py), "-m", "pip", "install", "-q", "-c", str(constraints), str(wheel)], cwd=home)
+    files = where_from(py, home)
+    for name, file in files.items():
+        assert file.startswith(str(tmp_path / "venv")), f"{name} imported from {file}"
     got = json.loads(
         run(
             [str(py), "-c", "import json,sys;from importlib.metadata import version as v;"
@@ -205,13 +178,24 @@ def test_lowest_declared_versions_install_import_and_serve(
 
     mooncake = str(tmp_path / "venv" / "bin" / "mooncake")
     assert "cluster" in run([mooncake, "--help"], cwd=home)
-    path, _ = make_config(tmp_path)
+    path, cfg = make_config(tmp_path, workers=True)
     c = str(path)
     run([mooncake, "config", "validate", c], cwd=home)
     assert "0003" in run([mooncake, "db", "upgrade", "-c", c], cwd=home)
-    only = ["--only", "master", "--only", "store"]
     try:
-        run([mooncake, "cluster", "up", "-c", c, "--detach", *only], cwd=home)
+        run([mooncake, "cluster", "up", "-c", c, "--detach", "--ready-timeout", "180"], cwd=home)
+        st = json.loads(run([mooncake, "cluster", "status", "-c", c, "--json"], cwd=home))
+        states = {r["name"]: r["state"] for r in st["components"]}
+        want = {"master", "store-0", "store-1", "prefill-0", "decode-0", "conductor", "dashboard"}
+        assert states == dict.fromkeys(want, "healthy"), states
+        # Every component runs the venv's interpreter, i.e. the installed wheel.
+        for rec in (Path(cfg["state_dir"]) / "run").glob("*.json"):
+            argv = json.loads(rec.read_text())["argv"]
+            assert argv[0].startswith(str(tmp_path / "venv")), argv
+        url = f"http://127.0.0.1:{cfg['conductor']['http_port']}/v1/completions"
+        resp = httpx.post(url, json={"prompt": "hello wheel", "max_tokens": 3}, timeout=120)
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["usage"]["completion_tokens"] == 3
         blob = tmp_path / "blob"
         blob.write_bytes(os.urandom(300_000))
         run([mooncake, "store", "put", "floor/key-1", str(blob), "-c", c], cwd=home)
