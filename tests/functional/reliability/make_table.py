@@ -191,7 +191,7 @@ ROWS = (
         "randomized (Jepsen-style): pauses, kills, partitions, full journal disk",
         "4 client threads put/upsert/get/remove unique values (replica_num=2) while a seeded "
         "nemesis (MOONCAKE_JEPSEN_SEED) pauses/kills/restarts the master and nodes and fills the "
-        "journal tmpfs, one fault at a time, MOONCAKE_JEPSEN_SECONDS (60 s in CI); a node's "
+        "journal tmpfs, one fault at a time, MOONCAKE_JEPSEN_SECONDS (40 s in CI); a node's "
         "link to the master cut (each node dials it through its own TCP proxy; clients still "
         "reach both) for < 0.4 x client_ttl_s, and node pauses; history kept on failure with a "
         "replay command",
@@ -212,7 +212,7 @@ ROWS = (
         "3 nodes, 4 client threads on `etcd://`; a seeded nemesis pauses the leader 0.3-6 s "
         "(shorter than and past the lease), SIGKILLs it, cuts one master's (mostly the "
         "leader's) link to etcd for 0.3-6 s while clients still reach it, SIGSTOPs etcd for less "
-        "than the lease, pauses/kills a node; one at a time, healed; 45 s in CI. Directed: the "
+        "than the lease, pauses/kills a node; one at a time, healed; 30 s in CI. Directed: the "
         "leader cut from etcd is sent a put and polled with reads",
         "checker: 0 lost acknowledged writes, 0 wrong or stale reads (seeds 1-3; with "
         "partitions: 1397150341 at 45 s, 992209945 and 70048146 at 90 s, 3-8 partitions each). "

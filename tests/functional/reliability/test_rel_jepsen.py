@@ -7,7 +7,7 @@ upsert / get / remove (force) of unique values (each value names its key and wri
 the history keeps its sha256). Every write asks for ``replica_num=2``.
 
 The nemesis (seeded: ``MOONCAKE_JEPSEN_SEED``, printed) runs one fault at a time, with
-quiet gaps, for ``MOONCAKE_JEPSEN_SECONDS`` (60):
+quiet gaps, for ``MOONCAKE_JEPSEN_SECONDS`` (40):
 
 - ``pause_master``: SIGSTOP the master for 0.5 s .. 2.2 x ``client_ttl_s``, SIGCONT;
 - ``kill_master``: SIGKILL, restart on the same port and journal;
@@ -98,7 +98,7 @@ from mooncake_core.store.errors import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-SECONDS = float(os.environ.get("MOONCAKE_JEPSEN_SECONDS", "60"))
+SECONDS = float(os.environ.get("MOONCAKE_JEPSEN_SECONDS", "40"))
 WORKERS = int(os.environ.get("MOONCAKE_JEPSEN_WORKERS", "4"))
 SEED = int(os.environ.get("MOONCAKE_JEPSEN_SEED") or random.SystemRandom().randrange(1 << 31))
 LIVE = 10  # present keys per worker: 4 x 10 x 64 KiB x 2 replicas, far below 3 x 64 MiB
@@ -624,7 +624,7 @@ def _run(rig: RigBase, h: History, nemesis: NemesisBase, seconds: float, test: s
 
 # -- HA mode: etcd + three masters -------------------------------------------------------
 
-HA_SECONDS = float(os.environ.get("MOONCAKE_JEPSEN_SECONDS", "45"))
+HA_SECONDS = float(os.environ.get("MOONCAKE_JEPSEN_SECONDS", "30"))
 HA_MASTERS = 3
 HA_LEASE_S = 2  # the leader's etcd lease (--lease-ttl): a dead leader is replaced in ~2 s
 HA_MASTER = {k: v for k, v in MASTER.items() if k not in ("fsync", "snapshot_every")}
