@@ -159,6 +159,19 @@ def netns_unavailable_reason() -> str | None:
     return None
 
 
+def _teardown(procs: Sequence[subprocess.Popen[Any]], namespaces: Sequence[str]) -> None:
+    # Kill what the rig started, then whatever else runs inside, then delete the
+    # namespaces (which destroys their veth ends, and with them the peers).
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            with suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+    for ns in namespaces:
+        _kill_pids_in(ns)
+        _sh(["ip", "netns", "del", ns], check=False)
+
+
 def _setns_and_call(path: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
     # Runs in a freshly forked child (single-threaded), so switching this one thread's
     # network namespace switches the whole process.
@@ -347,19 +360,11 @@ class NetnsPair:
         if self._closed:
             return
         self._closed = True
-        for proc in self._procs:
-            if proc.poll() is None:
-                proc.kill()
-                with suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=10)
         for child in self._children:
             if child.is_alive():
                 child.kill()
             child.join(timeout=10)
-        for ns in (self.ns_a, self.ns_b):
-            _kill_pids_in(ns)
-            # Deleting a namespace destroys its veth ends, and with them the peers.
-            _sh(["ip", "netns", "del", ns], check=False)
+        _teardown(self._procs, self.names())
 
 
 class NetnsSwitch:
@@ -395,14 +400,7 @@ class NetnsSwitch:
         if self._closed:
             return
         self._closed = True
-        for proc in self._procs:
-            if proc.poll() is None:
-                proc.kill()
-                with suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=10)
-        for ns in self.names():
-            _kill_pids_in(ns)
-            _sh(["ip", "netns", "del", ns], check=False)
+        _teardown(self._procs, self.names())
 
 
 @contextmanager

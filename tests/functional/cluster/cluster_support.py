@@ -92,6 +92,11 @@ def cli(
     )
 
 
+def missing_commands(*paths: tuple[str, ...]) -> list[str]:
+    """The ``mooncake`` sub-commands among ``paths`` this build lacks (for skip marks)."""
+    return [" ".join(p) for p in paths if not has_command(*p)]
+
+
 def has_command(*path: str) -> bool:
     """Whether this installation has ``mooncake PATH...``."""
     from mooncake_cli.cluster_cmd import available_commands

@@ -14,22 +14,23 @@ from pathlib import Path
 
 import httpx
 import pytest
-from cluster_support import cli, group_gone, has_command, kill_recorded, make_config, pid_gone
+from cluster_support import (
+    cli,
+    group_gone,
+    has_command,
+    kill_recorded,
+    make_config,
+    missing_commands,
+    pid_gone,
+)
 
 from mooncake_core.cluster import port_in_use
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-MISSING = [
-    " ".join(p)
-    for p in (
-        ("store", "node"),
-        ("worker", "prefill"),
-        ("worker", "decode"),
-        ("conductor", "serve"),
-    )
-    if not has_command(*p)
-]
+MISSING = missing_commands(
+    ("store", "node"), ("worker", "prefill"), ("worker", "decode"), ("conductor", "serve")
+)
 
 
 @pytest.mark.skipif(bool(MISSING), reason=f"not built yet: mooncake {', mooncake '.join(MISSING)}")

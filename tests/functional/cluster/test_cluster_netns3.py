@@ -23,23 +23,21 @@ from pathlib import Path
 import pytest
 import yaml
 from cluster_netns_support import netns_unavailable_reason, ssh_switch, sshd_unavailable_reason
-from cluster_support import cli, group_gone, has_command, kill_recorded, write_config
+from cluster_support import (
+    cli,
+    group_gone,
+    kill_recorded,
+    missing_commands,
+    write_config,
+)
 
 from mooncake_core.config import load_config
 
 pytestmark = [pytest.mark.privileged, pytest.mark.integration, pytest.mark.slow]
 
-MISSING = [
-    " ".join(p)
-    for p in (
-        ("store", "node"),
-        ("worker", "prefill"),
-        ("worker", "decode"),
-        ("conductor", "serve"),
-        ("web",),
-    )
-    if not has_command(*p)
-]
+MISSING = missing_commands(
+    ("store", "node"), ("worker", "prefill"), ("worker", "decode"), ("conductor", "serve"), ("web",)
+)
 
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "operations.md"

@@ -15,22 +15,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from cluster_support import has_command, kill_recorded, make_config, write_config
+from cluster_support import kill_recorded, make_config, missing_commands, write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ADDR = "127.0.0.2"
-MISSING = [
-    " ".join(p)
-    for p in (
-        ("store", "node"),
-        ("worker", "prefill"),
-        ("worker", "decode"),
-        ("conductor", "serve"),
-        ("web",),
-    )
-    if not has_command(*p)
-]
+MISSING = missing_commands(
+    ("store", "node"), ("worker", "prefill"), ("worker", "decode"), ("conductor", "serve"), ("web",)
+)
 
 
 def _reachable(address: str) -> bool:
