@@ -555,7 +555,8 @@ def _lat(fn: Any, n: int) -> dict[str, float]:
 
 
 def cmd_rpc_floor(args: argparse.Namespace) -> None:
-    """Unary call latency: an empty grpc.aio handler vs our master (Exist, PutStart+PutEnd)."""
+    """Unary call latency: an empty grpc.aio handler vs our master's hot calls, over gRPC
+    and over the fast control channel (Exist, PutStart+PutEnd, GetReplicaList, batches)."""
     import grpc
 
     from mooncake_core.rpc import store_pb2 as pb
@@ -591,21 +592,13 @@ def cmd_rpc_floor(args: argparse.Namespace) -> None:
             str(mport),
             "--metrics-port",
             "0",
+            "--fast-port",
+            "0",
         ],
         "serving on",
         out / "rpc_floor.master.log",
     )
     try:
-        sm = SyncMaster(f"127.0.0.1:{mport}", "bench", None)
-        sm.wait_ready(10)
-        res["master_exist"] = _lat(lambda: sm.exist("k"), n)
-        i = iter(range(10**9))
-
-        def pair() -> None:
-            k = f"k{next(i)}"
-            sm.put_start(k, 4096, None)
-            sm.put_end(k)
-
         import asyncio
 
         from mooncake_core.store.master_client import MasterClient
@@ -615,19 +608,33 @@ def cmd_rpc_floor(args: argparse.Namespace) -> None:
                 await mc.mount_segment("s", 1 << 40, transport_address="127.0.0.1:1")
 
         asyncio.run(mount())
-        res["master_put_start_plus_end"] = _lat(pair, n // 2)
+        i = iter(range(10**9))
+        for label, fast in (("grpc", False), ("fast", True)):
+            sm = SyncMaster(f"127.0.0.1:{mport}", "bench", None, fast=fast)
+            sm.wait_ready(10)
+            sm.exist("warm-up")
+            res[f"{label}_exist"] = _lat(lambda sm=sm: sm.exist("k"), n)
 
-        def batch_pair() -> None:
-            ks = [f"b{next(i)}" for _ in range(64)]
-            sm.batch_put_start([(k, 4096) for k in ks], None)
-            sm.batch_put_end(ks)
+            def pair(sm: SyncMaster = sm) -> None:
+                k = f"k{next(i)}"
+                sm.put_start(k, 4096, None)
+                sm.put_end(k)
 
-        res["master_batch64_put_start_plus_end"] = _lat(batch_pair, n // 10)
-        keys = [f"k{j}" for j in range(64)]
-        res["master_batch64_get_replica_list"] = _lat(
-            lambda: sm.batch_get_replica_list(keys), n // 10
-        )
-        sm.close()
+            res[f"{label}_put_start_plus_end"] = _lat(pair, n // 2)
+
+            def batch_pair(sm: SyncMaster = sm) -> None:
+                ks = [f"b{next(i)}" for _ in range(64)]
+                sm.batch_put_start([(k, 4096) for k in ks], None)
+                sm.batch_put_end(ks)
+
+            res[f"{label}_batch64_put_start_plus_end"] = _lat(batch_pair, n // 10)
+            keys = [f"k{j}" for j in range(64)]
+            res[f"{label}_get_replica_list"] = _lat(lambda sm=sm: sm.get_replica_list("k0"), n)
+            res[f"{label}_batch64_get_replica_list"] = _lat(
+                lambda sm=sm, keys=keys: sm.batch_get_replica_list(keys), n // 10
+            )
+            res[f"{label}_calls_over_fast_channel"] = sm.fast_calls
+            sm.close()
     finally:
         _stop(m)
     res["load_after"] = os.getloadavg()[0]

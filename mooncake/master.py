@@ -208,6 +208,8 @@ async def _serve(f: MasterFlags) -> None:
     opts = ServiceOptions(
         host=f.rpc_address,
         port=f.port,
+        # upstream has no such port: any free one (clients learn it from GetReadiness)
+        fast_port=0,
         metrics_host=f.metrics_host or f.rpc_address,
         metrics_port=f.metrics_port,
     )

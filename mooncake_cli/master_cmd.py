@@ -36,6 +36,16 @@ def master(
             "--metrics-port", min=0, max=65535, help="/metrics, /health, /snapshot port (0: any)."
         ),
     ] = None,
+    fast_port: Annotated[
+        int | None,
+        typer.Option(
+            "--fast-port",
+            min=0,
+            max=65535,
+            help="Fast control channel port (0: any; default master.fast_port, or any free "
+            "one when --port is given).",
+        ),
+    ] = None,
     secret_file: Annotated[
         Path | None,
         typer.Option(
@@ -133,9 +143,14 @@ def master(
         fail(f"--fsync must be always, batch or none, got {fsync!r}")
     if ha is not None and (data_dir is not None or mcfg.data_dir is not None):
         fail("--ha keeps the metadata in etcd; do not combine it with --data-dir")
+    if fast_port is None:
+        # A master placed by hand with --port (tests, several masters on one host) takes
+        # any free fast port: clients learn it from the master itself.
+        fast_port = 0 if port is not None and mcfg.fast_port is not None else mcfg.fast_port
     opts = ServiceOptions(
         host=bind,
         port=mcfg.port if port is None else port,
+        fast_port=fast_port,
         metrics_host=bind,
         metrics_port=mcfg.metrics_port if metrics_port is None else metrics_port,
         secret=secret,
@@ -183,7 +198,8 @@ def master(
         auth = "on" if secret is not None else "off (no cluster secret)"
         err.print(
             f"mooncake master: serving on {bind}:{service.port} "
-            f"(metrics on {bind}:{service.metrics_port}, auth {auth}; {note})",
+            f"(metrics on {bind}:{service.metrics_port}, fast control on "
+            f"{service.fast_port or 'none'}, auth {auth}; {note})",
             highlight=False,
             markup=False,
         )

@@ -189,21 +189,23 @@ def plan(
         for i in range(cfg.etcd.masters):
             name = "master" if i == 0 else f"master-{i}"
             port, metrics = cfg.master.port + i, cfg.master.metrics_port + i
+            ports = {f"{name}.port": port, f"{name}.metrics_port": metrics}
+            fast: tuple[str, ...] = ()
+            if cfg.master.fast_port is not None:
+                ports[f"{name}.fast_port"] = cfg.master.fast_port + i
+                fast = ("--fast-port", str(cfg.master.fast_port + i))
             add(
                 name,
                 "master",
                 cfg.master.host,
-                (*ha, "--id", name, "--port", str(port), "--metrics-port", str(metrics)),
-                {f"{name}.port": port, f"{name}.metrics_port": metrics},
+                (*ha, "--id", name, "--port", str(port), "--metrics-port", str(metrics), *fast),
+                ports,
             )
     else:
-        add(
-            "master",
-            "master",
-            cfg.master.host,
-            (),
-            {"master.port": cfg.master.port, "master.metrics_port": cfg.master.metrics_port},
-        )
+        ports = {"master.port": cfg.master.port, "master.metrics_port": cfg.master.metrics_port}
+        if cfg.master.fast_port is not None:
+            ports["master.fast_port"] = cfg.master.fast_port
+        add("master", "master", cfg.master.host, (), ports)
     for i, node in enumerate(cfg.store_nodes):
         add(
             node.name,

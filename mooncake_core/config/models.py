@@ -98,6 +98,10 @@ class MasterConfig(_Strict):
     """gRPC port (upstream's default)."""
     metrics_port: Port = 9003
     """HTTP port for /metrics, /health and the JSON snapshot (upstream's default)."""
+    fast_port: Port | None = 50151
+    """Port of the fast control channel: the hot Store calls (exist, replica lookup, put
+    start/end, remove) without a gRPC round trip (docs/store.md); ``null``: off, every
+    call over gRPC. Clients learn it from the master; nothing else needs it."""
     lease_ttl_s: PositiveSeconds = 10.0
     """Lease granted by GetReplicaList; protects an object from eviction and removal."""
     client_ttl_s: PositiveSeconds = 10.0
@@ -520,6 +524,8 @@ class ClusterConfig(_Strict):
 
         claim(self.master.host, self.master.port, "master.port")
         claim(self.master.host, self.master.metrics_port, "master.metrics_port")
+        if self.master.fast_port is not None:
+            claim(self.master.host, self.master.fast_port, "master.fast_port")
         for i, n in enumerate(self.store_nodes):
             if n.name in names:
                 raise ValueError(f"store_nodes.{i}.name: duplicate component name {n.name!r}")

@@ -115,7 +115,9 @@ class Client(BatchOps):
             raise UnavailableError(ErrorCode.UNAVAILABLE, "client is closed; make a new one")
         o = self.options
         try:
-            self._master = SyncMaster(o.master, self.client_id, o.secret, o.rpc_timeout_s)
+            self._master = SyncMaster(
+                o.master, self.client_id, o.secret, o.rpc_timeout_s, fast=o.fast_control
+            )
             self._master.wait_ready(o.connect_timeout_s)
             try:
                 eng = TransferEngine(

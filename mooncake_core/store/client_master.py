@@ -35,6 +35,7 @@ from mooncake_core.rpc import store_pb2_grpc as pb_grpc
 from . import convert as cv
 from .auth import auth_metadata
 from .errors import AuthError, ErrorCode, StoreError, UnavailableError
+from .fast_control import OP_BY_NAME, FastChannels, FastLost, FastRefused, FastUnsent
 from .objects import ObjectInfo, Replica
 from .pins import Pin
 from .results import GetResult, ListKeysResult, MasterSnapshot, RemoveManyResult, ReplicateConfig
@@ -114,10 +115,22 @@ class SyncMaster:
         secret: cluster secret; the derived bearer token is sent when set.
         timeout_s: deadline of each call; a call that meets a dead or deposed leader
             follows the new one for up to this long before raising.
+        fast: send the hot calls over the master's fast control channel when it has one
+            (``fast_control``); every other call, and every hot call the fast channel
+            cannot serve (a follower, a lost connection), goes over gRPC.
     """
 
+    FAST_RETRY_S = 5.0
+    """After a master's fast channel could not be reached, gRPC only for this long."""
+
     def __init__(
-        self, address: str, client_id: str, secret: bytes | None, timeout_s: float = 10.0
+        self,
+        address: str,
+        client_id: str,
+        secret: bytes | None,
+        timeout_s: float = 10.0,
+        *,
+        fast: bool = True,
     ) -> None:
         endpoint, cluster = split_master_url(address)
         self._resolver = SyncLeaderResolver(endpoint, cluster) if endpoint else None
@@ -130,6 +143,13 @@ class SyncMaster:
         """How many times calls moved to a new leader."""
         self.address = "" if self._resolver is not None else address
         self._channel: grpc.Channel | None = None
+        self._fast = FastChannels(secret, timeout_s) if fast else None
+        self._fast_at: dict[str, str] = {}
+        """gRPC address -> its master's fast channel address, once learnt."""
+        self._fast_off: dict[str, float] = {}
+        """gRPC address -> monotonic time before which its fast channel is not tried."""
+        self.fast_calls = 0
+        """Calls answered over the fast channel."""
         if self._resolver is None:
             self._open(address)
 
@@ -139,7 +159,9 @@ class SyncMaster:
         self._stub = pb_grpc.MasterServiceStub(self._channel)
 
     def close(self) -> None:
-        """Close the channel."""
+        """Close the channel (and the fast channel's connections)."""
+        if self._fast is not None:
+            self._fast.close()
         if self._channel is not None:
             self._channel.close()
 
@@ -164,6 +186,10 @@ class SyncMaster:
         """
         name = next((n for n, v in vars(self._stub).items() if v is fn), "")
         self._tls.retried = False
+        if self._fast is not None and name in OP_BY_NAME:
+            reply = self._call_fast(name, req)
+            if reply is not None:
+                return reply  # type: ignore[return-value]
         deadline: float | None = None
         delay = 0.05
         while True:
@@ -195,6 +221,58 @@ class SyncMaster:
             if name:
                 fn = getattr(self._stub, name)
             self._tls.retried = True
+
+    def _call_fast(self, name: str, req: object) -> object | None:
+        """``name`` over the fast channel; ``None``: ask gRPC instead (nothing was done,
+        or the outcome is unknown: then ``_tls.retried`` is set, as for a resend)."""
+        assert self._fast is not None
+        address = self.address
+        target = self._fast_address(address)
+        if target is None:
+            return None
+        try:
+            conn = self._fast.get(target)
+        except (FastUnsent, FastRefused) as exc:
+            log.info(
+                "store client %s: fast channel unavailable (%s); using gRPC", self.client_id, exc
+            )
+            self._fast_off[address] = time.monotonic() + self.FAST_RETRY_S
+            self._fast_at.pop(address, None)
+            return None
+        try:
+            reply = conn.call(name, req)  # type: ignore[arg-type]
+        except FastRefused:
+            # Not serving (a follower, an unconfirmed lease): gRPC follows the leader.
+            self._fast_at.pop(address, None)
+            return None
+        except (FastUnsent, FastLost) as exc:
+            self._fast.drop(conn)
+            self._fast_at.pop(address, None)
+            if isinstance(exc, FastLost):
+                self._tls.retried = True  # it may have been applied
+            return None
+        self.fast_calls += 1
+        return reply
+
+    def _fast_address(self, address: str) -> str | None:
+        """The fast channel of the master at ``address``, learnt from its readiness."""
+        target = self._fast_at.get(address)
+        if target is not None or not address:
+            return target
+        if time.monotonic() < self._fast_off.get(address, 0.0):
+            return None
+        try:
+            r = self._stub.GetReadiness(
+                pb.ReadinessRequest(), metadata=self._md, timeout=self._timeout
+            )
+        except grpc.RpcError:
+            return None
+        if not (r.serving and r.fast_port):
+            self._fast_off[address] = time.monotonic() + self.FAST_RETRY_S
+            return None
+        target = f"{address.rpartition(':')[0]}:{r.fast_port}"
+        self._fast_at[address] = target
+        return target
 
     def wait_ready(self, timeout_s: float) -> None:
         """Block until the channel (to the leader, with etcd) connects.

@@ -56,6 +56,8 @@ class ClientOptions:
         rpc_timeout_s: deadline of each master call.
         connect_timeout_s: how long ``setup`` waits for the master.
         heartbeat_interval_s: heartbeat period.
+        fast_control: send the hot master calls over the master's fast control channel
+            when it has one (docs/store.md); ``False``: every call over gRPC.
     """
 
     master: str = "127.0.0.1:50051"
@@ -70,6 +72,7 @@ class ClientOptions:
     rpc_timeout_s: float = 10.0
     connect_timeout_s: float = 10.0
     heartbeat_interval_s: float = 1.0
+    fast_control: bool = True
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.segments]

@@ -44,6 +44,7 @@ from . import convert
 from . import events as ev
 from .auth import TokenAuthInterceptor
 from .errors import ErrorCode, StoreError
+from .fast_control import FastControlServer
 from .master_state import MasterState
 from .metrics_http import serve_http
 from .results import MasterSnapshot
@@ -74,6 +75,9 @@ class ServiceOptions:
     """gRPC bind address."""
     port: int = 50051
     """gRPC port; 0 picks a free one (see :attr:`MasterService.port`)."""
+    fast_port: int | None = None
+    """Port of the fast control channel for the hot calls (``fast_control``); 0 picks a
+    free one; ``None``: no fast channel, every call over gRPC."""
     metrics_host: str = "127.0.0.1"
     """Bind address of /metrics, /health, /snapshot."""
     metrics_port: int | None = 9003
@@ -101,6 +105,13 @@ class MasterMetrics:
             "master_rpc_failures",
             "RPCs (or batch items) that returned an error, by method and error code.",
             ["rpc", "code"],
+            registry=self.registry,
+        )
+        self.fast_calls = Counter(
+            "master_fast_calls",
+            "Calls received over the fast control channel, by method (each is also "
+            "counted in master_rpc_requests).",
+            ["rpc"],
             registry=self.registry,
         )
         self.auth_failures = Counter(
@@ -272,6 +283,7 @@ class MasterService:
         self._server: grpc.aio.Server | None = None
         self._http: asyncio.Server | None = None
         self._ticker: asyncio.Task[None] | None = None
+        self._fast: FastControlServer | None = None
         self.port = 0
         """Bound gRPC port (after :meth:`start`)."""
         self.metrics_port: int | None = None
@@ -305,7 +317,8 @@ class MasterService:
         server = grpc.aio.server(
             interceptors=interceptors, options=[*convert.GRPC_OPTIONS, ("grpc.so_reuseport", 0)]
         )
-        pb_grpc.add_MasterServiceServicer_to_server(MasterServicer(self), server)
+        servicer = MasterServicer(self)
+        pb_grpc.add_MasterServiceServicer_to_server(servicer, server)
         try:
             self.port = server.add_insecure_port(f"{opts.host}:{opts.port}")
         except RuntimeError:
@@ -330,6 +343,15 @@ class MasterService:
                     f"{exc.strerror or exc}"
                 ) from None
             self.metrics_port = self._http.sockets[0].getsockname()[1]
+        if opts.fast_port is not None:
+            fast = FastControlServer(
+                self,
+                servicer,
+                opts.secret,
+                lambda: self.metrics.auth_failures.labels("FastControl").inc(),
+            )
+            await fast.start(opts.host, opts.fast_port)
+            self._fast = fast
         await server.start()
         self._server = server
         if self.serving and self.state.snapshot().segments:
@@ -340,6 +362,11 @@ class MasterService:
             hold = PROMOTION_GRACE_FACTOR * self.config.client_ttl_s
             self.state.hold_expiry(self._clock() + hold)
         self._ticker = asyncio.create_task(self._upkeep(), name="master-upkeep")
+
+    @property
+    def fast_port(self) -> int:
+        """Bound port of the fast control channel (0: none)."""
+        return self._fast.port if self._fast is not None else 0
 
     @property
     def serving(self) -> bool:
@@ -391,6 +418,8 @@ class MasterService:
         if self._http is not None:
             self._http.close()
             await self._http.wait_closed()
+        if self._fast is not None:
+            await self._fast.stop()
         if self._server is not None:
             await self._server.stop(grace_s)
 
@@ -708,6 +737,7 @@ class MasterService:
             "serving": self.serving,
             "durable": self.sink is not None and self._sink_error is None,
             "journal_seq": self.sink.last_seq if self.sink is not None else None,
+            "fast_port": self.fast_port,
         }
         if self._sink_error is not None:
             out["journal_error"] = self._sink_error

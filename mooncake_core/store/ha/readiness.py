@@ -24,6 +24,8 @@ class Readiness:
     caught_up: bool = False
     leader_id: str = ""
     leader_address: str = ""
+    fast_port: int = 0
+    """Port of this master's fast control channel for the hot calls (0: none)."""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Readiness:
@@ -39,4 +41,5 @@ class Readiness:
             caught_up=bool(d.get("caught_up", False)),
             leader_id=str(d.get("leader_id") or ""),
             leader_address=str(d.get("leader_address") or ""),
+            fast_port=int(d.get("fast_port") or 0),
         )

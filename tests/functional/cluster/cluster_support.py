@@ -48,6 +48,7 @@ def make_config(
     # Free on loopback here; a fresh namespace has every port free anyway.
     ports = _unique_ports("127.0.0.1", 18)
     cfg["master"]["port"], cfg["master"]["metrics_port"] = ports.pop(), ports.pop()
+    cfg["master"]["fast_port"] = ports.pop()
     for node in cfg["store_nodes"]:
         node["data_port"], node["metrics_port"] = ports.pop(), ports.pop()
         node["segment_size"] = 16 << 20

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -26,6 +27,12 @@ class MasterProc:
     address: str
     metrics_url: str
     log: list[str]
+
+
+def http_get(url: str) -> bytes:
+    """GET ``url`` (a master's loopback HTTP endpoint) and return the body."""
+    with urllib.request.urlopen(url, timeout=5) as resp:  # loopback only
+        return resp.read()  # type: ignore[no-any-return]
 
 
 def _drain(stream: IO[bytes], log: list[str]) -> None:

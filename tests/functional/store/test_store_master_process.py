@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from store_proc_support import MasterProc
+from store_proc_support import MasterProc, http_get
 
 from mooncake_core.store import (
     AuthError,
@@ -32,11 +31,6 @@ from mooncake_core.store.master_client import MasterClient, WatchedEvent
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
 StartMaster = Callable[..., MasterProc]
-
-
-def http_get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=5) as resp:  # loopback only
-        return resp.read()
 
 
 async def collect(mc: MasterClient, out: list[WatchedEvent], ready: asyncio.Event) -> None:

@@ -63,6 +63,7 @@ def _config(tmp: Path) -> tuple[Path, dict[str, Any]]:
     cfg["model"] = {"name": "mooncake-tiny", "layers": 2, "hidden": 64, "intermediate": 128}
     ports = _free_ports(20)
     cfg["master"]["port"], cfg["master"]["metrics_port"] = ports.pop(), ports.pop()
+    cfg["master"]["fast_port"] = ports.pop()
     for node in cfg["store_nodes"]:
         node["data_port"], node["metrics_port"] = ports.pop(), ports.pop()
         node["segment_size"] = 16 << 20

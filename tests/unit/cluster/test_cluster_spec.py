@@ -26,7 +26,11 @@ def test_default_plan_order_and_commands() -> None:
     assert master.argv == (
         "mooncake", "master", "--config", str(CFG), "--secret-file", str(SECRET),
     )  # fmt: skip
-    assert master.ports == {"master.port": 50051, "master.metrics_port": 9003}
+    assert master.ports == {
+        "master.port": 50051,
+        "master.metrics_port": 9003,
+        "master.fast_port": 50151,
+    }
     assert (master.probe.kind, master.probe.target) == ("http", "http://127.0.0.1:9003/health")
     store = specs[1]
     assert store.argv[:12] == (

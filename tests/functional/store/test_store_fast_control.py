@@ -1,0 +1,241 @@
+"""The master's fast control channel against the real `mooncake master` process.
+
+The hot calls (exist, replica lookup, put start/end/revoke, remove, their batch forms)
+travel the fast channel; they must answer exactly what gRPC answers, refuse anyone
+without the cluster token before reading anything large, survive bad frames, and fall
+back to gRPC (never losing or doubling a write) when the channel is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import struct
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from store_proc_support import MasterProc, http_get
+
+from mooncake_core.rpc import store_pb2 as pb
+from mooncake_core.store.client_master import SyncMaster
+from mooncake_core.store.errors import AuthError, ConflictError, NotFoundError
+from mooncake_core.store.fast_control import (
+    AUTH_FAILED,
+    BAD,
+    HELLO,
+    MAX_FRAME,
+    OK,
+    FastConnection,
+    FastRefused,
+)
+from mooncake_core.store.master_client import MasterClient
+
+pytestmark = pytest.mark.integration
+
+StartMaster = Callable[..., MasterProc]
+SECRET = b"s3cret-for-fast-tests"
+HEADER = struct.Struct(">IBI")
+
+
+def _secret_file(tmp_path: Path) -> Path:
+    f = tmp_path / "secret"
+    f.write_bytes(SECRET + b"\n")
+    f.chmod(0o600)
+    return f
+
+
+def _health(m: MasterProc) -> dict[str, object]:
+    return json.loads(http_get(m.metrics_url + "/health"))  # type: ignore[no-any-return]
+
+
+def _fast_port(m: MasterProc) -> int:
+    return int(_health(m)["readiness"]["fast_port"])  # type: ignore[index]
+
+
+def _mount(m: MasterProc, secret: bytes | None) -> None:
+    async def go() -> None:
+        async with MasterClient(m.address, client_id="node", secret=secret) as mc:
+            await mc.mount_segment("seg", 1 << 30, transport_address="127.0.0.1:1")
+
+    asyncio.run(go())
+
+
+def _metric(m: MasterProc, name: str, **labels: str) -> float:
+    text = http_get(m.metrics_url + "/metrics").decode()
+    return sum(
+        s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )
+
+
+def _raw(port: int) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    return s
+
+
+def _read_frame(s: socket.socket) -> tuple[int, int, bytes]:
+    head = b""
+    while len(head) < HEADER.size:
+        chunk = s.recv(HEADER.size - len(head))
+        if not chunk:
+            raise EOFError("closed")
+        head += chunk
+    length, kind, call_id = HEADER.unpack(head)
+    body = b""
+    while len(body) < length:
+        body += s.recv(length - len(body))
+    return kind, call_id, body
+
+
+def _closed(s: socket.socket) -> bool:
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_hot_calls_over_the_fast_channel_answer_what_grpc_answers(
+    start_master: StartMaster, tmp_path: Path
+) -> None:
+    m = start_master(extra=["--secret-file", str(_secret_file(tmp_path))])
+    assert _fast_port(m) > 0
+    _mount(m, SECRET)
+    fast = SyncMaster(m.address, "writer", SECRET, timeout_s=5)
+    slow = SyncMaster(m.address, "reader", SECRET, timeout_s=5, fast=False)
+    try:
+        fast.wait_ready(5)
+        slow.wait_ready(5)
+        reps = fast.put_start("a", 4096, None)
+        assert slow.exist("a") is False  # not visible before PutEnd, on either path
+        fast.put_end("a")
+        assert fast.exist("a") and slow.exist("a")
+        got_fast, got_slow = fast.get_replica_list("a"), slow.get_replica_list("a")
+        assert got_fast.replicas == got_slow.replicas
+        assert got_fast.replicas == reps and got_fast.size == 4096
+        results = fast.batch_put_start([("b", 100), ("c", 200), ("a", 1)], None)
+        assert [type(r).__name__ for r in results[:2]] == ["tuple", "tuple"]
+        assert isinstance(results[2], ConflictError)
+        assert fast.batch_put_end(["b", "c"]) == [None, None]
+        assert fast.batch_exist(["a", "b", "c", "d"]) == [True, True, True, False]
+        assert slow.batch_exist(["a", "b", "c", "d"]) == [True, True, True, False]
+        assert fast.batch_get_replica_list(["b"])[0].size == 100  # type: ignore[union-attr]
+        fast.put_start("r", 64, None)
+        fast.put_revoke("r")
+        fast.remove("a", force=True)  # leased by the lookups above
+        removed = fast.batch_remove(["b", "zz"], force=True)
+        assert removed[0] is None and isinstance(removed[1], NotFoundError)
+        assert not slow.exist("a") and not slow.exist("b") and slow.exist("c")
+        with pytest.raises(NotFoundError):
+            fast.get_replica_list("a")
+        # Every hot call went over the fast channel, none of the reader's did.
+        assert fast.fast_calls == 13 and slow.fast_calls == 0
+        # The master counted them under the same RPC names as gRPC calls, and apart.
+        assert _metric(m, "master_rpc_requests_total", rpc="Exist") == 6  # 5 over gRPC
+        assert _metric(m, "master_fast_calls_total", rpc="Exist") == 1
+        assert _metric(m, "master_fast_calls_total", rpc="PutEnd") == 1
+        assert _metric(m, "master_fast_calls_total") == 13
+    finally:
+        fast.close()
+        slow.close()
+
+
+def test_a_wrong_or_missing_token_is_refused_before_anything_is_read(
+    start_master: StartMaster, tmp_path: Path
+) -> None:
+    m = start_master(extra=["--secret-file", str(_secret_file(tmp_path))])
+    port = _fast_port(m)
+    with pytest.raises(FastRefused, match="missing or wrong cluster token"):
+        FastConnection(f"127.0.0.1:{port}", b"not-the-secret", 5)
+    with pytest.raises(FastRefused):
+        FastConnection(f"127.0.0.1:{port}", None, 5)
+    # A request before HELLO is refused, and the connection closed.
+    s = _raw(port)
+    body = pb.ExistRequest(key="a").SerializeToString()
+    s.sendall(HEADER.pack(len(body), 1, 7) + body)
+    kind, call_id, _ = _read_frame(s)
+    assert (kind, call_id) == (AUTH_FAILED, 7) and _closed(s)
+    # A huge frame before HELLO is refused from its header alone: nothing is buffered.
+    s = _raw(port)
+    s.sendall(HEADER.pack(1 << 30, HELLO, 1))
+    kind, _, text = _read_frame(s)
+    assert kind == BAD and b"exceeds" in text and _closed(s)
+    assert _metric(m, "master_auth_failures_total", rpc="FastControl") == 3
+    # A client with the wrong secret gets AuthError (from gRPC, after the fast refusal).
+    bad = SyncMaster(m.address, "intruder", b"not-the-secret", timeout_s=5)
+    try:
+        with pytest.raises(AuthError):
+            bad.exist("a")
+        assert bad.fast_calls == 0
+    finally:
+        bad.close()
+
+
+def test_bad_frames_get_an_error_and_keep_the_master_serving(start_master: StartMaster) -> None:
+    m = start_master()
+    port = _fast_port(m)
+    s = _raw(port)
+    s.sendall(HEADER.pack(0, HELLO, 1))
+    assert _read_frame(s) == (OK, 1, b"")
+    s.sendall(HEADER.pack(0, 250, 2))  # no such op: an error, the connection stays
+    kind, call_id, text = _read_frame(s)
+    assert (kind, call_id) == (BAD, 2) and b"unknown op 250" in text
+    junk = b"\xff\xff\xff\xff"
+    s.sendall(HEADER.pack(len(junk), 1, 3) + junk)  # undecodable Exist request
+    kind, call_id, text = _read_frame(s)
+    assert (kind, call_id) == (BAD, 3) and b"undecodable" in text
+    body = pb.ExistRequest(key="nothing").SerializeToString()
+    s.sendall(HEADER.pack(len(body), 1, 4) + body)
+    kind, call_id, reply = _read_frame(s)
+    assert (kind, call_id) == (OK, 4) and pb.ExistResponse.FromString(reply).exists is False
+    s.sendall(HEADER.pack(MAX_FRAME + 1, 1, 5))  # too large even for a trusted peer
+    kind, _, text = _read_frame(s)
+    assert kind == BAD and b"exceeds" in text and _closed(s)
+    assert _health(m)["readiness"]["serving"] is True  # type: ignore[index]
+
+
+def test_without_a_fast_channel_every_call_goes_over_grpc(
+    start_master: StartMaster, tmp_path: Path
+) -> None:
+    m = start_master(fast_port=None)
+    assert _fast_port(m) == 0
+    _mount(m, None)
+    c = SyncMaster(m.address, "w", None, timeout_s=5)
+    try:
+        c.put_start("k", 10, None)
+        c.put_end("k")
+        assert c.exist("k") and c.fast_calls == 0
+    finally:
+        c.close()
+
+
+def test_a_restarted_master_is_found_again_and_no_write_is_lost_or_doubled(
+    start_master: StartMaster, tmp_path: Path
+) -> None:
+    """The fast connection dies with the master: the next call falls back to gRPC
+    (which reconnects), then the client learns the new fast channel and uses it."""
+    data = tmp_path / "journal"
+    m = start_master(data_dir=str(data))
+    port, fport = m.address.rsplit(":", 1)[1], _fast_port(m)
+    _mount(m, None)
+    c = SyncMaster(m.address, "w", None, timeout_s=10)
+    try:
+        c.put_start("before", 10, None)
+        c.put_end("before")
+        before = c.fast_calls
+        assert before == 2
+        m.proc.terminate()
+        assert m.proc.wait(10) == 0
+        m2 = start_master(extra=["--port", port, "--fast-port", str(fport)], data_dir=str(data))
+        assert _fast_port(m2) == fport
+        assert c.exist("before")  # the dead connection: answered over gRPC
+        c.put_start("after", 10, None)
+        c.put_end("after")
+        assert c.batch_exist(["before", "after"]) == [True, True]
+        assert c.fast_calls >= before + 3  # back on the fast channel
+    finally:
+        c.close()
