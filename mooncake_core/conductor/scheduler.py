@@ -48,6 +48,7 @@ from mooncake_core.conductor.predictors import DecodeStepModel, PrefillTimeModel
 from mooncake_core.conductor.snapshot import ConductorSnapshot
 from mooncake_core.conductor.state import DecodeInstanceState, PrefillInstanceState
 from mooncake_core.config.models import ClusterConfig, ConductorConfig, HashingConfig
+from mooncake_core.prediction_error import ErrorTally
 
 __all__ = ["Conductor"]
 
@@ -140,7 +141,8 @@ class Conductor:
         )
         self._counts = {"decisions": 0, "admitted": 0, "migrations": 0, "join_rejected": 0}
         self._rejected: dict[str, int] = {}
-        self._err = {"n_ttft": 0, "ttft_abs": 0.0, "ttft_signed": 0.0, "n_tbt": 0, "tbt_abs": 0.0}
+        self._ttft_err = ErrorTally()
+        self._tbt_err = ErrorTally()
         self._now = 0.0
         self._resynced: dict[str, float] = {}
 
@@ -649,21 +651,17 @@ class Conductor:
             if t is None:
                 return
             pred = (t.decision.predicted_ttft_s, t.decision.predicted_tbt_s)
-        e = self._err
         if ttft_s is not None:
-            e["n_ttft"] += 1
-            e["ttft_abs"] += abs(ttft_s - pred[0])
-            e["ttft_signed"] += ttft_s - pred[0]
+            self._ttft_err.add(pred[0], ttft_s)
         if tbt_s is not None:
-            e["n_tbt"] += 1
-            e["tbt_abs"] += abs(tbt_s - pred[1])
+            self._tbt_err.add(pred[1], tbt_s)
 
     # -- read model --------------------------------------------------------------------
 
     def snapshot(self, now: float | None = None) -> ConductorSnapshot:
         """Everything an operator view needs, as one immutable value."""
         at = self._now if now is None else now
-        e = self._err
+        ttft = self._ttft_err.summary()
         return ConductorSnapshot(
             time=at,
             policy=self.policy.name,
@@ -679,9 +677,9 @@ class Conductor:
             decode=tuple(d.snapshot() for d in self._decode),
             index=self.index.snapshot(),
             network=self.network.snapshot(at),
-            ttft_mae_s=e["ttft_abs"] / e["n_ttft"] if e["n_ttft"] else None,
-            ttft_bias_s=e["ttft_signed"] / e["n_ttft"] if e["n_ttft"] else None,
-            tbt_mae_s=e["tbt_abs"] / e["n_tbt"] if e["n_tbt"] else None,
+            ttft_mae_s=ttft.mae_s,
+            ttft_bias_s=ttft.bias_s,
+            tbt_mae_s=self._tbt_err.summary().mae_s,
             prefill_correction=self.policy.prefill_scale,
             transfer_correction=self.policy.transfer_scale,
         )

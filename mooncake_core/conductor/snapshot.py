@@ -31,7 +31,8 @@ class ConductorSnapshot:
         index: prefix index sizes and drift counters.
         network: per-location bandwidth and backlog.
         ttft_mae_s: mean absolute TTFT prediction error over ``on_actual`` reports.
-        ttft_bias_s: mean signed TTFT error (actual - predicted).
+        ttft_bias_s: TTFT bias over those reports: mean of ``actual - predicted``
+            (positive: requests took longer than predicted).
         tbt_mae_s: mean absolute TBT prediction error.
         prefill_correction: compute-time correction applied by the policy (1: none).
         transfer_correction: transfer-time correction applied by the policy (1: none).

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mooncake_core.prediction_error import summarize
+
 from .rates import RateBook
 from .targets import Target
 from .view import (
@@ -315,6 +317,7 @@ class ViewBuilder:
     ) -> SchedulerView:
         conductor = next(((t, s) for t, doc in docs for s in _snapshots(doc, "conductor")), None)
         last = audit.last if audit else ()
+        err = summarize((d.predicted_ttft_s, d.actual_ttft_s) for d in last)
         if conductor is None:
             if audit is None:
                 return SchedulerView(
@@ -330,8 +333,8 @@ class ViewBuilder:
                 admitted_total=None,
                 in_flight=None,
                 rejected=audit.rejected,
-                ttft_mae_s=_mae(last),
-                ttft_bias_s=_bias(last),
+                ttft_mae_s=err.mae_s,
+                ttft_bias_s=err.bias_s,
                 queues=(),
                 last_decisions=last,
             )
@@ -376,8 +379,8 @@ class ViewBuilder:
             rejected=tuple(rejected),
             # The conductor knows the error only of actuals reported to it; the audit
             # has the measured TTFTs of the workers, so fall back to those.
-            ttft_mae_s=c.get("ttft_mae_s") if c.get("ttft_mae_s") is not None else _mae(last),
-            ttft_bias_s=(c.get("ttft_bias_s") if c.get("ttft_bias_s") is not None else _bias(last)),
+            ttft_mae_s=c.get("ttft_mae_s") if c.get("ttft_mae_s") is not None else err.mae_s,
+            ttft_bias_s=c.get("ttft_bias_s") if c.get("ttft_bias_s") is not None else err.bias_s,
             queues=tuple(queues),
             last_decisions=last,
         )
@@ -395,22 +398,3 @@ def _snapshots(doc: dict[str, Any], kind: str) -> list[dict[str, Any]]:
 def _tier(location: str) -> str:
     loc = location.lower()
     return "ssd" if loc.startswith(("ssd", "file", "disk")) else "dram"
-
-
-def _errors(decisions: tuple[DecisionView, ...]) -> list[float]:
-    """``actual - predicted`` TTFT of the decisions that have both."""
-    return [
-        d.actual_ttft_s - d.predicted_ttft_s
-        for d in decisions
-        if d.actual_ttft_s is not None and d.predicted_ttft_s is not None
-    ]
-
-
-def _mae(decisions: tuple[DecisionView, ...]) -> float | None:
-    errs = _errors(decisions)
-    return sum(abs(e) for e in errs) / len(errs) if errs else None
-
-
-def _bias(decisions: tuple[DecisionView, ...]) -> float | None:
-    errs = _errors(decisions)
-    return sum(errs) / len(errs) if errs else None

@@ -268,7 +268,8 @@ class SchedulerView:
         in_flight: Admitted and not finished.
         rejected: ``(reason, count)``, most frequent first.
         ttft_mae_s: Mean absolute TTFT prediction error.
-        ttft_bias_s: Mean TTFT error (actual - predicted).
+        ttft_bias_s: TTFT bias: mean of ``actual - predicted`` (positive: requests took
+            longer than predicted); the conductor's, else over ``last_decisions``.
         queues: Per instance.
         last_decisions: Newest first.
     """
