@@ -129,6 +129,12 @@ def _print(renderable: Any) -> None:
     Console(width=max(out.width, 260)).print(renderable)
 
 
+_BIAS_CAPTION = (
+    "TTFT error = actual - predicted; bias = its mean (+: took longer than predicted); "
+    "rel err = |actual - predicted| / actual"
+)
+
+
 def _rate(x: float | None) -> str:
     return "-" if x is None else f"{x * 100:.1f}%"
 
@@ -352,7 +358,7 @@ def stats(
     as_json: JsonOption = False,
 ) -> None:
     """Prediction error, prefix hit rate, rejection rate and outcomes over time."""
-    from mooncake_core.conductor.audit import format_time, parse_duration
+    from mooncake_core.conductor.audit import fmt_signed_s, format_time, parse_duration
 
     try:
         bucket_s = parse_duration(bucket)
@@ -364,7 +370,12 @@ def stats(
     if as_json:
         write_stdout(json.dumps(asdict(st)))
         return
-    table = Table(title=f"audit stats per {bucket}", title_justify="left")
+    table = Table(
+        title=f"audit stats per {bucket}",
+        title_justify="left",
+        caption=_BIAS_CAPTION,
+        caption_justify="left",
+    )
     for name in (
         "bucket (UTC)",
         "decisions",
@@ -401,9 +412,7 @@ def stats(
             str(b.measured),
             _s(b.ttft_mae_s),
             _rate(b.ttft_mre),
-            "-"
-            if b.ttft_bias_s is None
-            else ("+" if b.ttft_bias_s >= 0 else "-") + _s(abs(b.ttft_bias_s)),
+            "-" if b.ttft_bias_s is None else fmt_signed_s(b.ttft_bias_s),
         )
 
     for b in st.buckets:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from mooncake_core.prediction_error import relative_error, signed_error
+
 from .records import AuditEntry, CandidateRecord
 
 
@@ -12,6 +14,14 @@ def fmt_s(seconds: float | None) -> str:
     if abs(seconds) < 0.1:
         return f"{seconds * 1000:.0f} ms"
     return f"{seconds:.2f} s"
+
+
+def fmt_signed_s(seconds: float | None) -> str:
+    """A signed difference for people, sign always shown: ``+100 ms``, ``-0.30 s``;
+    ``?`` when unknown. Prediction errors and the bias are printed with it."""
+    if seconds is None:
+        return "?"
+    return ("+" if seconds >= 0 else "-") + fmt_s(abs(seconds))
 
 
 def _chosen(cands: list[CandidateRecord], name: str | None) -> CandidateRecord | None:
@@ -175,10 +185,9 @@ def _actuals(pred: float | None, actual: float | None, what: str) -> list[str]:
         return []
     if pred is None:
         return [f"Measured {what} {fmt_s(actual)}."]
-    err = actual - pred
-    rel = f", {abs(err) / actual * 100:.0f}%" if actual > 0 else ""
-    sign = "+" if err >= 0 else "-"
+    rel = relative_error(pred, actual)
+    pct = "" if rel is None else f", {rel * 100:.0f}%"
     return [
         f"Measured {what} {fmt_s(actual)} against {fmt_s(pred)} predicted "
-        f"(error {sign}{fmt_s(abs(err))}{rel})."
+        f"(error {fmt_signed_s(signed_error(pred, actual))}{pct})."
     ]

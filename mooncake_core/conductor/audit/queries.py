@@ -25,6 +25,8 @@ from sqlalchemy import (
     select,
 )
 
+from mooncake_core.prediction_error import signed_error
+
 from .db import make_engine, require_current_schema
 from .explain import explain
 from .models import CANDIDATE_COLUMNS, DECISION_COLUMNS, candidates, decisions
@@ -107,8 +109,10 @@ class StatsBucket:
         hit_rate: ``matched_blocks / prompt_blocks`` (``None`` without blocks).
         measured: Decisions with both a predicted and a measured TTFT.
         ttft_mae_s: Mean absolute TTFT prediction error, seconds.
-        ttft_mre: Mean relative TTFT prediction error (``|pred - actual| / actual``).
-        ttft_bias_s: Mean of ``predicted - actual`` (negative: predictions optimistic).
+        ttft_mre: Mean relative TTFT prediction error (``|actual - predicted| / actual``,
+            over measured TTFTs above 0).
+        ttft_bias_s: TTFT bias: mean of ``actual - predicted``, seconds (positive:
+            requests took longer than predicted). See :mod:`mooncake_core.prediction_error`.
         outcome_completed: Requests that delivered every token.
         outcome_rejected: Requests refused with HTTP 429, by admission control or later
             (a full KV pool at Prepare).
@@ -312,7 +316,9 @@ class AuditReader:
         else:
             bucket = func.floor(d.time / bucket_s)
         measured = and_(d.actual_ttft_s.is_not(None), d.predicted_ttft_s.is_not(None))
-        err = d.predicted_ttft_s - d.actual_ttft_s
+        # The definitions of mooncake_core.prediction_error, aggregated in SQL: the signed
+        # error is that module's own expression; relative_error is |err| / actual, actual > 0.
+        err = signed_error(d.predicted_ttft_s, d.actual_ttft_s)
         matched = candidates.c.matched_prefix_blocks
         # Hit rate counts admitted requests only: rejected ones never used the cache.
         hit = and_(matched.is_not(None), d.admitted.is_(True))

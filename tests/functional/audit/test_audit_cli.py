@@ -116,7 +116,7 @@ def test_unknown_request_fails_clearly(cli: CliRunner, audit_db: str) -> None:
 def test_stats_table(cli: CliRunner, audit_db: str) -> None:
     out = _ok(cli, "audit", "stats", "--url", audit_db, "--bucket", "1m")
     first = next(line for line in out.splitlines() if "2027-01-15T08:00:00.000Z" in line)
-    for cell in ("50.0%", "85.7% (12/14)", "0.30 s", "20.0%", "-0.30 s"):
+    for cell in ("50.0%", "85.7% (12/14)", "0.30 s", "20.0%", "+0.30 s"):
         assert cell in first, (cell, first)
     total = next(line for line in out.splitlines() if "total" in line)
     assert "25.0%" in total and "50.0% (14/28)" in total

@@ -8,6 +8,7 @@ from mooncake_core.conductor.audit import (
     DecisionRecord,
     explain,
     fmt_s,
+    fmt_signed_s,
 )
 
 
@@ -30,6 +31,18 @@ def test_fmt_s() -> None:
         "0.10 s",
         "1.23 s",
         "-50 ms",
+    ]
+
+
+def test_fmt_signed_s() -> None:
+    # Errors and the bias (actual - predicted) always show their sign.
+    assert [fmt_signed_s(x) for x in (None, 0.0, 0.017, -0.017, 0.3, -1.5)] == [
+        "?",
+        "+0 ms",
+        "+17 ms",
+        "-17 ms",
+        "+0.30 s",
+        "-1.50 s",
     ]
 
 

@@ -131,9 +131,11 @@ def test_stats_buckets_exact(reader: AuditReader) -> None:
     assert b1.measured == 1
     assert b1.ttft_mae_s == pytest.approx(0.30)
     assert b1.ttft_mre == pytest.approx(0.20)
-    assert b1.ttft_bias_s == pytest.approx(-0.30)
+    # bias = mean of actual - predicted: req-a took 1.50 s against 1.20 s predicted.
+    assert b1.ttft_bias_s == pytest.approx(0.30)
     assert (b2.decisions, b2.rejected, b2.matched_blocks, b2.prompt_blocks) == (2, 0, 2, 14)
-    assert b2.ttft_bias_s == pytest.approx(0.10)
+    # req-c took 0.50 s against 0.60 s predicted: faster, so negative.
+    assert b2.ttft_bias_s == pytest.approx(-0.10)
     t = st.total
     assert (t.decisions, t.rejected, t.matched_blocks, t.prompt_blocks, t.measured) == (
         4,
@@ -145,6 +147,7 @@ def test_stats_buckets_exact(reader: AuditReader) -> None:
     assert t.hit_rate == pytest.approx(0.5)
     assert t.ttft_mae_s == pytest.approx(0.20)
     assert t.ttft_mre == pytest.approx(0.20)
+    assert t.ttft_bias_s == pytest.approx(0.10)
     with pytest.raises(ValueError, match="bucket_s must be > 0"):
         reader.stats(0)
 
