@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import time
 
-__all__ = ["ago", "bar", "duration", "gbps", "human_bytes", "pct", "rate", "seconds", "spark"]
+__all__ = [
+    "ago",
+    "bar",
+    "duration",
+    "gbps",
+    "human_bytes",
+    "pct",
+    "rate",
+    "seconds",
+    "signed_seconds",
+    "spark",
+]
 
 _BLOCKS = "▁▂▃▄▅▆▇█"
 
@@ -52,6 +63,13 @@ def seconds(s: float | None) -> str:
     if s is None:
         return "-"
     return f"{s * 1000:.0f}ms" if abs(s) < 1 else f"{s:.2f}s"
+
+
+def signed_seconds(s: float | None) -> str:
+    """A signed difference like :func:`seconds`, sign always shown (``+17ms``)."""
+    if s is None:
+        return "-"
+    return ("+" if s >= 0 else "-") + seconds(abs(s))
 
 
 def duration(s: float | None) -> str:

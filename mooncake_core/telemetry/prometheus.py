@@ -63,7 +63,11 @@ _CONDUCTOR_GAUGES = (
     ("threshold", "conductor_balancing_threshold", "kvcache balancing threshold in force."),
     ("decode_time_s", "conductor_decode_time_seconds", "Uniform decode-time estimate."),
     ("ttft_mae_s", "conductor_ttft_mae_seconds", "Mean absolute TTFT prediction error."),
-    ("ttft_bias_s", "conductor_ttft_bias_seconds", "Mean TTFT error (actual - predicted)."),
+    (
+        "ttft_bias_s",
+        "conductor_ttft_bias_seconds",
+        "TTFT bias: mean of actual - predicted (positive: took longer than predicted).",
+    ),
     ("tbt_mae_s", "conductor_tbt_mae_seconds", "Mean absolute TBT prediction error."),
 )
 _WRITER_COUNTERS = (

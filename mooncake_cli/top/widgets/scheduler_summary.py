@@ -7,7 +7,7 @@ from textual.widgets import Static
 
 from mooncake_core.telemetry import SchedulerView
 
-from ..fmt import rate, seconds
+from ..fmt import rate, seconds, signed_seconds
 
 __all__ = ["SchedulerSummary", "scheduler_text"]
 
@@ -25,8 +25,9 @@ def scheduler_text(s: SchedulerView) -> Text:
         t.append(f" ({s.decisions_total} total, {s.admitted_total} admitted, ")
         t.append(f"{s.in_flight} in flight)")
     t.append(f"  [{s.source}]\n", style="dim")
-    t.append("TTFT predicted vs actual: ")
-    t.append(f"MAE {seconds(s.ttft_mae_s)}, bias {seconds(s.ttft_bias_s)}\n")
+    # The one definition (docs/audit.md): bias = mean of actual - predicted.
+    t.append("TTFT error (actual − predicted): ")
+    t.append(f"MAE {seconds(s.ttft_mae_s)}, bias {signed_seconds(s.ttft_bias_s)}\n")
     t.append(f"rejected {s.rejected_total}", style="bold red" if s.rejected_total else "")
     if s.rejected:
         t.append(": " + ", ".join(f"{reason} x{n}" for reason, n in s.rejected[:3]))

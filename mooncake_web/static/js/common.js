@@ -97,6 +97,11 @@ const MC = {
     if (s === null || s === undefined) return "–";
     return s < 1 ? (s * 1000).toFixed(1) + " ms" : s.toFixed(2) + " s";
   },
+  // A signed difference, sign always shown ("+17.0 ms"): prediction errors and the bias.
+  signedSecs(s) {
+    if (s === null || s === undefined) return "–";
+    return (s >= 0 ? "+" : "-") + MC.secs(Math.abs(s));
+  },
   pct(x) { return x === null || x === undefined ? "–" : (100 * x).toFixed(1) + "%"; },
   time(t) { return t ? new Date(t * 1000).toLocaleString() : "–"; },
   badge(ok, yes, no) { return MC.el("span", { class: "badge " + (ok ? "ok" : "bad") }, ok ? yes : no); },

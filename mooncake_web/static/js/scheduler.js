@@ -20,7 +20,7 @@ async function loadScheduler() {
   const cards = MC.el("div", { class: "cards" },
     MC.el("div", { class: "card" }, MC.el("div", { class: "label" }, "decisions/s"), MC.el("div", { class: "value", id: "dps" }, s.decisions_per_s === null ? "–" : s.decisions_per_s.toFixed(2)), MC.el("div", { class: "sub" }, `${s.decisions_total ?? "–"} total · source ${s.source}`)),
     MC.el("div", { class: "card" }, MC.el("div", { class: "label" }, "policy"), MC.el("div", { class: "value text" }, s.policy || "–"), MC.el("div", { class: "sub" }, `admission ${s.admission || "–"}`)),
-    MC.el("div", { class: "card" }, MC.el("div", { class: "label" }, "TTFT error (MAE)"), MC.el("div", { class: "value" }, MC.secs(s.ttft_mae_s)), MC.el("div", { class: "sub" }, `bias ${MC.secs(s.ttft_bias_s)}`)),
+    MC.el("div", { class: "card" }, MC.el("div", { class: "label" }, "TTFT error (MAE)"), MC.el("div", { class: "value" }, MC.secs(s.ttft_mae_s)), MC.el("div", { class: "sub", id: "ttft-bias", title: "TTFT bias: mean of actual − predicted; positive: requests took longer than predicted" }, `bias ${MC.signedSecs(s.ttft_bias_s)} (actual − predicted)`)),
     MC.el("div", { class: "card" }, MC.el("div", { class: "label" }, "rejected"), MC.el("div", { class: "value", id: "rejected-total" }, String(s.rejected_total)), MC.el("div", { class: "sub" }, `in flight ${s.in_flight ?? "–"}`)));
   const charts = MC.el("div", { class: "charts" },
     MC.el("div", { class: "chart", id: "chart-decisions" }, MC.el("h3", {}, "Decisions per 10 s, last 10 min (red: rejected)"),

@@ -129,6 +129,13 @@ def test_every_page_renders_real_data(page, tmp_path: Path) -> None:  # type: ig
         for sel in checks[name]:
             page.wait_for_selector(sel)
         assert page.locator("#error").is_hidden(), page.locator("#error").text_content()
+        if name == "scheduler":
+            # TTFT bias = mean of actual - predicted, shown with its sign: these requests
+            # took longer than predicted (docs/audit.md, "Prediction error").
+            bias = page.request.get("/api/scheduler").json()["ttft_bias_s"]
+            shown = page.locator("#ttft-bias").text_content()
+            assert bias is not None and bias > 0, bias
+            assert shown.startswith("bias +") and "(actual − predicted)" in shown, shown
         if name == "audit":
             page.click("#decisions-table tr[data-key='req-2'] a.req")
             page.wait_for_selector("#explanation")

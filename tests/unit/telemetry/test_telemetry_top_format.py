@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from mooncake_cli.top.fmt import bar, duration, gbps, human_bytes, pct, seconds, spark
+from mooncake_cli.top.fmt import (
+    bar,
+    duration,
+    gbps,
+    human_bytes,
+    pct,
+    seconds,
+    signed_seconds,
+    spark,
+)
 from mooncake_cli.top.widgets.nic_table import _row as nic_row
 from mooncake_cli.top.widgets.node_table import _row as node_row
 from mooncake_core.telemetry import NicView, NodeView
@@ -39,6 +48,9 @@ def test_formatters():
     assert human_bytes(16 << 20) == "16.0M" and human_bytes(512) == "512B"
     assert pct(0.291) == "29%" and pct(None) == "-"
     assert seconds(0.25) == "250ms" and seconds(3.5) == "3.50s"
+    # Prediction errors and the bias always carry their sign.
+    assert signed_seconds(0.017) == "+17ms" and signed_seconds(-0.017) == "-17ms"
+    assert signed_seconds(1.5) == "+1.50s" and signed_seconds(None) == "-"
     assert duration(42) == "42s" and duration(3 * 60 + 5) == "3m05s"
     assert duration(2 * 3600 + 7 * 60) == "2h07m" and duration(90000) == "1d01h"
     assert bar(0.5, 4) == "██░░"
