@@ -15,9 +15,12 @@ Configs (two processes each: A hosts the segment, B hosts nothing and puts/gets)
   ours_tcp   the same with B forced to tcp
   upstream   ``bench_mooncake.py run --configs two_proc`` in the upstream venv, against
              upstream's ``mooncake_master`` (TCP protocol, as upstream's anchor)
+  upstream_same_host  upstream's same-host mode (``upstream_same_host.py``: a standalone
+             ``mooncake_client`` holds the segment, B attaches with ``setup_dummy``);
+             the fair anchor for ours_shm (ours_tcp is compared with upstream tcp)
 
 Each config gets a fresh master (ours: ``mooncake master``). Prints one markdown table
-with ratios ours/upstream and writes ``results.json`` + ``table.md`` to ``--out``.
+with ratios ours/anchor and writes ``results.json`` + ``table.md`` to ``--out``.
 
 ``capacity``: the master core alone (``MasterState`` in this process): RSS per million
 objects and PutStart / GetReplicaList latency percentiles at N objects.
@@ -388,19 +391,43 @@ def run_upstream(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         _stop(master)
 
 
+def run_upstream_same_host(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """Upstream's same-host mode (``shared/bench/upstream/upstream_same_host.py``): a
+    standalone ``mooncake_client`` holds the segment, the benchmark attaches with
+    ``setup_dummy`` and buffers from ``alloc_from_mem_pool``; the fair anchor for our
+    shm path. The script runs bench_mooncake.py's process-B suite unchanged."""
+    vpy = Path(args.upstream_venv) / "bin" / "python"
+    script = Path(args.upstream_bench).parent / "upstream_same_host.py"
+    logdir = out / "upstream_same_host"
+    cmd = [str(vpy), str(script), "run", "--out", str(logdir)]
+    cmd += ["--duration", str(args.duration), "--repeats", str(args.repeats)]
+    cmd += ["--max-size", str(args.max_size), "--put-cap-bytes", str(args.put_cap_bytes)]
+    with open(out / "upstream_same_host.run.log", "wb") as f:
+        subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=True)
+    (res,) = json.loads((logdir / "dummy_results.json").read_text())
+    res["config"] = "upstream_same_host"
+    return dict(res)
+
+
 def fmt_size(n: int) -> str:
     return f"{n // MiB} MiB" if n >= MiB else f"{n // KiB} KiB"
 
 
 def table(results: list[dict[str, Any]]) -> str:
+    """One row per (size, op): each upstream mode, then each of ours with its ratio to
+    its fair anchor (shm to upstream's same-host mode when it ran, tcp to upstream tcp)."""
     by = {r["config"]: {(p["size"], p["op"]): p for p in r["points"]} for r in results}
-    up = by.get("upstream", {})
+    anchors = [c for c in ("upstream", "upstream_same_host") if c in by]
     ours = [c for c in ("ours_shm", "ours_tcp") if c in by]
-    hdr = "| size | op | batch | upstream |" + "".join(f" {c} | ratio |" for c in ours)
-    lines = [hdr, "|" + "---|" * (4 + 2 * len(ours))]
+    ref_of = {
+        "ours_shm": "upstream_same_host" if "upstream_same_host" in by else "upstream",
+        "ours_tcp": "upstream",
+    }
+    hdr = "| size | op | batch |" + "".join(f" {c} |" for c in anchors)
+    hdr += "".join(f" {c} | vs {ref_of[c]} |" for c in ours)
+    lines = [hdr, "|" + "---|" * (3 + len(anchors) + 2 * len(ours))]
     keys = sorted({k for d in by.values() for k in d}, key=lambda k: (k[0], OPS.index(k[1])))
     for size, op in keys:
-        ref = up.get((size, op))
         unit = "ops/s" if size < 64 * KiB else "GB/s"
 
         def val(p: dict[str, Any] | None, unit: str = unit) -> str:
@@ -413,9 +440,11 @@ def table(results: list[dict[str, Any]]) -> str:
             )
 
         any_p = next(d[(size, op)] for d in by.values() if (size, op) in d)
-        row = f"| {fmt_size(size)} | {op} | {any_p['batch']} | {val(ref)} |"
+        row = f"| {fmt_size(size)} | {op} | {any_p['batch']} |"
+        row += "".join(f" {val(by[c].get((size, op)))} |" for c in anchors)
         for c in ours:
             p = by[c].get((size, op))
+            ref = by.get(ref_of[c], {}).get((size, op))
             ratio = "-"
             if p is not None and ref is not None and ref["median_GBps"] > 0:
                 ratio = f"{p['median_GBps'] / ref['median_GBps']:.2f}x"
@@ -435,7 +464,12 @@ def cmd_run(args: argparse.Namespace) -> None:
     for config in args.configs.split(","):
         log(f"== {config} (load {os.getloadavg()[0]:.1f})")
         t0 = time.time()
-        r = run_upstream(args, out) if config == "upstream" else run_ours(args, config, out, bm)
+        if config == "upstream":
+            r = run_upstream(args, out)
+        elif config == "upstream_same_host":
+            r = run_upstream_same_host(args, out)
+        else:
+            r = run_ours(args, config, out, bm)
         r["load_after"] = os.getloadavg()[0]
         results.append(r)
         log(f"   {config}: {time.time() - t0:.0f} s, errors {r.get('errors', [])[:3]}")
