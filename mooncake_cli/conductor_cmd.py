@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from .common import ConfigOption, err, fail, load, setup_service_logging
+
+if TYPE_CHECKING:
+    from mooncake_core.conductor.service import ConductorServiceOptions
+    from mooncake_core.config import ClusterConfig
 
 app = typer.Typer(help="Run the conductor (global scheduler + front door).", no_args_is_help=True)
 
@@ -79,7 +83,6 @@ def serve(
     """Serve until SIGINT/SIGTERM; ready when GET /health answers 200."""
     import asyncio
 
-    from mooncake_core.conductor.service import ConductorServiceOptions
     from mooncake_core.store.auth import read_secret
     from mooncake_web.frontdoor import serve as run_front
 
@@ -89,12 +92,10 @@ def serve(
         fail(f"--profile-device {profile_device}: expected cpu, cuda or auto")
     cfg = load(config)
     cc = cfg.conductor
-    if prefill_model is None:
-        prefill_model, decode_model = cc.prefill_model, cc.decode_model
-    for what, model in (("prefill", prefill_model), ("decode", decode_model)):
+    models = (prefill_model, decode_model) if prefill_model else (cc.prefill_model, cc.decode_model)
+    for what, model in zip(("prefill", "decode"), models, strict=True):
         if model is not None and not model.expanduser().is_file():
             fail(f"{what} predictor file {model} not found")
-    device = cfg.profile_device if profile_device is None else profile_device
     secret: bytes | None = None
     path = secret_file or cfg.secret_file
     if path is not None:
@@ -103,21 +104,20 @@ def serve(
         except (OSError, ValueError) as exc:
             fail(f"cannot read the cluster secret: {exc}")
     try:
-        host = cfg.host(cfg.conductor.host).address
-    except KeyError:
-        fail(f"conductor.host {cfg.conductor.host!r} is not one of the configured hosts")
-    port = cfg.conductor.http_port
+        host, port, opts = conductor_settings(
+            cfg,
+            secret=secret,
+            store_kv=store_kv,
+            cpp_threshold=cpp_threshold,
+            cpp_chunk=cpp_chunk,
+            prefill_model=prefill_model,
+            decode_model=decode_model,
+            profile=profile,
+            profile_device=profile_device,
+        )
+    except ValueError as exc:
+        fail(str(exc))
     setup_service_logging()
-    opts = ConductorServiceOptions(
-        secret=secret,
-        store_kv=cc.store_kv if store_kv is None else store_kv,
-        profile=cc.profile if profile is None else profile,
-        profile_device=None if device == "auto" else device,
-        cpp_threshold=cc.cpp_threshold if cpp_threshold is None else cpp_threshold,
-        cpp_chunk_tokens=cc.cpp_chunk_tokens if cpp_chunk is None else cpp_chunk,
-        prefill_model_path=None if prefill_model is None else prefill_model.expanduser(),
-        decode_model_path=None if decode_model is None else decode_model.expanduser(),
-    )
 
     def ready() -> None:
         err.print(
@@ -132,3 +132,44 @@ def serve(
     except RuntimeError as exc:
         fail(str(exc))
     err.print("mooncake conductor: stopped", highlight=False, markup=False)
+
+
+def conductor_settings(
+    cfg: ClusterConfig,
+    *,
+    secret: bytes | None = None,
+    store_kv: bool | None = None,
+    cpp_threshold: int | None = None,
+    cpp_chunk: int | None = None,
+    prefill_model: Path | None = None,
+    decode_model: Path | None = None,
+    profile: bool | None = None,
+    profile_device: str | None = None,
+) -> tuple[str, int, ConductorServiceOptions]:
+    """Bind address, port and service options of ``mooncake conductor serve``: the
+    config's conductor settings with the flags given (None: the config's) applied.
+
+    Raises:
+        ValueError: ``conductor.host`` is not a configured host.
+    """
+    from mooncake_core.conductor.service import ConductorServiceOptions
+
+    cc = cfg.conductor
+    if prefill_model is None:
+        prefill_model, decode_model = cc.prefill_model, cc.decode_model
+    device = cfg.profile_device if profile_device is None else profile_device
+    try:
+        host = cfg.host(cc.host).address
+    except KeyError:
+        raise ValueError(f"conductor.host {cc.host!r} is not one of the configured hosts") from None
+    opts = ConductorServiceOptions(
+        secret=secret,
+        store_kv=cc.store_kv if store_kv is None else store_kv,
+        profile=cc.profile if profile is None else profile,
+        profile_device=None if device == "auto" else device,
+        cpp_threshold=cc.cpp_threshold if cpp_threshold is None else cpp_threshold,
+        cpp_chunk_tokens=cc.cpp_chunk_tokens if cpp_chunk is None else cpp_chunk,
+        prefill_model_path=None if prefill_model is None else prefill_model.expanduser(),
+        decode_model_path=None if decode_model is None else decode_model.expanduser(),
+    )
+    return host, cc.http_port, opts

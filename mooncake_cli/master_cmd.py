@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -10,7 +11,8 @@ import typer
 from .common import ConfigOption, err, fail, load, setup_service_logging
 
 if TYPE_CHECKING:
-    from mooncake_core.config.models import MasterConfig
+    from mooncake_core.config.models import ClusterConfig, MasterConfig
+    from mooncake_core.store.journal import JournalOptions
     from mooncake_core.store.master_service import MasterService, ServiceOptions
 
 app = typer.Typer(
@@ -119,16 +121,11 @@ def master(
     import signal
 
     from mooncake_core.store.auth import read_secret
-    from mooncake_core.store.master_service import ServiceOptions
 
     cfg = load(config)
     if respawn:
         _keep(member_id or "master")
     mcfg = cfg.master
-    try:
-        bind = host or cfg.host(mcfg.host).address
-    except KeyError:
-        fail(f"master.host {mcfg.host!r} is not one of the configured hosts")
     secret: bytes | None = None
     path = secret_file or cfg.secret_file
     if path is not None:
@@ -136,35 +133,31 @@ def master(
             secret = read_secret(path.expanduser())
         except (OSError, ValueError) as exc:
             fail(f"cannot read the cluster secret: {exc}")
-    fsync = mcfg.fsync if fsync is None else fsync
-    fsync_batch_ms = mcfg.fsync_batch_ms if fsync_batch_ms is None else fsync_batch_ms
-    lease_ttl = cfg.etcd.lease_ttl_s if lease_ttl is None else lease_ttl
-    if fsync not in ("always", "batch", "none"):
-        fail(f"--fsync must be always, batch or none, got {fsync!r}")
-    if ha is not None and (data_dir is not None or mcfg.data_dir is not None):
-        fail("--ha keeps the metadata in etcd; do not combine it with --data-dir")
-    if fast_port is None:
-        # A master placed by hand with --port (tests, several masters on one host) takes
-        # any free fast port: clients learn it from the master itself.
-        fast_port = 0 if port is not None and mcfg.fast_port is not None else mcfg.fast_port
-    opts = ServiceOptions(
-        host=bind,
-        port=mcfg.port if port is None else port,
-        fast_port=fast_port,
-        metrics_host=bind,
-        metrics_port=mcfg.metrics_port if metrics_port is None else metrics_port,
-        secret=secret,
-        # reported on /health so `cluster check` can compare every component's hashing
-        hashing={"block_size": cfg.hashing.block_size, "seed": cfg.hashing.seed},
-    )
+    try:
+        settings = master_settings(
+            cfg,
+            host=host,
+            port=port,
+            metrics_port=metrics_port,
+            fast_port=fast_port,
+            secret=secret,
+            data_dir=data_dir,
+            fsync=fsync,
+            fsync_batch_ms=fsync_batch_ms,
+            ha=ha,
+            lease_ttl=lease_ttl,
+        )
+    except ValueError as exc:
+        fail(str(exc))
+    opts = settings.options
+    bind = opts.host
     setup_service_logging()
 
-    directory = data_dir or mcfg.data_dir
     exit_code = 0
 
     async def run() -> None:
         nonlocal exit_code
-        service, note = _make_service(mcfg, opts, directory, fsync, fsync_batch_ms, ha)
+        service, note = _make_service(mcfg, settings)
         try:
             await service.start()
         except RuntimeError as exc:
@@ -180,7 +173,7 @@ def master(
                 endpoint=parse_ha_url(ha),
                 member_id=member_id or f"{socket.gethostname()}-{os.getpid()}",
                 cluster=ha_cluster,
-                lease_ttl_s=lease_ttl,
+                lease_ttl_s=settings.lease_ttl_s,
             )
             controller = HaController(
                 service, hopts, f"{bind}:{service.port}", f"{bind}:{service.metrics_port}"
@@ -234,35 +227,103 @@ def _keep(name: str) -> None:
     raise typer.Exit(keep_running(argv, report=report, what=name))
 
 
-def _make_service(
-    mcfg: MasterConfig,
-    opts: ServiceOptions,
-    directory: Path | None,
-    fsync: str,
-    batch_ms: float,
-    ha: str | None,
-) -> tuple[MasterService, str]:
-    """The service, restored from ``directory`` when given; plus a note for the ready line."""
+@dataclass(frozen=True)
+class MasterSettings:
+    """Everything ``mooncake master`` runs with: the config's master settings with the
+    command's flags applied (tests compare these for each config key)."""
+
+    options: ServiceOptions
+    """Bind addresses, ports, secret and the hashing reported on /health."""
+    data_dir: Path | None
+    """Journal directory (``~`` not yet expanded); None: no journal."""
+    journal: JournalOptions
+    """Sync policy and snapshot interval of the journal."""
+    ha: str | None
+    """``etcd://HOST:PORT`` under HA, else None."""
+    lease_ttl_s: int
+    """Leader lease TTL under HA."""
+
+
+def master_settings(
+    cfg: ClusterConfig,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    metrics_port: int | None = None,
+    fast_port: int | None = None,
+    secret: bytes | None = None,
+    data_dir: Path | None = None,
+    fsync: str | None = None,
+    fsync_batch_ms: float | None = None,
+    ha: str | None = None,
+    lease_ttl: int | None = None,
+) -> MasterSettings:
+    """The master's settings from ``cfg`` and the flags given (None: the config's).
+
+    Raises:
+        ValueError: ``master.host`` is not a configured host, a bad ``fsync``, or a
+            journal directory together with ``ha``.
+    """
     from mooncake_core.store.journal import JournalOptions
+    from mooncake_core.store.master_service import ServiceOptions
+
+    mcfg = cfg.master
+    try:
+        bind = host or cfg.host(mcfg.host).address
+    except KeyError:
+        raise ValueError(f"master.host {mcfg.host!r} is not one of the configured hosts") from None
+    fsync = mcfg.fsync if fsync is None else fsync
+    if fsync not in ("always", "batch", "none"):
+        raise ValueError(f"--fsync must be always, batch or none, got {fsync!r}")
+    if ha is not None and (data_dir is not None or mcfg.data_dir is not None):
+        raise ValueError("--ha keeps the metadata in etcd; do not combine it with --data-dir")
+    if fast_port is None:
+        # A master placed by hand with --port (tests, several masters on one host) takes
+        # any free fast port: clients learn it from the master itself.
+        fast_port = 0 if port is not None and mcfg.fast_port is not None else mcfg.fast_port
+    opts = ServiceOptions(
+        host=bind,
+        port=mcfg.port if port is None else port,
+        fast_port=fast_port,
+        metrics_host=bind,
+        metrics_port=mcfg.metrics_port if metrics_port is None else metrics_port,
+        secret=secret,
+        # reported on /health so `cluster check` can compare every component's hashing
+        hashing={"block_size": cfg.hashing.block_size, "seed": cfg.hashing.seed},
+    )
+    journal = JournalOptions(
+        fsync=fsync,  # type: ignore[arg-type]
+        batch_ms=mcfg.fsync_batch_ms if fsync_batch_ms is None else fsync_batch_ms,
+        snapshot_every=mcfg.snapshot_every,
+    )
+    return MasterSettings(
+        options=opts,
+        data_dir=data_dir or mcfg.data_dir,
+        journal=journal,
+        ha=ha,
+        lease_ttl_s=cfg.etcd.lease_ttl_s if lease_ttl is None else lease_ttl,
+    )
+
+
+def _make_service(mcfg: MasterConfig, settings: MasterSettings) -> tuple[MasterService, str]:
+    """The service, restored from the journal directory when there is one; plus a note
+    for the ready line."""
     from mooncake_core.store.master_service import MasterService
 
-    if ha is not None:
+    opts, directory, journal = settings.options, settings.data_dir, settings.journal
+    if settings.ha is not None:
         return MasterService(mcfg, opts, role="recovering"), "ha"
     if directory is None:
         return MasterService(mcfg, opts), "no journal: metadata is lost on restart"
     from mooncake_core.store.ha.durable import restore_local
 
     try:
-        r = restore_local(
-            directory.expanduser(),
-            mcfg,
-            JournalOptions(fsync=fsync, batch_ms=batch_ms, snapshot_every=mcfg.snapshot_every),  # type: ignore[arg-type]
-        )
+        r = restore_local(directory.expanduser(), mcfg, journal)
     except (OSError, ValueError, RuntimeError) as exc:
         fail(f"cannot recover the journal in {directory}: {exc}")
     service = MasterService(mcfg, opts, state=r.state, sink=r.journal, image=r.image)
     note = (
-        f"journal {directory} fsync={fsync}: restored {r.objects} objects, "
+        f"journal {directory} fsync={journal.fsync}: restored {r.objects} objects, "
         f"{r.segments} segments from {r.records} records in {r.seconds:.3f} s"
     )
     return service, note

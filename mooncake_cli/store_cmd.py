@@ -25,8 +25,10 @@ from .common import (
 )
 
 if TYPE_CHECKING:
+    from mooncake_core.config import ClusterConfig
     from mooncake_core.store.client import Client, Readable
     from mooncake_core.store.client_options import ClientOptions
+    from mooncake_core.store.node import NodeOptions
 
 app = typer.Typer(
     help="Store objects: host a segment (node), put/get/ls/stat/rm, pins.",
@@ -186,11 +188,77 @@ def node(
     import asyncio
     import signal
 
-    from mooncake_core.store.client_options import ClientOptions
     from mooncake_core.store.errors import StoreError
-    from mooncake_core.store.node import NodeOptions, StoreNode
+    from mooncake_core.store.node import StoreNode
 
-    cfg = load(config)
+    try:
+        opts = node_options(
+            load(config),
+            name,
+            size=size,
+            master=master,
+            host=host,
+            data_port=data_port,
+            metrics_port=metrics_port,
+            ssd_dir=ssd_dir,
+            ssd_size=ssd_size,
+            secret_file=secret_file,
+        )
+    except (OSError, ValueError) as exc:
+        fail(str(exc))
+    setup_service_logging()
+    bind, nbytes, ssd_bytes = opts.metrics_host, opts.size, opts.ssd_size
+
+    async def run() -> None:
+        n = StoreNode(opts)
+        try:
+            await n.start()
+        except StoreError as exc:
+            await n.stop()
+            fail(f"{exc.code.name}: {exc.message}")
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        where = f" (health on {bind}:{n.metrics_port})" if n.metrics_port is not None else ""
+        ssd = f", SSD tier {opts.ssd_dir} ({_human(ssd_bytes)})" if opts.ssd_dir else ""
+        err.print(
+            f"mooncake store node: serving segment {name} ({_human(nbytes)}) at "
+            f"{n.client.transfer_address}{where}, master {opts.client.master}{ssd}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+        await stop.wait()
+        err.print("mooncake store node: shutting down", highlight=False, markup=False)
+        await n.stop()
+
+    asyncio.run(run())
+
+
+def node_options(
+    cfg: ClusterConfig,
+    name: str,
+    *,
+    size: str | None = None,
+    master: str | None = None,
+    host: str | None = None,
+    data_port: int | None = None,
+    metrics_port: int | None = None,
+    ssd_dir: Path | None = None,
+    ssd_size: str | None = None,
+    secret_file: Path | None = None,
+) -> NodeOptions:
+    """What ``mooncake store node`` runs with: its flags, else the ``store_nodes`` entry
+    called ``name``, else the defaults (the cluster secret is read here).
+
+    Raises:
+        ValueError: an SSD directory without a size, or a size without a directory.
+        OSError: the secret file exists but cannot be read.
+    """
+    from mooncake_core.store.client_options import ClientOptions
+    from mooncake_core.store.node import NodeOptions
+
     entry = next((n for n in cfg.store_nodes if n.name == name), None)
     if host is None:
         try:
@@ -208,53 +276,24 @@ def node(
         ssd_dir = ssd_dir.expanduser()  # as written in the config: this host's home
     ssd_bytes = parse_size(ssd_size) if ssd_size else int(entry.ssd_size) if entry else 0
     if ssd_dir is not None and ssd_bytes <= 0:
-        fail(f"--ssd-dir {ssd_dir} needs --ssd-size (a size limit > 0)")
+        raise ValueError(f"--ssd-dir {ssd_dir} needs --ssd-size (a size limit > 0)")
     if ssd_dir is None and ssd_size:
-        fail("--ssd-size needs --ssd-dir")
+        raise ValueError("--ssd-size needs --ssd-dir")
     try:
-        opts = ClientOptions.from_cluster(
+        client = ClientOptions.from_cluster(
             cfg, master=master, secret_file=secret_file, host=host, data_port=data_port
         )
     except (OSError, ValueError) as exc:
-        fail(f"cannot read the cluster secret: {exc}")
-    setup_service_logging()
-    bind = host
-
-    async def run() -> None:
-        n = StoreNode(
-            NodeOptions(
-                name,
-                nbytes,
-                opts,
-                bind,
-                metrics_port,
-                ssd_dir=ssd_dir,
-                ssd_size=ssd_bytes if ssd_dir is not None else 0,
-            )
-        )
-        try:
-            await n.start()
-        except StoreError as exc:
-            await n.stop()
-            fail(f"{exc.code.name}: {exc.message}")
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        where = f" (health on {bind}:{n.metrics_port})" if n.metrics_port is not None else ""
-        ssd = f", SSD tier {ssd_dir} ({_human(ssd_bytes)})" if ssd_dir is not None else ""
-        err.print(
-            f"mooncake store node: serving segment {name} ({_human(nbytes)}) at "
-            f"{n.client.transfer_address}{where}, master {opts.master}{ssd}",
-            highlight=False,
-            markup=False,
-            soft_wrap=True,
-        )
-        await stop.wait()
-        err.print("mooncake store node: shutting down", highlight=False, markup=False)
-        await n.stop()
-
-    asyncio.run(run())
+        raise ValueError(f"cannot read the cluster secret: {exc}") from exc
+    return NodeOptions(
+        name,
+        nbytes,
+        client,
+        host,
+        metrics_port,
+        ssd_dir=ssd_dir,
+        ssd_size=ssd_bytes if ssd_dir is not None else 0,
+    )
 
 
 # ---------------------------------------------------------------------- put / get

@@ -7,11 +7,15 @@ A thin layer: builds :class:`mooncake_web.WebOptions` from the flags and serves
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from .common import ConfigOption, err, fail, load, write_stdout
+
+if TYPE_CHECKING:
+    from mooncake_core.config import ClusterConfig
+    from mooncake_web import WebOptions
 
 
 def web(
@@ -63,32 +67,65 @@ def web(
             fail(f"no cluster secret at {path}")
         write_stdout(token + "\n")
         return
-    if host is None:
-        try:
-            host = cfg.host(cfg.dashboard.host).address
-        except KeyError:
-            fail(f"dashboard.host {cfg.dashboard.host!r} is not one of the configured hosts")
     import uvicorn
 
-    from mooncake_web import WebOptions, create_app
+    from mooncake_web import create_app
 
     try:
-        opts = WebOptions(
-            master=master,
+        host, bind_port, opts = web_settings(
+            cfg,
+            host=host,
+            port=port,
             secret_file=secret_file,
-            audit_url=audit_db,
-            targets=tuple(target or ()),
-            interval_s=interval,
-            poll_timeout_s=min(2.0, 0.8 * interval),
-            bind_host=host,
+            master=master,
+            audit_db=audit_db,
+            target=target,
+            interval=interval,
         )
         application = create_app(cfg, opts)
     except (OSError, ValueError) as exc:
         fail(str(exc), code=2)
-    bind_port = cfg.dashboard.port if port is None else port
     err.print(f"dashboard on http://{host}:{bind_port}/ (API docs at /docs)", markup=False)
     # Open SSE streams never end by themselves: bound the graceful shutdown so
     # `mooncake cluster down` does not wait for browsers to go away.
     uvicorn.run(
         application, host=host, port=bind_port, log_level="warning", timeout_graceful_shutdown=3
     )
+
+
+def web_settings(
+    cfg: ClusterConfig,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    secret_file: Path | None = None,
+    master: str | None = None,
+    audit_db: str | None = None,
+    target: list[str] | None = None,
+    interval: float = 1.0,
+) -> tuple[str, int, WebOptions]:
+    """Bind address, port and dashboard options of ``mooncake web`` from the config
+    and the flags given (None: the config's).
+
+    Raises:
+        ValueError: ``dashboard.host`` is not a configured host, or bad options.
+    """
+    from mooncake_web import WebOptions
+
+    if host is None:
+        try:
+            host = cfg.host(cfg.dashboard.host).address
+        except KeyError:
+            raise ValueError(
+                f"dashboard.host {cfg.dashboard.host!r} is not one of the configured hosts"
+            ) from None
+    opts = WebOptions(
+        master=master,
+        secret_file=secret_file,
+        audit_url=audit_db,
+        targets=tuple(target or ()),
+        interval_s=interval,
+        poll_timeout_s=min(2.0, 0.8 * interval),
+        bind_host=host,
+    )
+    return host, cfg.dashboard.port if port is None else port, opts

@@ -76,7 +76,8 @@ class SshLauncher:
 
     # -- plumbing ---------------------------------------------------------------------
 
-    async def _connect(self) -> asyncssh.SSHClientConnection:
+    def connect_options(self) -> dict[str, object]:
+        """Keyword arguments of ``asyncssh.connect(host.address, ...)`` for this host."""
         kw: dict[str, object] = {
             "port": self.host.ssh_port,
             "username": self.host.ssh_user,
@@ -86,8 +87,11 @@ class SshLauncher:
             kw["known_hosts"] = self._known_hosts
         if self.host.ssh_key is not None:
             kw["client_keys"] = [str(self.host.ssh_key.expanduser())]
+        return kw
+
+    async def _connect(self) -> asyncssh.SSHClientConnection:
         try:
-            return await asyncssh.connect(self.host.address, **kw)
+            return await asyncssh.connect(self.host.address, **self.connect_options())
         except (TimeoutError, OSError, asyncssh.Error) as exc:
             raise SshError(
                 f"cannot reach host {self.host.name!r} over SSH "
