@@ -15,6 +15,14 @@ from pydantic.fields import FieldInfo
 
 from .models import ClusterConfig
 
+RESERVED_KEYS: dict[str, str] = {
+    "prefill_workers.max_batch": "Prefill workers do not batch: the key is there because "
+    "prefill and decode workers share one entry type. A prefill worker reports it in its "
+    "Health answer, but neither the worker nor the conductor acts on it.",
+}
+"""Keys that change nothing a process or a client can observe yet, with the reason. A
+test (tests/unit/config/test_config_keys_behave.py) probes every other key."""
+
 _BOUNDS = (
     ("ge", ">="),
     ("gt", ">"),
@@ -93,6 +101,17 @@ def render() -> str:
         "",
     ]
     _section(ClusterConfig, "(root)", out, set())
+    out += [
+        "## Reserved keys",
+        "",
+        "Accepted, documented above, and without an effect anyone can observe yet; every",
+        "other key is checked to change what a component runs with or how it behaves",
+        "(`tests/unit/config/test_config_keys_behave.py`).",
+        "",
+        "| key | why |",
+        "|---|---|",
+        *(f"| `{k}` | {why} |" for k, why in RESERVED_KEYS.items()),
+    ]
     return "\n".join(out).rstrip() + "\n"
 
 
