@@ -8,6 +8,7 @@ import pytest
 
 from mooncake_core.cluster import ROLE_COMMANDS, ROLE_ORDER, hashing_of, plan
 from mooncake_core.config import ClusterConfig, EtcdConfig, HostConfig, ModelConfig
+from tests.cluster_launch import launched
 
 ALL = set(ROLE_COMMANDS.values())
 CFG = Path("/etc/mc.yaml")
@@ -158,14 +159,111 @@ def test_profile_device_follows_the_workers_unless_set() -> None:
     assert none.profile_device is None
 
 
-def test_every_component_gets_the_whole_config_and_secret() -> None:
+FULL = ClusterConfig.model_validate(
+    {
+        "name": "full",
+        "state_dir": "/nonexistent/mc-state",
+        "secret_file": "/nonexistent/mc-secret",
+        "hosts": [{"name": "local"}, {"name": "b", "address": "127.0.0.2"}],
+        "transfer": {"protocol": "tcp", "slice_size": 65536},
+        "hashing": {"block_size": 32, "seed": 3},
+        "master": {
+            "host": "b", "port": 50061, "metrics_port": 9013, "data_dir": "/nonexistent/j",
+            "fsync": "batch", "fsync_batch_ms": 4.0, "snapshot_every": 5000,
+            "heartbeat_interval_s": 0.5, "client_ttl_s": 3.0,
+        },
+        "store_nodes": [
+            {"name": "s0", "host": "b", "segment_size": "64MiB", "data_port": 17011,
+             "metrics_port": 9111, "ssd_dir": "/nonexistent/ssd", "ssd_size": "1GiB"},
+            {"name": "s1", "data_port": 17012, "metrics_port": 9112},
+        ],
+        "model": {"name": "tiny"},
+        "conductor": {
+            "host": "b", "http_port": 8010, "cpp_threshold": 2048, "cpp_chunk_tokens": 128,
+            "store_kv": False, "profile": False, "profile_device": "cpu",
+            "prefill_model": "/nonexistent/p.json", "decode_model": "/nonexistent/d.json",
+        },
+        "prefill_workers": [
+            {"name": "p0", "host": "b", "rpc_port": 50091, "data_port": 17111,
+             "metrics_port": 9211, "local_cache_blocks": 64, "device": "cpu"},
+        ],
+        "decode_workers": [
+            {"name": "d0", "rpc_port": 50092, "data_port": 17112, "max_batch": 4,
+             "local_cache_blocks": 128},
+        ],
+        "dashboard": {"host": "b", "port": 8090},
+    }
+)  # fmt: skip
+"""Every component on non-default settings, most of them on a second host."""
+
+
+def test_every_component_runs_with_the_config_it_is_given() -> None:
     # Settings without a flag reach a component through its --config file (the run copy
     # of mooncake.yaml), so every mooncake command cluster up builds must carry it, and
-    # the secret: a component started without them would run on its defaults.
-    cfg = ClusterConfig(etcd=EtcdConfig(enabled=True, masters=2))
-    specs = [s for s in plan(cfg, CFG, SECRET, ALL) if s.role != "etcd"]
-    assert {s.role for s in specs} >= {"master", "store", "prefill", "decode", "conductor"}
-    for s in specs:
-        argv = list(s.argv)
-        assert argv[argv.index("--config") + 1] == str(CFG), s.name
-        assert argv[argv.index("--secret-file") + 1] == str(SECRET), s.name
+    # the secret: a component started without them would run on its defaults. Beyond
+    # the flags being there: each command line, parsed by the real CLI and turned into
+    # settings by the command's own function (what the functional cluster tests rely on
+    # when they reach a component at its configured address), gives every component the
+    # values of the config, not the ones tests pass by hand.
+    from mooncake_core.store.journal import JournalOptions
+    from mooncake_core.worker.service import WorkerServiceOptions
+
+    runs = launched(FULL)
+    assert set(runs) == {"master", "s0", "s1", "p0", "d0", "conductor", "dashboard"}
+    for name, run in runs.items():
+        assert run.config == FULL, name
+        assert run.params["secret_file"] == FULL.secret_path, name
+    b = "127.0.0.2"
+    m = runs["master"].settings
+    assert (m.options.host, m.options.port, m.options.metrics_host, m.options.metrics_port) == (
+        b, 50061, b, 9013,
+    )  # fmt: skip
+    assert m.options.hashing == {"block_size": 32, "seed": 3}
+    assert (m.data_dir, m.journal, m.ha) == (
+        Path("/nonexistent/j"), JournalOptions("batch", 4.0, 5000), None,
+    )  # fmt: skip
+    s0, s1 = runs["s0"].settings, runs["s1"].settings
+    assert (s0.name, s0.size, s0.metrics_host, s0.metrics_port) == ("s0", 64 << 20, b, 9111)
+    assert (s0.ssd_dir, s0.ssd_size) == (Path("/nonexistent/ssd"), 1 << 30)
+    assert (s0.client.host, s0.client.data_port, s0.client.master) == (b, 17011, f"{b}:50061")
+    assert (s1.client.host, s1.client.data_port, s1.metrics_port) == ("127.0.0.1", 17012, 9112)
+    for node in (s0, s1):
+        assert node.client.transfer == FULL.transfer
+        assert node.client.master_config == FULL.master
+        assert node.client.heartbeat_interval_s == 0.5
+    assert runs["p0"].settings == WorkerServiceOptions(
+        "p0", "prefill", b, 50091, 17111, num_blocks=64, device="cpu", metrics_port=9211
+    )
+    assert runs["d0"].settings == WorkerServiceOptions(
+        "d0", "decode", "127.0.0.1", 50092, 17112, num_blocks=128, max_batch=4
+    )
+    host, port, c = runs["conductor"].settings
+    assert (host, port, c.cpp_threshold, c.cpp_chunk_tokens) == (b, 8010, 2048, 128)
+    assert (c.store_kv, c.profile, c.profile_device) == (False, False, "cpu")
+    assert (c.prefill_model_path, c.decode_model_path) == (
+        Path("/nonexistent/p.json"), Path("/nonexistent/d.json"),
+    )  # fmt: skip
+    host, port, web = runs["dashboard"].settings
+    assert (host, port, web.bind_host) == (b, 8090, b)
+
+
+def test_ha_masters_run_with_the_etcd_settings() -> None:
+    cfg = ClusterConfig(
+        name="prod",
+        state_dir=Path("/nonexistent/mc-state"),
+        etcd=EtcdConfig(enabled=True, masters=2, client_port=2390, peer_port=2391, lease_ttl_s=5),
+    )
+    runs = launched(cfg)
+    etcd = runs["etcd"].params["argv"]
+    assert etcd[etcd.index("--data-dir") + 1] == "/nonexistent/mc-state/etcd"
+    assert "http://127.0.0.1:2390" in etcd and "http://127.0.0.1:2391" in etcd
+    for i, name in enumerate(("master", "master-1")):
+        run = runs[name]
+        s = run.settings
+        assert (s.ha, s.lease_ttl_s, s.data_dir) == ("etcd://127.0.0.1:2390", 5, None), name
+        assert (s.options.port, s.options.metrics_port) == (50051 + i, 9003 + i), name
+        assert (run.params["member_id"], run.params["ha_cluster"]) == (name, "prod")
+        assert run.params["respawn"] is True
+        assert run.config == cfg and run.params["secret_file"] == cfg.secret_path
+    store = runs["store-0"].settings
+    assert store.client.master == "etcd://127.0.0.1:2390/prod"  # clients follow the leader
