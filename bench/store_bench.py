@@ -340,6 +340,7 @@ def run_upstream(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         capture_output=True,
         text=True,
         check=True,
+        cwd="/",  # not this checkout: its own `mooncake` package would shadow the venv's
     ).stdout.strip()
     rpc, metrics = free_port(), free_port()
     master = _spawn(

@@ -111,6 +111,7 @@ class Upstream:
             check=True,
             capture_output=True,
             text=True,
+            cwd="/",  # not this checkout: its own `mooncake` package would shadow the venv's
         ).stdout.strip()
         # The real binary, not $VENV/bin's wrapper: signalling the wrapper orphans it.
         self.teb = os.path.join(pkg, "transfer_engine_bench")
