@@ -17,7 +17,10 @@ Reported per (config, size, N, op): total ops/s over all workers (sum of each wo
 ops / its phase time) and p50 / p99 of every call's latency. Configs:
 
   upstream   PyPI ``mooncake-transfer-engine-non-cuda`` (its ``mooncake_master``), tcp
-  ours_tcp   our ``mooncake_master`` and ``mooncake`` package, protocol tcp
+  ours_tcp   our ``mooncake_master`` and ``mooncake`` package, protocol tcp with
+             ``MC_FORCE_TCP=1`` (every byte over loopback tcp, like upstream here)
+  ours       the same without ``MC_FORCE_TCP``: our adapter reaches the same-host
+             segment over shm (what an application passing protocol "tcp" gets)
 
 Usage (also from ``bench/run_store_side_by_side.sh``)::
 
@@ -150,6 +153,7 @@ def run_config(a: argparse.Namespace, config: str, out: Path) -> list[dict[str, 
         py = sys.executable
         master_bin = shutil.which("mooncake_master") or "mooncake_master"
         extra = ["--rpc_address=127.0.0.1"]
+    env = dict(os.environ, MC_FORCE_TCP="1") if config == "ours_tcp" else None
     port, metrics = free_port(), free_port()
     master = _spawn(
         [master_bin, f"--rpc_port={port}", f"--metrics_port={metrics}", *extra],
@@ -213,6 +217,7 @@ def run_config(a: argparse.Namespace, config: str, out: Path) -> list[dict[str, 
                             str(f),
                         ],
                         out / f"{config}.{size}.{n}.{i}.log",
+                        env,
                     )
                     for i, f in enumerate(files)
                 ]
@@ -256,21 +261,26 @@ def _clear(py: str, port: int) -> None:
 
 def table(rows: list[dict[str, Any]]) -> str:
     by = {(r["config"], r["size"], r["clients"], r["op"]): r for r in rows}
-    lines = [
-        "| size | clients | op | upstream ops/s | p50 / p99 us | ours_tcp ops/s "
-        "| p50 / p99 us | ratio |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    configs = [c for c in ("upstream", "ours_tcp", "ours") if any(r["config"] == c for r in rows)]
+    others = [c for c in configs if c != "upstream"]
+    hdr = "| size | clients | op |" + "".join(f" {c} ops/s | p50 / p99 us |" for c in configs)
+    hdr += "".join(f" {c} / upstream |" for c in others)
+    lines = [hdr, "|" + "---|" * (3 + 2 * len(configs) + len(others))]
     for size, n, op in sorted({(r["size"], r["clients"], r["op"]) for r in rows}):
-        up, ours = by.get(("upstream", size, n, op)), by.get(("ours_tcp", size, n, op))
-
-        def cell(r: dict[str, Any] | None) -> str:
-            if r is None:
-                return "- | -"
-            return f"{r['ops_s']:,.0f} | {r['p50_us']:,.0f} / {r['p99_us']:,.0f}"
-
-        ratio = f"{ours['ops_s'] / up['ops_s']:.2f}x" if up and ours and up["ops_s"] else "-"
-        lines.append(f"| {size // 1024} KiB | {n} | {op} | {cell(up)} | {cell(ours)} | {ratio} |")
+        row = f"| {size // 1024} KiB | {n} | {op} |"
+        for c in configs:
+            r = by.get((c, size, n, op))
+            row += (
+                " - | - |"
+                if r is None
+                else (f" {r['ops_s']:,.0f} | {r['p50_us']:,.0f} / {r['p99_us']:,.0f} |")
+            )
+        up = by.get(("upstream", size, n, op))
+        for c in others:
+            r = by.get((c, size, n, op))
+            ok = r is not None and up is not None and up["ops_s"] > 0
+            row += f" {r['ops_s'] / up['ops_s']:.2f}x |" if ok else " - |"  # type: ignore[index]
+        lines.append(row)
     return "\n".join(lines)
 
 
@@ -296,7 +306,7 @@ def main() -> None:
     )
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
-    r.add_argument("--configs", default="upstream,ours_tcp")
+    r.add_argument("--configs", default="upstream,ours_tcp,ours")
     r.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 16])
     r.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[4096, 65536])
     r.add_argument("--duration", type=float, default=2.0)

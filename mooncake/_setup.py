@@ -103,6 +103,12 @@ def _port_range() -> tuple[int, int]:
     return lo, hi
 
 
+def _force_tcp() -> bool:
+    """Upstream's ``MC_FORCE_TCP`` (1/true/yes/on): every peer over tcp, same-host ones
+    too (no shm), as upstream then moves every byte over its TCP transport."""
+    return os.environ.get("MC_FORCE_TCP", "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def _secret() -> bytes | None:
     path = os.environ.get("MOONCAKE_SECRET_FILE")
     if not path:
@@ -128,6 +134,8 @@ def start_client(a: SetupArgs) -> tuple[Client, str]:
         )
     if a.protocol == "rdma":
         log.warning("protocol rdma: served by our tcp/shm transports on this host")
+    if transport == "auto" and _force_tcp():
+        transport = "tcp"  # upstream's MC_FORCE_TCP: no shared-memory shortcut either
     if not 0 <= a.global_segment_size <= MAX_SEGMENT_SIZE:
         raise InvalidArgumentError(
             ErrorCode.INVALID_PARAMS, f"global_segment_size {a.global_segment_size} out of range"

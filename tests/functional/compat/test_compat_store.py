@@ -185,3 +185,24 @@ def test_closed_segment_name_mounts_again_at_once(master: UpstreamMaster) -> Non
         b.close()
     print(f"remount of {name} after close: setup took {took * 1000:.0f} ms")
     assert took < 5.0
+
+
+@pytest.mark.parametrize(("force", "want"), [("", "shm"), ("1", "tcp")])
+def test_mc_force_tcp_sends_same_host_traffic_over_tcp(
+    master: UpstreamMaster, monkeypatch: pytest.MonkeyPatch, force: str, want: str
+) -> None:
+    """Protocol ``tcp`` reaches a same-host segment over shm, unless upstream's
+    ``MC_FORCE_TCP`` asks for tcp everywhere (as upstream then uses its TCP transport)."""
+    host = _setup(master, "localhost")
+    monkeypatch.setenv("MC_FORCE_TCP", force)
+    reader = MooncakeDistributedStore()
+    assert reader.setup("localhost", "P2PHANDSHAKE", 0, BUF, "tcp", "", master.address) == 0
+    try:
+        assert host.put("force/a", b"x" * 4096) == 0
+        assert reader.get("force/a") == b"x" * 4096
+        snap = reader._client.transfer_snapshot()  # type: ignore[union-attr]
+        moved = {t: snap.transport(t).bytes for t in ("shm", "tcp")}
+        assert moved[want] == 4096 and sum(moved.values()) == 4096, moved
+    finally:
+        reader.close()
+        host.close()

@@ -72,3 +72,29 @@ def test_shm_segment_in_the_same_process(make_engine):
     import os
 
     assert path is not None and not os.path.exists(path)
+
+
+def test_small_shm_batches_are_copied_before_submit_returns(start_target, make_engine):
+    """At most ``INLINE_MAX`` bytes are copied in the submitting thread (a hand-off to the
+    copy thread costs more than the copy); a larger batch runs on the copy thread. Both
+    move the same bytes and count them the same way."""
+    from mooncake_core.transfer.shm import INLINE_MAX
+
+    target = start_target(size=4 * MiB, shm=True)
+    eng = make_engine()
+    seg = eng.open_segment(target.name)
+    local = eng.register_memory(bytearray(4 * MiB))
+    small = [TransferRequest(OpCode.READ, local, i * 4096, seg, i * 4096, 4096) for i in range(64)]
+    assert INLINE_MAX >= 64 * 4096
+    batch = eng.allocate_batch(64)
+    eng.submit(batch, small)
+    # no wait(): every request is already done, in this thread
+    assert [s.state for s in eng.batch_status(batch)] == [TransferState.COMPLETED] * 64
+    eng.free_batch(batch)
+    assert bytes(local.view()[: 64 * 4096]) == pattern(4 * MiB)[: 64 * 4096]
+    big = eng.allocate_batch(1)
+    eng.submit(big, [TransferRequest(OpCode.READ, local, 0, seg, 0, 4 * MiB)])
+    assert eng.wait(big, timeout=30)[0].state is TransferState.COMPLETED
+    eng.free_batch(big)
+    assert bytes(local.view()) == pattern(4 * MiB)
+    assert eng.snapshot().transport("shm").bytes == 64 * 4096 + 4 * MiB
