@@ -10,6 +10,7 @@ command itself calls: ``master_settings``, ``node_options``, ``conductor_setting
 
 from __future__ import annotations
 
+import inspect
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,48 +74,25 @@ def launch(argv: tuple[str, ...]) -> Launched:
     cfg = load_config(p["config"])
     settings: Any
     if cmd == ("master",):
-        settings = master_settings(
-            cfg,
-            host=p["host"],
-            port=p["port"],
-            metrics_port=p["metrics_port"],
-            data_dir=p["data_dir"],
-            fsync=p["fsync"],
-            fsync_batch_ms=p["fsync_batch_ms"],
-            ha=p["ha"],
-            lease_ttl=p["lease_ttl"],
-        )
+        settings = _settings(master_settings, p, cfg)
     elif cmd == ("store", "node"):
-        settings = node_options(
-            cfg,
-            p["name"],
-            size=p["size"],
-            master=p["master"],
-            host=p["host"],
-            data_port=p["data_port"],
-            metrics_port=p["metrics_port"],
-            ssd_dir=p["ssd_dir"],
-            ssd_size=p["ssd_size"],
-            secret_file=p["secret_file"],
-        )
+        settings = _settings(node_options, p, cfg, p["name"])
     elif cmd in (("worker", "prefill"), ("worker", "decode")):
         settings = WorkerServiceOptions.from_cluster(cfg, cmd[1], p["name"])  # type: ignore[arg-type]
     elif cmd == ("conductor", "serve"):
-        settings = conductor_settings(
-            cfg,
-            store_kv=p["store_kv"],
-            cpp_threshold=p["cpp_threshold"],
-            cpp_chunk=p["cpp_chunk"],
-            prefill_model=p["prefill_model"],
-            decode_model=p["decode_model"],
-            profile=p["profile"],
-            profile_device=p["profile_device"],
-        )
+        settings = _settings(conductor_settings, p, cfg)
     elif cmd == ("web",):
-        settings = web_settings(cfg, host=p["host"], port=p["port"])
+        settings = _settings(web_settings, p, cfg)
     else:
         raise AssertionError(f"cluster up starts `mooncake {' '.join(cmd)}`: no settings for it")
     return Launched(cmd, p, cfg, settings)
+
+
+def _settings(fn: Any, params: dict[str, Any], *args: Any) -> Any:
+    """``fn(*args, **flags)``, with every parsed flag ``fn`` takes a keyword of: the
+    commands pass their flags under the same names, so none can be left out here."""
+    names = inspect.signature(fn).parameters
+    return fn(*args, **{k: v for k, v in params.items() if k in names and k != "name"})
 
 
 def launched(cfg: ClusterConfig) -> dict[str, Launched]:

@@ -168,7 +168,8 @@ FULL = ClusterConfig.model_validate(
         "transfer": {"protocol": "tcp", "slice_size": 65536},
         "hashing": {"block_size": 32, "seed": 3},
         "master": {
-            "host": "b", "port": 50061, "metrics_port": 9013, "data_dir": "/nonexistent/j",
+            "host": "b", "port": 50061, "metrics_port": 9013, "fast_port": 50161,
+            "data_dir": "/nonexistent/j",
             "fsync": "batch", "fsync_batch_ms": 4.0, "snapshot_every": 5000,
             "heartbeat_interval_s": 0.5, "client_ttl_s": 3.0,
         },
@@ -219,6 +220,7 @@ def test_every_component_runs_with_the_config_it_is_given() -> None:
         b, 50061, b, 9013,
     )  # fmt: skip
     assert m.options.hashing == {"block_size": 32, "seed": 3}
+    assert m.options.fast_port == 50161
     assert (m.data_dir, m.journal, m.ha) == (
         Path("/nonexistent/j"), JournalOptions("batch", 4.0, 5000), None,
     )  # fmt: skip
@@ -262,6 +264,7 @@ def test_ha_masters_run_with_the_etcd_settings() -> None:
         s = run.settings
         assert (s.ha, s.lease_ttl_s, s.data_dir) == ("etcd://127.0.0.1:2390", 5, None), name
         assert (s.options.port, s.options.metrics_port) == (50051 + i, 9003 + i), name
+        assert s.options.fast_port == 50151 + i, name
         assert (run.params["member_id"], run.params["ha_cluster"]) == (name, "prod")
         assert run.params["respawn"] is True
         assert run.config == cfg and run.params["secret_file"] == cfg.secret_path
