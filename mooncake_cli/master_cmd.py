@@ -174,6 +174,8 @@ def master(
                 member_id=member_id or f"{socket.gethostname()}-{os.getpid()}",
                 cluster=ha_cluster,
                 lease_ttl_s=settings.lease_ttl_s,
+                # under HA the records live in etcd's log; compacted like the journal
+                snapshot_every=settings.journal.snapshot_every,
             )
             controller = HaController(
                 service, hopts, f"{bind}:{service.port}", f"{bind}:{service.metrics_port}"

@@ -53,9 +53,13 @@ def master_address(cfg: ClusterConfig, given: str | None) -> str:
 
 def audit_url_for(cfg: ClusterConfig, given: str | None) -> str | None:
     """Audit database to read (``None``: none). A SQLite file is read only if it exists:
-    the dashboard must never create a database."""
+    the dashboard must never create a database. With ``audit.enabled: false`` the
+    conductor writes none, so the config's database (a leftover of an earlier run, if
+    any) is not shown either; ``given`` still names one explicitly."""
     if given is not None:
         return given or None
+    if not cfg.audit.enabled:
+        return None
     url = cfg.audit_url
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
         return None

@@ -141,7 +141,8 @@ class MasterConfig(_Strict):
     fsync_batch_ms: Annotated[float, Field(ge=0.1, le=1000)] = 2.0
     """Delay of each fsync under ``fsync: batch``."""
     snapshot_every: Annotated[int, Field(ge=1000, le=1_000_000_000)] = 100_000
-    """Journal records between snapshots (older logs are deleted after each)."""
+    """Journal records between snapshots (older logs are deleted after each); under HA,
+    records in etcd's log between the leader's compactions into a snapshot."""
     offload_watermark: Annotated[float, Field(gt=0, le=1)] | None = None
     """SSD tier: DRAM usage ratio of a segment (with an SSD tier) at which its least
     recently used objects are copied to SSD ahead of eviction; ``None``:
@@ -364,7 +365,8 @@ class AuditConfig(_Strict):
     url: str = "sqlite:///{state_dir}/audit.db"
     """SQLAlchemy URL; ``{state_dir}`` is replaced by the cluster state directory."""
     enabled: bool = True
-    """Record every decision."""
+    """Record every decision; ``false``: nothing is recorded, and the dashboard shows no
+    audit (not a database left by an earlier run)."""
     batch_size: Annotated[int, Field(ge=1, le=1_000_000)] = 512
     """Rows written per transaction by the background writer."""
     flush_interval_s: PositiveSeconds = 0.5

@@ -1,0 +1,27 @@
+"""Which audit database the dashboard reads (``mooncake_web.backend.audit_url_for``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mooncake_core.config import ClusterConfig
+from mooncake_web.backend import audit_url_for
+
+
+def _cfg(tmp_path: Path, **audit: object) -> ClusterConfig:
+    return ClusterConfig.model_validate({"state_dir": str(tmp_path), "audit": audit})
+
+
+def test_the_configs_database_is_read_only_once_it_exists(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path)
+    assert audit_url_for(cfg, None) is None  # never created by the dashboard
+    (tmp_path / "audit.db").write_bytes(b"")
+    assert audit_url_for(cfg, None) == f"sqlite:///{tmp_path}/audit.db"
+
+
+def test_audit_disabled_shows_no_leftover_database(tmp_path: Path) -> None:
+    (tmp_path / "audit.db").write_bytes(b"")
+    cfg = _cfg(tmp_path, enabled=False)
+    assert audit_url_for(cfg, None) is None
+    assert audit_url_for(cfg, "sqlite:////x/y.db") == "sqlite:////x/y.db"  # named: read
+    assert audit_url_for(_cfg(tmp_path), "") is None  # "": none
