@@ -262,12 +262,14 @@ class SyncMaster:
         if time.monotonic() < self._fast_off.get(address, 0.0):
             return None
         try:
+            # Short: a paused or dead master must not cost a whole call timeout here on
+            # top of the gRPC call that follows.
             r = self._stub.GetReadiness(
-                pb.ReadinessRequest(), metadata=self._md, timeout=self._timeout
+                pb.ReadinessRequest(), metadata=self._md, timeout=min(1.0, self._timeout)
             )
         except grpc.RpcError:
-            return None
-        if not (r.serving and r.fast_port):
+            r = None
+        if r is None or not (r.serving and r.fast_port):
             self._fast_off[address] = time.monotonic() + self.FAST_RETRY_S
             return None
         target = f"{address.rpartition(':')[0]}:{r.fast_port}"
