@@ -4,10 +4,8 @@ put whose replica target died is placed again elsewhere instead of failing."""
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,29 +31,13 @@ def three_nodes(tmp_path: Path) -> Iterator[Cluster]:
     # 256 MiB each: the whole load (at most WRITERS x MAX_RATE puts/s of SIZE bytes for
     # about 8 s, 256 MiB) fits on the two survivors, so nothing is evicted and a key that
     # is missing at the end was lost, not evicted (checked below).
-    c = start_cluster(tmp_path, nodes=())
-    try:
-        starters = [
-            threading.Thread(target=c.start_node, args=(n, "256MiB")) for n in ("n0", "n1", "n2")
-        ]
-        for t in starters:
-            t.start()
-        for t in starters:
-            t.join()
-        assert set(c.nodes) == {"n0", "n1", "n2"}, sorted(c.nodes)
-        yield c
-    finally:
-        c.close()
-
-
-def _snapshot(c: Cluster) -> dict[str, Any]:
-    port = int(c.master.match.group(3))
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/snapshot", timeout=10) as r:
-        return dict(json.loads(r.read()))
+    c = start_cluster(tmp_path, nodes=("n0", "n1", "n2"), node_size="256MiB")
+    yield c
+    c.close()
 
 
 def _segments(c: Cluster) -> dict[str, dict[str, Any]]:
-    return {s["name"]: s for s in _snapshot(c)["segments"]}
+    return {s["name"]: s for s in c.snapshot()["segments"]}
 
 
 @pytest.mark.parametrize("transport", ["tcp", "auto"])
@@ -134,7 +116,7 @@ def test_rel_killed_node_leaves_placement_fast_and_puts_do_not_fail(
     # After n1 expired: its objects written before the kill are gone with it; every
     # put started once n1 was dead is there, byte-exact. (A missing key could also be
     # an eviction, which is no loss: the load is sized so that none happens.)
-    evicted = _snapshot(c)["evicted_objects_total"]
+    evicted = c.snapshot()["evicted_objects_total"]
     assert evicted == 0, f"{evicted} objects evicted: the load outgrew the nodes"
     lost = []
     with make_client(c, transport="tcp") as cl:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import json
 import os
 import re
 import select
@@ -13,9 +14,10 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import yaml
 
@@ -125,6 +127,12 @@ class Cluster:
         self.nodes[name] = p
         return p
 
+    def snapshot(self) -> dict[str, Any]:
+        """The master's ``/snapshot`` (a MasterSnapshot as JSON)."""
+        port = int(self.master.match.group(3))
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/snapshot", timeout=10) as r:
+            return dict(json.loads(r.read()))
+
     def close(self) -> None:
         for p in self.nodes.values():
             if p.proc.poll() is None:
@@ -138,11 +146,13 @@ def start_cluster(
     nodes: tuple[str, ...] = ("n0", "n1"),
     secret: bytes | None = None,
     master_settings: dict[str, object] | None = None,
+    node_size: str = "64MiB",
 ) -> Cluster:
     """A real master (TEST_MASTER settings) and one node per name, started in parallel.
 
     With ``secret`` the config names a secret file: master, nodes and the CLI use it.
-    ``master_settings``: master config fields on top of TEST_MASTER.
+    ``master_settings``: master config fields on top of TEST_MASTER; ``node_size``: each
+    node's segment.
     """
     cfg = tmp / "mooncake.yaml"
     doc: dict[str, object] = {
@@ -162,7 +172,7 @@ def start_cluster(
     )
     c = Cluster(cfg, master, f"127.0.0.1:{port}", {})
     try:
-        starters = [threading.Thread(target=c.start_node, args=(n,)) for n in nodes]
+        starters = [threading.Thread(target=c.start_node, args=(n, node_size)) for n in nodes]
         for t in starters:
             t.start()
         for t in starters:
