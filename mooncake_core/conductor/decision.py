@@ -135,10 +135,17 @@ class Candidate(NamedTuple):
         queue_s: predicted wait before it starts (prefill) or 0.
         transfer_s: predicted fetch time.
         prefill_s: predicted prefill compute time.
-        predicted_ttft_s: ``queue_s + transfer_s + prefill_s`` (prefill rows).
+        predicted_ttft_s: ``overhead_s + queue_s + transfer_s + prefill_s`` (prefill rows).
         predicted_tbt_s: predicted TBT if the request joins (decode rows), else ``None``.
         chosen: whether this row won.
         why_not: ``""`` for the winner; else why it lost, with the numbers.
+        overhead_s: predicted time outside the instance (prefill rows; calibrated).
+        kv_tokens: KV context tokens the Conductor counts on the instance, reserved
+            ones included (decode rows), else ``None``.
+        kv_capacity_tokens: KV tokens the instance holds (decode rows; ``None``: not
+            known, slots only).
+        kv_reported_tokens: KV tokens in use as the worker last reported (decode rows;
+            ``None``: no report).
     """
 
     role: str
@@ -154,6 +161,10 @@ class Candidate(NamedTuple):
     predicted_tbt_s: float | None
     chosen: bool
     why_not: str
+    overhead_s: float = 0.0
+    kv_tokens: int | None = None
+    kv_capacity_tokens: int | None = None
+    kv_reported_tokens: int | None = None
 
 
 class CandidateTable(Sequence[Candidate]):
@@ -235,11 +246,15 @@ class Decision:
         predicted_queue_s: predicted wait on the chosen prefill instance.
         predicted_transfer_s: predicted fetch time of the chosen plan.
         predicted_prefill_s: predicted compute time of the chosen plan.
-        predicted_ttft_s: predicted time to first token.
+        predicted_ttft_s: predicted time to first token (calibrated when calibration is on).
         predicted_tbt_s: predicted time between tokens on the chosen decode instance.
         admission: admission verdict, reason and retry hint.
         migration: hotspot migration issued, or ``None``.
         candidates: prefill rows (instance order) then decode rows, built on first read.
+        predicted_overhead_s: predicted time outside the chosen prefill instance
+            (dispatch, RPCs; learned by the calibration, else 0).
+        model_ttft_s: what the uncalibrated models (profile fit, network model) predicted
+            for the same plan, queue included (``None``: not computed).
     """
 
     time: float
@@ -262,6 +277,8 @@ class Decision:
     admission: AdmissionResult
     migration: Migration | None
     candidates: CandidateTable
+    predicted_overhead_s: float = 0.0
+    model_ttft_s: float | None = None
 
     @property
     def admitted(self) -> bool:

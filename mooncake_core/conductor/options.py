@@ -47,6 +47,8 @@ class ConductorOptions:
             their own ``BlockStored`` events.
         adaptive: knobs of the ``adaptive`` policy.
         max_tracked: most finished requests whose predictions are kept for ``on_actual``.
+        calibration_memory: samples the online calibration remembers per instance
+            (forgetting factor ``1 - 1/memory``; ``ConductorConfig.calibrate`` turns it on).
     """
 
     bytes_per_token: int = 327_680
@@ -61,6 +63,7 @@ class ConductorOptions:
     cache_on_prefill_done: bool = True
     adaptive: AdaptiveOptions = field(default_factory=AdaptiveOptions)
     max_tracked: int = 1 << 17
+    calibration_memory: float = 50.0
 
     def __post_init__(self) -> None:
         if self.bytes_per_token < 1:
@@ -90,5 +93,7 @@ class ConductorOptions:
                 f"need 0 <= min_retry_after_s <= max_retry_after_s, got "
                 f"{self.min_retry_after_s}, {self.max_retry_after_s}"
             )
+        if not (self.calibration_memory > 1 and math.isfinite(self.calibration_memory)):
+            raise ValueError(f"calibration_memory must be > 1, got {self.calibration_memory}")
         if self.max_tracked < 1:
             raise ValueError(f"max_tracked must be >= 1, got {self.max_tracked}")

@@ -8,7 +8,8 @@ service and the simulator both drive it the same way::
     conductor.on_prefill_done(req_id, now)    # KV complete; feeds the adaptive policy
     conductor.on_decode_join(req_id, now)     # -> JoinResult (baseline may reject here)
     conductor.on_decode_done(req_id, now)     # last token
-    conductor.on_actual(req_id, ttft, tbt)    # measured latencies, for error statistics
+    conductor.on_actual(req_id, ttft, timings=...)  # measured TTFT (+ parts): calibration
+    conductor.on_actual(req_id, None, tbt)    # measured TBT, for error statistics
     conductor.apply(event) / resync(...)      # cache changes for the prefix index
 """
 
@@ -17,8 +18,14 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from mooncake_core.conductor.admission import AdmissionContext, make_admission
+from mooncake_core.conductor.calibration import (
+    Calibration,
+    CalibrationOptions,
+    PrefillTimings,
+)
 from mooncake_core.conductor.decision import (
     AdmissionResult,
     Candidate,
@@ -53,6 +60,17 @@ from mooncake_core.prediction_error import ErrorTally
 __all__ = ["Conductor"]
 
 
+class _Learn(NamedTuple):
+    """What the calibration needs to learn from a request's measured TTFT."""
+
+    instance: str
+    input_len: int
+    prefix_tokens: int
+    model_transfer_s: float
+    fetched: bool
+    predicted_ttft_s: float
+
+
 @dataclass(slots=True)
 class _Tracked:
     """What the Conductor remembers about an admitted request until it finishes."""
@@ -63,6 +81,7 @@ class _Tracked:
     ratio: float
     raw: tuple[float, float, float, float]
     prefill_finish: float
+    learn: _Learn | None = None
     started_at: float | None = None
     prefilled: bool = False
     decode: str | None = None
@@ -120,6 +139,11 @@ class Conductor:
             adaptive=self.options.adaptive,
         )
         self.admission = make_admission(config.admission)
+        self.calibration = (
+            Calibration(CalibrationOptions(memory=self.options.calibration_memory))
+            if config.calibrate
+            else None
+        )
         self._prefill = [PrefillInstanceState(n) for n in prefill]
         self._prefill_by_name = {s.name: s for s in self._prefill}
         self._decode = [
@@ -131,7 +155,7 @@ class Conductor:
         self._tracked: dict[str, _Tracked] = {}
         # Predicted prefill finish of admitted requests not yet in decode (for admission).
         self._finishes: dict[str, float] = {}
-        self._done: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._done: OrderedDict[str, tuple[float, float, _Learn | None]] = OrderedDict()
         self._decode_time = self.options.uniform_decode_time_s
         o = self.options
         self._durations = (
@@ -214,6 +238,41 @@ class Conductor:
         state = DecodeInstanceState(name, max_batch, kv_capacity_tokens)
         self._decode.append(state)
         self._decode_by_name[name] = state
+
+    def set_decode_kv(
+        self,
+        name: str,
+        *,
+        capacity_tokens: int | None = None,
+        used_tokens: int | None = None,
+    ) -> None:
+        """Register a decode instance's KV capacity and the use its worker reports.
+
+        The capacity limits placement and the KV term of admission, as in the
+        simulator; the reported use is kept beside the Conductor's own count (joined
+        and reserved prompts) and recorded with each decision, for operators.
+
+        Args:
+            name: decode instance.
+            capacity_tokens: KV tokens the instance holds (unchanged when ``None``).
+            used_tokens: KV tokens in use per the worker's last report (unchanged when
+                ``None``).
+
+        Raises:
+            KeyError: no such decode instance.
+            ValueError: a capacity below 1 or a negative use.
+        """
+        d = self._decode_by_name[name]
+        if capacity_tokens is not None:
+            if capacity_tokens < 1:
+                raise ValueError(
+                    f"decode {name!r}: KV capacity must be >= 1, got {capacity_tokens}"
+                )
+            d.kv_capacity_tokens = capacity_tokens
+        if used_tokens is not None:
+            if used_tokens < 0:
+                raise ValueError(f"decode {name!r}: KV use must be >= 0, got {used_tokens}")
+            d.reported_kv_tokens = used_tokens
 
     def remove_decode(self, name: str) -> list[str]:
         """Stop placing decodes on a decode instance (it died or is drained).
@@ -336,6 +395,7 @@ class Conductor:
             self._bytes_per_block,
             p_scale,
             x_scale,
+            self.calibration,
         )
         choice = policy.choose(ctx)
         plan = choice.plans[choice.chosen]
@@ -372,8 +432,12 @@ class Conductor:
                 nbytes,
                 plan.transfer_s,
             )
+        state = self._prefill[choice.chosen]
+        model_transfer = ctx.model_transfer_time(plan)
+        model_exec = model_transfer + ctx.model_prefill_time(plan.used_blocks)
+        model_ttft = state.model_queue_time(now) + model_exec
         decision = self._decision(
-            request, now, choice, d_idx, tbts, match.best_len, verdict, migration
+            request, now, choice, d_idx, tbts, match.best_len, verdict, migration, model_ttft
         )
         self._counts["decisions"] += 1
         if not verdict.admitted:
@@ -389,14 +453,25 @@ class Conductor:
             alt.transfer_s / x_scale if alt else 0.0,
             alt.prefill_s / p_scale if alt else 0.0,
         )
-        self._prefill[choice.chosen].enqueue(request.request_id, raw_x + raw_p)
+        state.enqueue(request.request_id, raw_x + raw_p, model_exec)
         decode.reserve(request.request_id, request.input_len)
         if migration is not None:
             self._counts["migrations"] += 1
             self.index.add_pending(plan.instance, Tier.HBM, migration.keys)
             self.network.add_transfer(migration.source, plan.instance, migration.nbytes, now)
+        learn = None
+        if self.calibration is not None:
+            prefix = plan.used_blocks * self.block_size
+            learn = _Learn(
+                plan.instance,
+                request.input_len,
+                prefix if prefix < request.input_len else request.input_len,
+                model_transfer,
+                plan.source is not None,
+                plan.ttft_s,
+            )
         self._tracked[request.request_id] = _Tracked(
-            decision, plan, alt, choice.ratio, raw, now + plan.ttft_s, decode=decode.name
+            decision, plan, alt, choice.ratio, raw, now + plan.ttft_s, learn, decode=decode.name
         )
         self._finishes[request.request_id] = now + plan.ttft_s
         return decision
@@ -418,12 +493,20 @@ class Conductor:
         best_len: int,
         verdict: AdmissionResult,
         migration: Migration | None,
+        model_ttft_s: float | None = None,
     ) -> Decision:
         plan = choice.plans[choice.chosen]
         # The candidate table is formatted lazily; capture the decode state it needs now.
         new = request.input_len
         loads = [
-            (d.name, d.expected_batch, d.max_batch, d.expected_context, d.kv_capacity_tokens)
+            (
+                d.name,
+                d.expected_batch,
+                d.max_batch,
+                d.expected_context,
+                d.kv_capacity_tokens,
+                d.reported_kv_tokens,
+            )
             for d in self._decode
         ]
         fits = [d.fits_expected(new) for d in self._decode]
@@ -442,15 +525,16 @@ class Conductor:
                     p.queue_s,
                     p.transfer_s,
                     p.prefill_s,
-                    p.queue_s + p.transfer_s + p.prefill_s,
+                    p.ttft_s,
                     None,
                     i == choice.chosen,
                     why_not[i],
+                    p.overhead_s,
                 )
                 for i, p in enumerate(choice.plans)
             ]
             win = tbts[d_idx]
-            for i, (name, batch, max_batch, context, kv_cap) in enumerate(loads):
+            for i, (name, batch, max_batch, context, kv_cap, kv_rep) in enumerate(loads):
                 t = tbts[i]
                 if i == d_idx:
                     why = ""
@@ -463,7 +547,25 @@ class Conductor:
                 else:
                     why = f"predicted TBT {t * 1000:.1f}ms >= {win * 1000:.1f}ms"
                 out.append(
-                    Candidate("decode", name, 0, 0, 0, None, 0.0, 0.0, 0.0, 0.0, t, i == d_idx, why)
+                    Candidate(
+                        "decode",
+                        name,
+                        0,
+                        0,
+                        0,
+                        None,
+                        0.0,
+                        0.0,
+                        0.0,
+                        0.0,
+                        t,
+                        i == d_idx,
+                        why,
+                        0.0,
+                        context,
+                        kv_cap,
+                        kv_rep,
+                    )
                 )
             return out
 
@@ -488,6 +590,8 @@ class Conductor:
             admission=verdict,
             migration=migration,
             candidates=CandidateTable(rows),
+            predicted_overhead_s=plan.overhead_s,
+            model_ttft_s=model_ttft_s,
         )
 
     # -- lifecycle hooks ---------------------------------------------------------------
@@ -639,22 +743,72 @@ class Conductor:
         t = self._tracked.pop(request_id, None)
         if t is None:
             return
-        self._done[request_id] = (t.decision.predicted_ttft_s, t.decision.predicted_tbt_s)
+        self._done[request_id] = (
+            t.decision.predicted_ttft_s,
+            t.decision.predicted_tbt_s,
+            t.learn,
+        )
         while len(self._done) > self.options.max_tracked:
             self._done.popitem(last=False)
 
-    def on_actual(self, request_id: str, ttft_s: float | None, tbt_s: float | None = None) -> None:
-        """Record measured TTFT/TBT against the predictions (unknown ids are ignored)."""
-        pred = self._done.get(request_id)
-        if pred is None:
-            t = self._tracked.get(request_id)
-            if t is None:
+    def on_actual(
+        self,
+        request_id: str,
+        ttft_s: float | None,
+        tbt_s: float | None = None,
+        *,
+        timings: PrefillTimings | None = None,
+    ) -> None:
+        """Record measured TTFT/TBT against the predictions; the TTFT also calibrates.
+
+        Report the TTFT as soon as the first token is out (the calibration learns from
+        it) and the TBT once the request ends; each is counted once in the error
+        statistics. Unknown ids are ignored.
+
+        Args:
+            request_id: the request.
+            ttft_s: measured time to first token, or ``None``.
+            tbt_s: measured time between tokens, or ``None``.
+            timings: the prefill instance's measured parts of the TTFT (queue, fetch,
+                compute); without them only the end-to-end TTFT calibrates (the
+                overhead correction absorbs the whole error).
+        """
+        t = self._tracked.get(request_id)
+        if t is not None:
+            pred_ttft, pred_tbt, learn = (
+                t.decision.predicted_ttft_s,
+                t.decision.predicted_tbt_s,
+                t.learn,
+            )
+        else:
+            done = self._done.get(request_id)
+            if done is None:
                 return
-            pred = (t.decision.predicted_ttft_s, t.decision.predicted_tbt_s)
+            pred_ttft, pred_tbt, learn = done
         if ttft_s is not None:
-            self._ttft_err.add(pred[0], ttft_s)
+            self._ttft_err.add(pred_ttft, ttft_s)
+            if learn is not None and self.calibration is not None:
+                self._learn(learn, ttft_s, timings)
+                if t is not None:
+                    t.learn = None
+                else:
+                    self._done[request_id] = (pred_ttft, pred_tbt, None)
         if tbt_s is not None:
-            self._tbt_err.add(pred[1], tbt_s)
+            self._tbt_err.add(pred_tbt, tbt_s)
+
+    def _learn(self, learn: _Learn, ttft_s: float, timings: PrefillTimings | None) -> None:
+        assert self.calibration is not None
+        prefix = learn.prefix_tokens
+        if timings is not None and timings.reused_tokens is not None:
+            prefix = min(timings.reused_tokens, learn.input_len)
+        self.calibration.instance(learn.instance).observe(
+            ttft_s,
+            self.prefill_model.predict(learn.input_len, prefix),
+            learn.model_transfer_s,
+            learn.fetched,
+            timings,
+            learn.predicted_ttft_s,
+        )
 
     # -- read model --------------------------------------------------------------------
 
@@ -682,4 +836,5 @@ class Conductor:
             tbt_mae_s=self._tbt_err.summary().mae_s,
             prefill_correction=self.policy.prefill_scale,
             transfer_correction=self.policy.transfer_scale,
+            calibration=self.calibration.snapshot() if self.calibration is not None else (),
         )

@@ -33,6 +33,8 @@ class DecodeInstanceSnapshot:
     reserved: int
     kv_capacity_tokens: int | None = None
     """KV tokens the instance can hold (``None``: not limited by the Conductor)."""
+    reported_kv_tokens: int | None = None
+    """KV tokens in use as the worker last reported (``None``: no report)."""
 
     @property
     def load(self) -> float:
@@ -47,7 +49,9 @@ class PrefillInstanceState:
     """FIFO of requests assigned to one prefill instance, with predicted execution times.
 
     ``T_queue(now)`` is what a new request would wait: the remaining predicted time of
-    what is running plus the predicted times of everything queued.
+    what is running plus the predicted times of everything queued. The same sums are
+    kept for the uncalibrated model's predictions (:meth:`model_queue_time`), so every
+    decision can record what the model alone would have predicted beside what was used.
 
     Args:
         name: instance name.
@@ -58,12 +62,20 @@ class PrefillInstanceState:
         self._queued: dict[str, float] = {}
         self._queued_sum = 0.0
         self._running: dict[str, float] = {}
+        self._model: dict[str, float] = {}
+        self._model_sum = 0.0
+        self._model_running: dict[str, float] = {}
 
     def __contains__(self, request_id: str) -> bool:
         return request_id in self._queued or request_id in self._running
 
-    def enqueue(self, request_id: str, predicted_s: float) -> None:
+    def enqueue(self, request_id: str, predicted_s: float, model_s: float | None = None) -> None:
         """Queue a request whose prefill (fetch included) is predicted to take ``predicted_s``.
+
+        Args:
+            request_id: the request.
+            predicted_s: predicted execution time (calibrated, when calibration is on).
+            model_s: the uncalibrated model's prediction (default ``predicted_s``).
 
         Raises:
             ValueError: the request is already here, or a negative prediction.
@@ -72,8 +84,11 @@ class PrefillInstanceState:
             raise ValueError(f"request {request_id!r} is already on prefill instance {self.name!r}")
         if not predicted_s >= 0:
             raise ValueError(f"predicted prefill time must be >= 0, got {predicted_s!r}")
+        m = predicted_s if model_s is None else model_s
         self._queued[request_id] = predicted_s
         self._queued_sum += predicted_s
+        self._model[request_id] = m
+        self._model_sum += m
 
     def start(self, request_id: str, now: float) -> None:
         """The request left the queue and started; it is expected to finish at ``now + predicted``.
@@ -88,13 +103,19 @@ class PrefillInstanceState:
             )
         self._queued_sum = self._queued_sum - predicted if self._queued else 0.0
         self._running[request_id] = now + predicted
+        m = self._model.pop(request_id, predicted)
+        self._model_sum = self._model_sum - m if self._model else 0.0
+        self._model_running[request_id] = now + m
 
     def finish(self, request_id: str) -> None:
         """The request's prefill ended (or it was dropped while queued)."""
+        self._model_running.pop(request_id, None)
         if self._running.pop(request_id, None) is None:
             predicted = self._queued.pop(request_id, None)
             if predicted is not None:
                 self._queued_sum = self._queued_sum - predicted if self._queued else 0.0
+                m = self._model.pop(request_id, predicted)
+                self._model_sum = self._model_sum - m if self._model else 0.0
 
     def queue_time(self, now: float) -> float:
         """Predicted seconds before a request enqueued now would start."""
@@ -103,6 +124,14 @@ class PrefillInstanceState:
             for finish in self._running.values():
                 if finish > now:
                     wait += finish - now
+        return wait
+
+    def model_queue_time(self, now: float) -> float:
+        """:meth:`queue_time` under the uncalibrated model's predictions."""
+        wait = self._model_sum
+        for finish in self._model_running.values():
+            if finish > now:
+                wait += finish - now
         return wait
 
     def snapshot(self, now: float) -> PrefillInstanceSnapshot:
@@ -140,6 +169,8 @@ class DecodeInstanceState:
         self.name = name
         self.max_batch = max_batch
         self.kv_capacity_tokens = kv_capacity_tokens
+        self.reported_kv_tokens: int | None = None
+        """KV tokens in use as the worker last reported (live service; informational)."""
         self._active: dict[str, tuple[int, float]] = {}
         self._context = 0
         self._reserved: dict[str, int] = {}
@@ -257,4 +288,5 @@ class DecodeInstanceState:
             self._context,
             len(self._reserved),
             self.kv_capacity_tokens,
+            self.reported_kv_tokens,
         )

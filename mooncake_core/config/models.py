@@ -314,6 +314,10 @@ class ConductorConfig(_Strict):
     """Fetch a remote prefix when best_len / local_len exceeds this (Algorithm 1)."""
     admission: AdmissionName = "early_reject_predictive"
     """Admission control variant."""
+    calibrate: bool = True
+    """Learn each prefill instance's real compute, fetch and dispatch times from the
+    timings measured on every request and predict with them (docs/conductor.md,
+    "Online calibration"); off: predict from the profile fit and network model alone."""
     ttft_slo_s: PositiveSeconds = 30.0
     """Time-to-first-token SLO."""
     tbt_slo_s: PositiveSeconds = 0.2

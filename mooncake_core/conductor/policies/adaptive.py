@@ -173,7 +173,7 @@ class AdaptivePolicy(KVCacheCentricPolicy):
             own.append(p0 if f0 == f1 else (fetch_plan(state) if f1 else local_plan(state)))
 
         def raw(p: PrefillPlan) -> float:
-            return (p.queue_s + p.prefill_s) / ps + p.transfer_s / xs
+            return (p.queue_s + p.prefill_s) / ps + p.transfer_s / xs + p.overhead_s
 
         k = min(range(len(ref)), key=lambda i: (raw(ref[i]), i))
         a = min(range(len(own)), key=lambda i: (own[i].ttft_s, i))

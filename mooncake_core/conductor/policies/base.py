@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
+from mooncake_core.conductor.calibration import Calibration
 from mooncake_core.conductor.decision import ScheduleRequest
 from mooncake_core.conductor.index import Holder, PrefixMatch
 from mooncake_core.conductor.network import NetworkModel
@@ -34,6 +35,8 @@ class PrefillPlan(NamedTuple):
         queue_s: predicted wait on the instance.
         transfer_s: predicted fetch time.
         prefill_s: predicted compute time with ``used_blocks`` cached.
+        overhead_s: predicted time outside the instance (dispatch, RPCs), learned by
+            the calibration (0 without it).
     """
 
     instance: str
@@ -43,11 +46,12 @@ class PrefillPlan(NamedTuple):
     queue_s: float
     transfer_s: float
     prefill_s: float
+    overhead_s: float = 0.0
 
     @property
     def ttft_s(self) -> float:
         """Predicted TTFT of this plan."""
-        return self.queue_s + self.transfer_s + self.prefill_s
+        return self.overhead_s + self.queue_s + self.transfer_s + self.prefill_s
 
     @property
     def fetches(self) -> bool:
@@ -125,14 +129,18 @@ class PolicyContext:
         bytes_per_block: KV bytes of one block.
         prefill_scale: multiplier on predicted compute (and queue) times.
         transfer_scale: multiplier on predicted transfer times.
+        calibration: per instance corrections learned from measured timings, applied
+            before the policy's own scales (``None``: predict from the models alone).
     """
 
     __slots__ = (
         "_best_holders",
         "_predicted",
+        "_raw_transfer",
         "_sources",
         "block_size",
         "bytes_per_block",
+        "calibration",
         "instances",
         "match",
         "network",
@@ -155,6 +163,7 @@ class PolicyContext:
         bytes_per_block: int,
         prefill_scale: float = 1.0,
         transfer_scale: float = 1.0,
+        calibration: Calibration | None = None,
     ) -> None:
         self.request = request
         self.match = match
@@ -166,35 +175,59 @@ class PolicyContext:
         self.bytes_per_block = bytes_per_block
         self.prefill_scale = prefill_scale
         self.transfer_scale = transfer_scale
+        self.calibration = calibration
         self._best_holders: list[Holder] | None = None
         self._sources: dict[int, list[tuple[float, Holder]]] = {}
         self._predicted: dict[int, float] = {}
+        self._raw_transfer: dict[str, float] = {}
 
     def local_blocks(self, instance: str) -> int:
         """Prefix blocks ``instance`` holds in any of its own tiers."""
         return self.match.by_location.get(instance, 0)
 
-    def prefill_time(self, blocks: int) -> float:
-        """Corrected ``T_prefill`` of this request with ``blocks`` prefix blocks cached (memoised)."""
+    def model_prefill_time(self, blocks: int) -> float:
+        """Uncalibrated, uncorrected ``T_prefill`` with ``blocks`` prefix blocks cached (memoised)."""
         t = self._predicted.get(blocks)
         if t is None:
             tokens = blocks * self.block_size
             n = self.request.input_len
-            t = self.prefill_model.predict(n, tokens if tokens < n else n) * self.prefill_scale
+            t = self.prefill_model.predict(n, tokens if tokens < n else n)
             self._predicted[blocks] = t
         return t
 
+    def prefill_time(self, blocks: int) -> float:
+        """Corrected ``T_prefill`` with ``blocks`` prefix blocks cached (before calibration)."""
+        return self.model_prefill_time(blocks) * self.prefill_scale
+
+    def model_transfer_time(self, plan: PrefillPlan) -> float:
+        """The network model's uncalibrated, uncorrected fetch time of ``plan`` (0: local)."""
+        return self._raw_transfer.get(plan.instance, 0.0) if plan.source is not None else 0.0
+
     def local_plan(self, state: PrefillInstanceState) -> PrefillPlan:
         """Serve from the instance's own prefix only."""
-        local = self.match.by_location.get(state.name, 0)
+        name = state.name
+        local = self.match.by_location.get(name, 0)
+        compute = self.model_prefill_time(local)
+        cal = self.calibration.get(name) if self.calibration is not None else None
+        if cal is None:
+            return PrefillPlan(
+                name,
+                local,
+                local,
+                None,
+                state.queue_time(self.now) * self.prefill_scale,
+                0.0,
+                compute * self.prefill_scale,
+            )
         return PrefillPlan(
-            state.name,
+            name,
             local,
             local,
             None,
             state.queue_time(self.now) * self.prefill_scale,
             0.0,
-            self.prefill_time(local),
+            cal.compute_s(compute) * self.prefill_scale,
+            cal.overhead_s(),
         )
 
     def _two_best_sources(self, nbytes: int) -> list[tuple[float, Holder]]:
@@ -240,6 +273,14 @@ class PolicyContext:
         net, now = self.network, self.now
         sink_t = net.sink_time(name, nbytes, now)
         transfer = net.latency_s + (src_t if src_t > sink_t else sink_t)
+        self._raw_transfer[name] = transfer
+        compute = self.model_prefill_time(best)
+        overhead = 0.0
+        cal = self.calibration.get(name) if self.calibration is not None else None
+        if cal is not None:
+            transfer = cal.transfer_s(transfer)
+            compute = cal.compute_s(compute)
+            overhead = cal.overhead_s()
         return PrefillPlan(
             name,
             local,
@@ -247,7 +288,8 @@ class PolicyContext:
             source,
             state.queue_time(now) * self.prefill_scale,
             transfer * self.transfer_scale,
-            self.prefill_time(best),
+            compute * self.prefill_scale,
+            overhead,
         )
 
     def all_local_plans(self) -> tuple[PrefillPlan, ...]:

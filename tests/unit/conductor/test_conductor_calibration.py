@@ -1,0 +1,213 @@
+"""Online calibration: the affine RLS fit, exactly, and its robustness bounds."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from mooncake_core.conductor.calibration import (
+    AffineFit,
+    Calibration,
+    CalibrationOptions,
+    InstanceCalibration,
+    PrefillTimings,
+)
+
+
+def test_fresh_fit_predicts_the_model() -> None:
+    f = AffineFit()
+    assert (f.a, f.b, f.samples) == (0.0, 1.0, 0)
+    assert f.predict(0.25) == 0.25
+    assert f.predict(0.0) == 0.0
+
+
+def test_first_sample_is_the_rls_step_by_hand() -> None:
+    # x = 1, y = 3: s = max(1, 3) = 3, prior P0 = diag((1*3)^2, 1^2), f = (1/3, 1/3),
+    # r = (3 - 1)/3; gain g = P0 f / (lam + f' P0 f), lam = 1 - 1/50.
+    f = AffineFit(CalibrationOptions(memory=50))
+    assert f.update(1.0, 3.0)
+    lam = 0.98
+    pf0, pf1 = 9.0 / 3, 1.0 / 3
+    denom = lam + pf0 / 3 + pf1 / 3
+    r = 2.0 / 3
+    assert f.a == pytest.approx(pf0 / denom * r, rel=1e-12)
+    assert f.b == pytest.approx(1.0 + pf1 / denom * r, rel=1e-12)
+    assert f.samples == 1
+    # The prediction at the sample moved more than half way to the measurement.
+    assert 2.0 < f.predict(1.0) < 3.0
+
+
+def test_converges_to_an_affine_truth_without_noise() -> None:
+    f = AffineFit()
+    xs = [0.001, 0.004, 0.02, 0.05, 0.1]
+    for i in range(400):
+        x = xs[i % len(xs)]
+        f.update(x, 0.012 + 2.5 * x)
+    # Exact up to what is left of the prior after 400 samples (it fades as lam^n).
+    assert f.a == pytest.approx(0.012, rel=1e-4)
+    assert f.b == pytest.approx(2.5, rel=1e-4)
+
+
+def test_is_scale_free() -> None:
+    # The same shape at 1000x the time scale gives the same relative fit.
+    small, large = AffineFit(), AffineFit()
+    rng = random.Random(3)
+    for _ in range(60):
+        x = rng.uniform(0.001, 0.01)
+        y = (0.002 + 3 * x) * rng.uniform(0.9, 1.1)
+        small.update(x, y)
+        large.update(1000 * x, 1000 * y)
+    assert large.a == pytest.approx(1000 * small.a, rel=1e-9)
+    assert large.b == pytest.approx(small.b, rel=1e-9)
+
+
+def _warm(noise: float = 0.1, n: int = 200, seed: int = 1) -> AffineFit:
+    f = AffineFit()
+    rng = random.Random(seed)
+    for _ in range(n):
+        x = rng.uniform(0.01, 0.1)
+        f.update(x, (0.02 + 2 * x) * rng.uniform(1 - noise, 1 + noise))
+    return f
+
+
+def test_one_wild_sample_moves_a_warm_fit_little() -> None:
+    for wild in (1000.0, 0.0, 1e-9):
+        f = _warm()
+        before = f.predict(0.05)
+        f.update(0.05, before * wild)
+        assert f.predict(0.05) == pytest.approx(before, rel=0.05), wild
+        assert all(f.predict(x) >= 0 for x in (0.0, 0.001, 1.0, 100.0))
+
+
+def test_follows_drift_within_a_few_memories() -> None:
+    f = _warm(noise=0.0)
+    assert f.predict(0.05) == pytest.approx(0.12, rel=1e-3)
+    rng = random.Random(2)
+    for i in range(300):  # the cluster became twice as slow
+        x = rng.uniform(0.01, 0.1)
+        f.update(x, 2 * (0.02 + 2 * x))
+        if i + 1 == 150:  # 3 memories
+            assert f.predict(0.05) == pytest.approx(0.24, rel=0.15)
+    assert f.predict(0.05) == pytest.approx(0.24, rel=0.03)
+
+
+def test_a_large_underprediction_is_corrected_in_a_few_samples() -> None:
+    # The live symptom: predicted 2-4 ms, measured 10-250 ms (mostly overhead + scale).
+    f = AffineFit()
+    rng = random.Random(5)
+    errs = []
+    for _ in range(20):
+        x = rng.uniform(0.002, 0.004)
+        y = 0.04 + 8 * x
+        errs.append(abs(f.predict(x) - y) / y)
+        f.update(x, y)
+    # The x range is narrow, so the intercept takes most of it; the error at the samples
+    # still falls from 95% to the size of the spread the intercept cannot explain.
+    assert errs[0] > 0.9
+    assert max(errs[3:]) < 0.3
+    assert sum(errs[8:]) / len(errs[8:]) < 0.1
+
+
+def test_slope_bounds_and_never_negative() -> None:
+    o = CalibrationOptions(min_slope=0.5, max_slope=2.0)
+    f = AffineFit(o)
+    for _ in range(100):
+        f.update(1.0, 1.0)
+        f.update(2.0, 0.5)  # the data want a negative slope
+    assert f.b == 0.5
+    g = AffineFit(o)
+    for _ in range(100):
+        g.update(0.0, 0.0001)
+        g.update(1.0, 50.0)  # the data want a slope of 50
+    assert g.b == 2.0
+    h = AffineFit()
+    for _ in range(50):
+        h.update(10.0, 1.0)  # far over-predicted: large negative intercept or small slope
+    assert h.predict(0.0) >= 0.0 and h.predict(0.001) >= 0.0
+
+
+def test_ignores_samples_it_cannot_use() -> None:
+    f = AffineFit()
+    for x, y in ((-1.0, 1.0), (1.0, -1.0), (math.nan, 1.0), (1.0, math.inf), (0.0, 0.0)):
+        assert not f.update(x, y)
+    assert f.samples == 0 and (f.a, f.b) == (0.0, 1.0)
+
+
+def test_covariance_does_not_wind_up_without_excitation() -> None:
+    # Thousands of samples at one x (slope unidentifiable) then a new x: the step stays
+    # bounded by the prior (no covariance blow-up from the forgetting factor).
+    f = AffineFit()
+    for _ in range(5000):
+        f.update(0.01, 0.03)
+    assert f._p is not None
+    assert f._p[0] <= f._p0[0] * (1 + 1e-9) and f._p[2] <= f._p0[1] * (1 + 1e-9)
+    before = f.predict(1.0)
+    f.update(1.0, 3 * before)
+    assert f.predict(1.0) < 3 * before
+
+
+def test_offset_only_fit_learns_the_mean() -> None:
+    f = AffineFit(slope=False)
+    for y in [0.010, 0.012, 0.011, 0.009] * 50:
+        f.update(0.0, y)
+    assert f.b == 1.0
+    assert f.predict(0.0) == pytest.approx(0.0105, rel=0.02)
+
+
+def test_options_are_validated() -> None:
+    for bad in (
+        {"memory": 1.0},
+        {"clip": 0.0},
+        {"prior": -1.0},
+        {"min_slope": 0.0},
+        {"max_slope": 0.5},
+    ):
+        with pytest.raises(ValueError):
+            CalibrationOptions(**bad)  # type: ignore[arg-type]
+
+
+def test_instance_calibration_splits_the_measured_parts() -> None:
+    cal = InstanceCalibration("p0")
+    for _ in range(200):
+        # model compute 10 ms -> measured 30 ms; fetch 1 ms -> 5 ms; 7 ms outside.
+        t = PrefillTimings(queue_s=0.02, transfer_s=0.005, compute_s=0.03)
+        cal.observe(0.062, 0.010, 0.001, True, t, predicted_ttft_s=0.0)
+    assert cal.compute_s(0.010) == pytest.approx(0.03, rel=1e-3)
+    assert cal.transfer_s(0.001) == pytest.approx(0.005, rel=1e-3)
+    assert cal.overhead_s() == pytest.approx(0.007, rel=1e-3)
+
+
+def test_transfer_is_never_predicted_below_the_network_model() -> None:
+    cal = InstanceCalibration("p0")
+    for _ in range(100):
+        cal.observe(0.1, 0.01, 0.05, True, PrefillTimings(0.0, 0.001, 0.01), 0.0)
+    assert cal.transfer.predict(0.05) < 0.01  # the fit learned "much cheaper"...
+    assert cal.transfer_s(0.05) == 0.05  # ...but the prediction stays at the model
+
+
+def test_transfer_learns_only_from_fetching_requests() -> None:
+    cal = InstanceCalibration("p0")
+    cal.observe(0.1, 0.01, 0.0, False, PrefillTimings(0.0, 0.0, 0.01), 0.0)
+    cal.observe(0.1, 0.01, 0.02, True, PrefillTimings(0.0, 0.0, 0.01), 0.0)  # nothing moved
+    assert cal.transfer.samples == 0
+    assert cal.compute.samples == 2
+
+
+def test_end_to_end_only_credits_the_overhead() -> None:
+    cal = InstanceCalibration("p0")
+    for _ in range(300):
+        cal.observe(0.05, 0.01, 0.0, False, None, predicted_ttft_s=0.01 + cal.overhead_s())
+    assert cal.compute.samples == 0
+    assert cal.overhead_s() == pytest.approx(0.04, rel=1e-3)
+
+
+def test_calibration_is_per_instance() -> None:
+    c = Calibration()
+    assert c.get("p0") is None
+    c.instance("p1").observe(0.05, 0.01, 0.0, False, PrefillTimings(0.0, 0.0, 0.03), 0.0)
+    assert c.get("p0") is None
+    snap = c.snapshot()
+    assert [s.instance for s in snap] == ["p1"]
+    assert snap[0].compute.samples == 1 and snap[0].overhead.samples == 1
