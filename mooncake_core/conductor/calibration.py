@@ -3,29 +3,37 @@
 The predictors are fitted once, from a profile (:mod:`.predictors`), and the network
 model knows only nominal bandwidths. What a request really costs also holds the RPCs,
 the worker's own CPU share, the Store fetch and the waits for its KV writes. This
-module learns, per prefill instance and one request at a time, three corrections::
+module learns, one request at a time, three corrections::
 
-    compute(i)  ~ a_c + b_c * T_prefill      worker's compute (+ KV write waits)
-    transfer(i) ~ a_x + b_x * T_transfer     worker's prefix fetch   (never below the model)
-    overhead(i) ~ a_o                        TTFT outside the instance: dispatch, RPCs
+    compute(i)  ~ (a_c + b_c * T_prefill)  * f_c(i)   worker's compute (+ KV write waits)
+    transfer(i) ~ (a_x + b_x * T_transfer) * f_x(i)   its prefix fetch (never below the model)
+    overhead(i) ~  a_o                     * f_o(i)   TTFT outside the instance: RPCs...
 
 ``T_prefill`` and ``T_transfer`` are the uncalibrated predictions (profile fit, network
 model); the measured parts are what the worker reports (queue wait, fetch, compute) and
-the end-to-end TTFT. The Conductor then predicts, for instance ``i``::
+the end-to-end TTFT. The Conductor then predicts, for prefill instance ``i``::
 
     TTFT = overhead(i) + queue(i) + transfer(i) + compute(i)
 
 where ``queue(i)`` sums the calibrated ``transfer + compute`` of the requests ahead.
 
-Each correction is an :class:`AffineFit`: recursive least squares with exponential
-forgetting (``memory`` samples), on equations divided by ``max(predicted, measured)`` so
-it minimises *relative* error at any time scale (1 ms or 10 s, the same constants), with
-the normalised residual clipped at ``clip`` times its running mean (Huber): a wild
-measurement moves the fit by a bounded amount, and a measurement far above the
-prediction weighs little by construction. The slope is kept in ``[min_slope,
-max_slope]`` and predictions are never negative. The transfer correction only ever
-raises the network model's prediction: a learned "cheaper than the model" fetch
-makes the policies fetch more, which loads the NICs the estimate was measured on
+The affine parts are shared by all instances, each an :class:`AffineFit`: recursive
+least squares with exponential forgetting (``memory`` samples), on equations divided by
+``max(predicted, measured)`` so it minimises *relative* error at any time scale (1 ms or
+10 s, the same constants), with the normalised residual clipped at ``clip`` times its
+running mean (Huber): a wild measurement moves the fit by a bounded amount, and a
+measurement far above the prediction weighs little by construction. The slope is kept
+in ``[min_slope, max_slope]`` and predictions are never negative.
+
+The factors ``f(i)`` are per instance (:class:`InstanceFactor`): the mean log ratio of
+the instance's measurements to the shared prediction, shrunk towards 1 by its standard
+error, so an instance that is really slower is predicted slower, and one that only
+drew noisier samples is not (per-instance fits alone made the policies chase noise:
++4% average TTFT in simulation with 30% noise and identical instances).
+
+The transfer correction is learned but applied only with ``apply_transfer``, and then
+only ever raises the network model's prediction: a learned "cheaper than the model"
+fetch makes the policies fetch more, which loads the NICs the estimate was measured on
 (the feedback loop that broke the adaptive policy, docs/conductor.md).
 
 Sans-IO: samples are pushed in; nothing reads a clock, the simulator and the live
@@ -41,10 +49,14 @@ __all__ = [
     "AffineFit",
     "Calibration",
     "CalibrationOptions",
+    "CalibrationSnapshot",
+    "FactorSnapshot",
     "FitSnapshot",
     "InstanceCalibration",
     "InstanceCalibrationSnapshot",
+    "InstanceFactor",
     "PrefillTimings",
+    "shrunk_factor",
 ]
 
 _TINY = 1e-12
@@ -63,6 +75,11 @@ class CalibrationOptions:
             measurement) and of the slope (around 1): 1 lets the first samples decide.
         min_slope: smallest slope (a prediction never shrinks below this share of the model).
         max_slope: largest slope.
+        apply_transfer: predict fetch times with the learned transfer correction. Off by
+            default: it is learned and reported, but in simulation it only moved average
+            TTFT (+2.3% at 10 Gbps per node and 3x replay, 0.0% without it), because a
+            fetch's measured time there is mostly contention that an affine map of the
+            network model's prediction does not capture (docs/conductor.md).
     """
 
     memory: float = 50.0
@@ -70,6 +87,7 @@ class CalibrationOptions:
     prior: float = 1.0
     min_slope: float = 0.01
     max_slope: float = 100.0
+    apply_transfer: bool = False
 
     def __post_init__(self) -> None:
         if not (self.memory > 1 and math.isfinite(self.memory)):
@@ -143,18 +161,28 @@ class AffineFit:
         if not (x >= 0.0 and y >= 0.0 and math.isfinite(x) and math.isfinite(y)):
             return False
         raw = self.a + self.b * x
-        s = max(raw, y)
-        if s <= _TINY:
+        top = max(raw, y)
+        if top <= _TINY:
             return False
         o = self._opts
         lam = self._lam
         if self._p is None:
             # Prior at the first sample's scale: the intercept may be anything up to the
             # measurement itself, the slope off by ``prior`` either way.
-            paa = (o.prior * s) ** 2
+            paa = (o.prior * top) ** 2
             pbb = o.prior**2 if self._slope else 0.0
             self._p0 = (paa, pbb)
             self._p = [paa, 0.0, pbb]
+        # Each equation is divided by the prediction, so the fit targets the mean
+        # relative error (what a decision minimising expected TTFT needs), or by the
+        # measurement times the fit's recent relative error when that is larger: while
+        # the fit is far off (error ~1) that is the measurement itself, so a sample far
+        # above the prediction carries no more information than the prior and cannot
+        # make the fit overconfident; once it fits (error ~ the noise) only outliers
+        # are scaled down.
+        s = max(raw, y * min(self._error, 1.0))
+        if s <= _TINY:
+            s = top
         f0 = 1.0 / s
         f1 = x / s if self._slope else 0.0
         r = (y - raw) / s
@@ -162,7 +190,7 @@ class AffineFit:
         # so a fit that has been exact for a while still follows a real change quickly.
         limit = o.clip * max(self._error, 0.05)
         c = r if -limit <= r <= limit else math.copysign(limit, r)
-        self._error = lam * self._error + (1.0 - lam) * min(abs(r), 1.0)
+        self._error = lam * self._error + (1.0 - lam) * min(abs(r), o.clip)
         paa, pab, pbb = self._p
         pf0 = paa * f0 + pab * f1
         pf1 = pab * f0 + pbb * f1
@@ -204,43 +232,157 @@ class PrefillTimings:
 
 
 @dataclass(frozen=True, slots=True)
+class FactorSnapshot:
+    """One instance's deviation from the shared fit.
+
+    Attributes:
+        factor: multiplier applied to the shared prediction (1: none).
+        mean_log: running mean of ``log(measured / shared prediction)``.
+        stderr_log: its standard error.
+        samples: samples seen.
+    """
+
+    factor: float
+    mean_log: float
+    stderr_log: float
+    samples: int
+
+
+class InstanceFactor:
+    """Running statistics of ``z = log(measured / shared prediction)`` on one instance.
+
+    The forgetting-weighted mean ``m``, variance ``v`` and weight ``w`` (the sample count
+    with forgetting); :class:`Calibration` turns them into the factor applied. Each ``z``
+    is clipped to ``+-log(max_slope)``, and after two samples to ``m +- clip * sd``.
+
+    Args:
+        options: memory, clip and slope bound.
+    """
+
+    __slots__ = ("_lam", "_opts", "factor", "m", "samples", "v", "w")
+
+    def __init__(self, options: CalibrationOptions | None = None) -> None:
+        self._opts = options or CalibrationOptions()
+        self._lam = 1.0 - 1.0 / self._opts.memory
+        self.m = 0.0
+        self.v = 0.0
+        self.w = 0.0
+        self.samples = 0
+        self.factor = 1.0
+        """Multiplier in force (set by :class:`Calibration`)."""
+
+    def update(self, predicted: float, measured: float) -> bool:
+        """Learn from one measurement against the shared prediction; returns whether used."""
+        if not (predicted > _TINY and measured > _TINY):
+            return False
+        if not (math.isfinite(predicted) and math.isfinite(measured)):
+            return False
+        o = self._opts
+        bound = math.log(o.max_slope)
+        z = min(max(math.log(measured / predicted), -bound), bound)
+        if self.samples >= 2:
+            sd = max(math.sqrt(self.v), 0.05)
+            z = min(max(z, self.m - o.clip * sd), self.m + o.clip * sd)
+        self.w = self._lam * self.w + 1.0
+        diff = z - self.m
+        self.m += diff / self.w
+        self.v = (1.0 - 1.0 / self.w) * (self.v + diff * diff / self.w)
+        self.samples += 1
+        return True
+
+    @property
+    def stderr(self) -> float:
+        """Standard error of ``m`` (``inf`` before two samples)."""
+        return math.sqrt(self.v / self.w) if self.samples >= 2 else math.inf
+
+    def snapshot(self) -> FactorSnapshot:
+        """Factor and the statistics behind it."""
+        return FactorSnapshot(self.factor, self.m, self.stderr, self.samples)
+
+
+def shrunk_factor(deviation: float, stderr: float, threshold: float = 2.0) -> float:
+    """``exp(d * max(0, 1 - (threshold * se / d)^2))``: a deviation ``d`` of the log ratio
+    is used in full when far beyond ``threshold`` standard errors, not at all within them
+    (positive-part James-Stein shrinkage with a stricter cut)."""
+    d2 = deviation * deviation
+    cut = (threshold * stderr) ** 2
+    if not d2 > cut:
+        return 1.0
+    return math.exp(deviation * (1.0 - cut / d2))
+
+
+@dataclass(frozen=True, slots=True)
 class InstanceCalibrationSnapshot:
-    """The three corrections of one prefill instance."""
+    """One prefill instance's deviation from the shared fits, per part."""
 
     instance: str
+    compute: FactorSnapshot
+    transfer: FactorSnapshot
+    overhead: FactorSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationSnapshot:
+    """The shared fits and each instance's factors.
+
+    Attributes:
+        compute: shared compute fit (measured compute vs ``T_prefill``).
+        transfer: shared fetch fit (measured fetch vs the network model).
+        overhead: shared fit of the TTFT outside the instances.
+        instances: per instance factors, by name.
+    """
+
     compute: FitSnapshot
     transfer: FitSnapshot
     overhead: FitSnapshot
+    instances: tuple[InstanceCalibrationSnapshot, ...]
 
 
-class InstanceCalibration:
-    """The compute, transfer and overhead corrections of one prefill instance.
+class _SharedFits:
+    """The three fits every instance's samples teach (internal)."""
 
-    Args:
-        name: instance name.
-        options: knobs shared by the three fits.
-    """
+    __slots__ = ("compute", "overhead", "transfer")
 
-    __slots__ = ("compute", "name", "overhead", "transfer")
-
-    def __init__(self, name: str, options: CalibrationOptions | None = None) -> None:
-        self.name = name
+    def __init__(self, options: CalibrationOptions) -> None:
         self.compute = AffineFit(options)
         self.transfer = AffineFit(options)
         self.overhead = AffineFit(options, slope=False)
 
+
+class InstanceCalibration:
+    """Calibrated predictions for one prefill instance: the shared fits times its factors.
+
+    Args:
+        name: instance name.
+        shared: the fits shared by every instance.
+        options: knobs of the factors.
+    """
+
+    __slots__ = ("_apply_transfer", "compute", "name", "overhead", "shared", "transfer")
+
+    def __init__(self, name: str, shared: _SharedFits, options: CalibrationOptions) -> None:
+        self.name = name
+        self.shared = shared
+        self._apply_transfer = options.apply_transfer
+        self.compute = InstanceFactor(options)
+        self.transfer = InstanceFactor(options)
+        self.overhead = InstanceFactor(options)
+
     def compute_s(self, model_s: float) -> float:
         """Calibrated compute time for an uncalibrated prediction of ``model_s``."""
-        return self.compute.predict(model_s)
+        return self.shared.compute.predict(model_s) * self.compute.factor
 
     def transfer_s(self, model_s: float) -> float:
-        """Calibrated fetch time for a network-model prediction of ``model_s`` (never less)."""
-        t = self.transfer.predict(model_s)
+        """Calibrated fetch time for a network-model prediction of ``model_s`` (never less;
+        ``model_s`` itself unless ``apply_transfer``)."""
+        if not self._apply_transfer:
+            return model_s
+        t = self.shared.transfer.predict(model_s) * self.transfer.factor
         return t if t > model_s else model_s
 
     def overhead_s(self) -> float:
         """Predicted TTFT spent outside the instance (dispatch, RPCs, reply)."""
-        return self.overhead.predict(0.0)
+        return self.shared.overhead.predict(0.0) * self.overhead.factor
 
     def observe(
         self,
@@ -251,7 +393,8 @@ class InstanceCalibration:
         timings: PrefillTimings | None,
         predicted_ttft_s: float,
     ) -> None:
-        """Learn from one request served here.
+        """Learn from one request served here (its factors first, then the shared fits);
+        :meth:`Calibration.observe` calls it and then re-derives the factors in force.
 
         Args:
             ttft_s: measured time to first token.
@@ -263,49 +406,103 @@ class InstanceCalibration:
                 known, and the whole error goes to the overhead.
             predicted_ttft_s: the calibrated TTFT predicted at decision time.
         """
+        sh = self.shared
+        # The shared fits learn each measurement divided by the instance's factor in
+        # force: they describe the cluster's typical instance, the factors how each
+        # one differs from it.
         if timings is None:
             # End to end only: the error is credited to the part outside the instance.
-            self.overhead.update(0.0, max(self.overhead_s() + ttft_s - predicted_ttft_s, 0.0))
+            y = max(self.overhead_s() + ttft_s - predicted_ttft_s, 0.0)
+            self.overhead.update(sh.overhead.predict(0.0), y)
+            sh.overhead.update(0.0, y / self.overhead.factor)
             return
-        self.compute.update(model_compute_s, timings.compute_s)
+        y = timings.compute_s
+        self.compute.update(sh.compute.predict(model_compute_s), y)
+        sh.compute.update(model_compute_s, y / self.compute.factor)
         if fetched and timings.transfer_s > 0:
-            self.transfer.update(model_transfer_s, timings.transfer_s)
+            y = timings.transfer_s
+            self.transfer.update(sh.transfer.predict(model_transfer_s), y)
+            sh.transfer.update(model_transfer_s, y / self.transfer.factor)
         inside = timings.queue_s + timings.transfer_s + timings.compute_s
-        self.overhead.update(0.0, max(ttft_s - inside, 0.0))
+        y = max(ttft_s - inside, 0.0)
+        self.overhead.update(sh.overhead.predict(0.0), y)
+        sh.overhead.update(0.0, y / self.overhead.factor)
 
     def snapshot(self) -> InstanceCalibrationSnapshot:
-        """The three fits."""
+        """The instance's three factors."""
         return InstanceCalibrationSnapshot(
             self.name, self.compute.snapshot(), self.transfer.snapshot(), self.overhead.snapshot()
         )
 
 
 class Calibration:
-    """Per prefill instance corrections, created on the first sample of each instance.
+    """Shared fits plus a factor per prefill instance.
+
+    Every instance's samples teach the shared fits (so a new instance starts from what
+    the cluster measured, not from the profile); each instance's own samples teach its
+    factors. Predictions are uncalibrated until the first sample anywhere.
 
     Args:
-        options: knobs of every fit.
+        options: knobs of every fit and factor.
     """
 
     def __init__(self, options: CalibrationOptions | None = None) -> None:
         self.options = options or CalibrationOptions()
+        self._shared = _SharedFits(self.options)
         self._by_instance: dict[str, InstanceCalibration] = {}
 
-    def get(self, instance: str) -> InstanceCalibration | None:
-        """The instance's corrections, ``None`` before its first sample (predict uncalibrated)."""
-        return self._by_instance.get(instance)
+    def observe(
+        self,
+        instance: str,
+        ttft_s: float,
+        model_compute_s: float,
+        model_transfer_s: float,
+        fetched: bool,
+        timings: PrefillTimings | None,
+        predicted_ttft_s: float,
+    ) -> None:
+        """Learn from one request served on ``instance`` (see :meth:`InstanceCalibration.observe`),
+        then re-derive every instance's factors.
 
-    def instance(self, instance: str) -> InstanceCalibration:
-        """The instance's corrections, created when missing."""
+        A factor is the instance's mean log ratio to the shared prediction minus the
+        mean over all instances (the shared fit answers for the level; a factor only
+        for how this instance differs from the others), used as far as it exceeds
+        twice its standard error (:func:`shrunk_factor`).
+        """
+        self.instance(instance).observe(
+            ttft_s, model_compute_s, model_transfer_s, fetched, timings, predicted_ttft_s
+        )
+        insts = list(self._by_instance.values())
+        for part in ("compute", "transfer", "overhead"):
+            stats: list[InstanceFactor] = [getattr(c, part) for c in insts]
+            seen = [f for f in stats if f.samples >= 2]
+            total = sum(f.w for f in seen)
+            mean = sum(f.w * f.m for f in seen) / total if total > 0 else 0.0
+            for f in stats:
+                f.factor = shrunk_factor(f.m - mean, f.stderr) if f.samples >= 2 else 1.0
+
+    def get(self, instance: str) -> InstanceCalibration | None:
+        """The instance's calibrated predictor, ``None`` before any sample (predict uncalibrated)."""
         cal = self._by_instance.get(instance)
-        if cal is None:
-            cal = self._by_instance[instance] = InstanceCalibration(instance, self.options)
+        if cal is None and self._shared.compute.samples + self._shared.overhead.samples:
+            cal = self.instance(instance)
         return cal
 
-    def drop(self, instance: str) -> None:
-        """Forget an instance (it left the cluster; a newcomer of that name starts afresh)."""
-        self._by_instance.pop(instance, None)
+    def instance(self, instance: str) -> InstanceCalibration:
+        """The instance's calibrated predictor, created when missing."""
+        cal = self._by_instance.get(instance)
+        if cal is None:
+            cal = self._by_instance[instance] = InstanceCalibration(
+                instance, self._shared, self.options
+            )
+        return cal
 
-    def snapshot(self) -> tuple[InstanceCalibrationSnapshot, ...]:
-        """Every instance's fits, by name."""
-        return tuple(self._by_instance[n].snapshot() for n in sorted(self._by_instance))
+    def snapshot(self) -> CalibrationSnapshot:
+        """The shared fits and every instance's factors, by name."""
+        sh = self._shared
+        return CalibrationSnapshot(
+            sh.compute.snapshot(),
+            sh.transfer.snapshot(),
+            sh.overhead.snapshot(),
+            tuple(self._by_instance[n].snapshot() for n in sorted(self._by_instance)),
+        )

@@ -801,7 +801,8 @@ class Conductor:
         prefix = learn.prefix_tokens
         if timings is not None and timings.reused_tokens is not None:
             prefix = min(timings.reused_tokens, learn.input_len)
-        self.calibration.instance(learn.instance).observe(
+        self.calibration.observe(
+            learn.instance,
             ttft_s,
             self.prefill_model.predict(learn.input_len, prefix),
             learn.model_transfer_s,
@@ -836,5 +837,5 @@ class Conductor:
             tbt_mae_s=self._tbt_err.summary().mae_s,
             prefill_correction=self.policy.prefill_scale,
             transfer_correction=self.policy.transfer_scale,
-            calibration=self.calibration.snapshot() if self.calibration is not None else (),
+            calibration=self.calibration.snapshot() if self.calibration is not None else None,
         )

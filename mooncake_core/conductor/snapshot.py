@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mooncake_core.conductor.calibration import InstanceCalibrationSnapshot
+from mooncake_core.conductor.calibration import CalibrationSnapshot
 from mooncake_core.conductor.index import IndexSnapshot
 from mooncake_core.conductor.network import NetworkSnapshot
 from mooncake_core.conductor.state import DecodeInstanceSnapshot, PrefillInstanceSnapshot
@@ -37,8 +37,8 @@ class ConductorSnapshot:
         tbt_mae_s: mean absolute TBT prediction error.
         prefill_correction: compute-time correction applied by the policy (1: none).
         transfer_correction: transfer-time correction applied by the policy (1: none).
-        calibration: per prefill instance, the online calibration's compute, transfer
-            and overhead fits (empty when calibration is off or before any sample).
+        calibration: the online calibration's shared fits and per instance factors
+            (``None`` when calibration is off).
     """
 
     time: float
@@ -60,7 +60,7 @@ class ConductorSnapshot:
     tbt_mae_s: float | None
     prefill_correction: float
     transfer_correction: float
-    calibration: tuple[InstanceCalibrationSnapshot, ...] = ()
+    calibration: CalibrationSnapshot | None = None
 
     @property
     def rejected_total(self) -> int:

@@ -38,6 +38,15 @@ class SimConfig:
             for TTFT-only experiments with admission ``none``).
         load_sample_interval_s: period of the load samples (prefill/decode load plot).
         audit: keep every Decision in ``Simulator.decisions`` (memory heavy on full traces).
+        truth_prefill_scale: the cluster's prefill compute takes this many times what the
+            profile (the Conductor's predictor) says: a profile measured on other
+            hardware or load (1: the predictor is exact).
+        truth_prefill_spread: prefill instances differ in speed: instance ``i`` of ``n``
+            computes ``1 + spread * (2i/(n-1) - 1)`` times slower (0: all alike).
+        truth_prefill_noise: each prefill's compute is multiplied by a log-normal factor
+            of this standard deviation (mean 1), drawn from ``seed`` (0: none).
+        truth_overhead_s: seconds added to every TTFT outside the prefill instance
+            (dispatch, RPCs, the reply), which no predictor models (0: none).
     """
 
     prefill_instances: int = 16
@@ -56,6 +65,10 @@ class SimConfig:
     simulate_decode: bool = True
     load_sample_interval_s: float = 10.0
     audit: bool = False
+    truth_prefill_scale: float = 1.0
+    truth_prefill_spread: float = 0.0
+    truth_prefill_noise: float = 0.0
+    truth_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.prefill_instances < 1 or self.decode_instances < 1:
@@ -83,6 +96,18 @@ class SimConfig:
             raise ValueError(f"node_bandwidth_bps must be a positive finite number, got {bw}")
         if self.decode_max_batch is not None and self.decode_max_batch < 1:
             raise ValueError(f"decode_max_batch must be >= 1, got {self.decode_max_batch}")
+        if not (0 < self.truth_prefill_scale < float("inf")):
+            raise ValueError(f"truth_prefill_scale must be > 0, got {self.truth_prefill_scale}")
+        if not 0 <= self.truth_prefill_spread < 1:
+            raise ValueError(
+                f"truth_prefill_spread must be in [0, 1), got {self.truth_prefill_spread}"
+            )
+        if not 0 <= self.truth_prefill_noise <= 2:
+            raise ValueError(
+                f"truth_prefill_noise must be in [0, 2], got {self.truth_prefill_noise}"
+            )
+        if not 0 <= self.truth_overhead_s < float("inf"):
+            raise ValueError(f"truth_overhead_s must be >= 0, got {self.truth_overhead_s}")
         if not self.load_sample_interval_s > 0:
             raise ValueError(
                 f"load_sample_interval_s must be > 0, got {self.load_sample_interval_s}"

@@ -2,8 +2,11 @@
 
 The simulator's ground truth and the Conductor's predictors are the *same* fitted
 classes (:class:`~mooncake_core.conductor.predictors.PrefillTimeModel` and
-:class:`~mooncake_core.conductor.predictors.DecodeStepModel`), so in simulation the
+:class:`~mooncake_core.conductor.predictors.DecodeStepModel`), so by default the compute
 predictions are exact and every difference between policies comes from their choices.
+``SimConfig.truth_*`` make the ground truth differ from the predictor (slower hardware,
+uneven instances, noise, time outside the instance), which the Conductor's online
+calibration then has to learn.
 
 Prefill: the profile gives anchors ``(input_len, prefix_len, seconds)``; the physics of a
 causal transformer fixes the shape. For ``n`` new tokens after ``p`` cached ones, linear

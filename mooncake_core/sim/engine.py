@@ -19,12 +19,14 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
+import random
 import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mooncake_core.conductor.calibration import PrefillTimings
 from mooncake_core.conductor.decision import Decision, ScheduleRequest
 from mooncake_core.conductor.events import BlockRemoved, BlockStored, Tier
 from mooncake_core.conductor.network import NetworkModel
@@ -68,6 +70,8 @@ class _Req:
     finish_s: float = math.nan
     tbt_s: float = math.nan
     predicted_work: float = 0.0
+    compute_s: float = 0.0
+    prefix_tokens: int = 0
 
 
 def _decision_of(r: _Req) -> Decision:
@@ -132,6 +136,15 @@ class Simulator:
         self.decoders = {
             n: DecodeSim(n, c.decode, slots, c.decode_kv_capacity_tokens) for n in self.decode_names
         }
+        # Ground truth that differs from the predictor (SimConfig.truth_*).
+        n_pre = len(self.prefill_names)
+        spread = config.truth_prefill_spread
+        self._speed = {
+            name: config.truth_prefill_scale
+            * (1.0 + (spread * (2.0 * i / (n_pre - 1) - 1.0) if n_pre > 1 else 0.0))
+            for i, name in enumerate(self.prefill_names)
+        }
+        self._noise = random.Random(config.seed * 1_000_003 + 7)
         self._queues: dict[str, deque[int]] = {n: deque() for n in self.prefill_names}
         self._busy: dict[str, int | None] = dict.fromkeys(self.prefill_names)
         self._work: dict[str, float] = dict.fromkeys(self.prefill_names, 0.0)
@@ -238,6 +251,14 @@ class Simulator:
         self.caches[inst].touch(r.keys[:used])
         prefix_tokens = min(used * TRACE_BLOCK_TOKENS, t.input_length)
         dur = self.cost.prefill_time(t.input_length, prefix_tokens, self.config.cpp_group)
+        cfg = self.config
+        if cfg.truth_prefill_scale != 1.0 or cfg.truth_prefill_spread:
+            dur *= self._speed[inst]
+        if cfg.truth_prefill_noise:
+            sigma = cfg.truth_prefill_noise
+            dur *= math.exp(self._noise.gauss(-0.5 * sigma * sigma, sigma))
+        r.compute_s = dur
+        r.prefix_tokens = prefix_tokens
         if self.config.simulate_decode and t.output_length > 1 and r.decision is not None:
             # KV streams to decode layer by layer while the prefill computes (paper Fig. 3).
             kv = self.cost.kv_bytes(t.input_length)
@@ -273,7 +294,14 @@ class Simulator:
         if self.pool is not None:
             a, e = self.pool.insert(r.keys)
             self._cache_events(STORE_POOL, Tier.DRAM, a, e)
-        self.conductor.on_actual(str(rid), now - r.trace.arrival_s)
+        # The TTFT as the sum of its parts (the same sum the calibration subtracts), plus
+        # the time outside the instance.
+        queue = r.start_s - r.trace.arrival_s
+        fetch = r.fetch_s or 0.0
+        ttft = queue + fetch + r.compute_s + self.config.truth_overhead_s
+        self.conductor.on_actual(
+            str(rid), ttft, timings=PrefillTimings(queue, fetch, r.compute_s, r.prefix_tokens)
+        )
         self._start_next(inst, now)
         if not r.kv_pending:
             self._join(r, now)
@@ -413,7 +441,11 @@ class Simulator:
         t = r.trace
         d = r.decision
         rejected = bool(r.rejected)
-        served_ttft = r.done_s - t.arrival_s if not math.isnan(r.done_s) else math.nan
+        served_ttft = (
+            r.done_s - t.arrival_s + self.config.truth_overhead_s
+            if not math.isnan(r.done_s)
+            else math.nan
+        )
         return RequestResult(
             rid=t.rid,
             arrival_s=t.arrival_s,

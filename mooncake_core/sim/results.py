@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from mooncake_core.prediction_error import relative_error
+
 __all__ = ["LoadSample", "RequestResult", "SimResult", "Summary", "worst_decile_mean"]
 
 
@@ -98,7 +100,12 @@ class LoadSample:
 
 @dataclass(frozen=True, slots=True)
 class Summary:
-    """Headline numbers of one run."""
+    """Headline numbers of one run.
+
+    ``ttft_err_*`` are the relative TTFT prediction errors ``|actual - predicted| /
+    actual`` (:mod:`mooncake_core.prediction_error`) of the served requests: their
+    median, 90th percentile and mean.
+    """
 
     requests: int
     served: int
@@ -117,6 +124,9 @@ class Summary:
     goodput_rps: float
     slo_attainment: float
     makespan_s: float
+    ttft_err_p50: float = math.nan
+    ttft_err_p90: float = math.nan
+    ttft_err_mean: float = math.nan
 
     def as_dict(self) -> dict[str, object]:
         """Plain dict (JSON-friendly)."""
@@ -178,6 +188,14 @@ class SimResult:
         def pct(a: np.ndarray, q: float) -> float:
             return float(np.percentile(a, q)) if a.size else math.nan
 
+        rel = [
+            e
+            for r in served
+            if not math.isnan(r.predicted_ttft_s)
+            and (e := relative_error(r.predicted_ttft_s, r.ttft_s)) is not None
+        ]
+        err = np.array(rel, dtype=float)
+
         return Summary(
             requests=len(reqs),
             served=len(served),
@@ -196,4 +214,7 @@ class SimResult:
             goodput_rps=good / span,
             slo_attainment=good / len(reqs) if reqs else 0.0,
             makespan_s=span,
+            ttft_err_p50=pct(err, 50),
+            ttft_err_p90=pct(err, 90),
+            ttft_err_mean=float(err.mean()) if err.size else math.nan,
         )

@@ -76,9 +76,13 @@ def test_learns_scale_and_overhead_and_predicts_with_them() -> None:
     assert e.prefill == d.prefill
     assert e.predicted_queue_s == pytest.approx(0.180, rel=1e-3)
     assert e.model_ttft_s == pytest.approx(0.060 + 0.010)
-    snap = {s.instance: s for s in c.snapshot().calibration}
-    assert snap["p0"].compute.samples == 300 and snap["p1"].compute.samples == 300
-    assert snap["p0"].compute.slope == pytest.approx(3.0, rel=3e-3)
+    snap = c.snapshot().calibration
+    assert snap is not None and snap.compute.samples == 600
+    assert snap.compute.slope == pytest.approx(3.0, rel=3e-3)
+    assert [(i.instance, i.compute.samples, i.compute.factor) for i in snap.instances] == [
+        ("p0", 300, 1.0),
+        ("p1", 300, 1.0),
+    ]
 
 
 def test_each_instance_learns_its_own_speed() -> None:
@@ -94,8 +98,9 @@ def test_each_instance_learns_its_own_speed() -> None:
         c.on_decode_done(d.request_id, t)
         t += 1.0
     cands = {x.instance: x for x in c.schedule(req("x", 50), t).candidates if x.role == "prefill"}
-    assert cands["p0"].prefill_s == pytest.approx(0.05, rel=1e-3)
-    assert cands["p1"].prefill_s == pytest.approx(0.10, rel=1e-3)
+    # Within 1%: the factor is shrunk by its standard error, which is never quite 0.
+    assert cands["p0"].prefill_s == pytest.approx(0.05, rel=1e-2)
+    assert cands["p1"].prefill_s == pytest.approx(0.10, rel=1e-2)
     # kvcache_centric compares calibrated predictions: the fast instance wins.
     k = make()
     k.calibration = c.calibration
@@ -124,19 +129,18 @@ def test_ttft_is_learned_and_counted_once() -> None:
     c.on_actual("a", 0.1, timings=timings)  # a duplicate report teaches nothing more
     c.on_actual("a", None, 0.02)
     assert c.calibration is not None
-    cal = c.calibration.get("p0")
-    assert cal is not None and cal.compute.samples == 1
+    assert c.calibration.snapshot().compute.samples == 1
     assert c.snapshot().ttft_mae_s == pytest.approx(0.05)  # both TTFT reports counted
     c.cancel("a")
     c.on_actual("a", 0.1, timings=timings)  # after it finished: nothing left to learn
-    assert cal.compute.samples == 1
+    assert c.calibration.snapshot().compute.samples == 1
 
 
 def test_without_calibration_on_actual_only_tallies() -> None:
     c = make(calibrate=False)
     c.schedule(req("a", 50), 0.0)
     c.on_actual("a", 0.5, timings=PrefillTimings(0.0, 0.0, 0.5))
-    assert c.calibration is None and c.snapshot().calibration == ()
+    assert c.calibration is None and c.snapshot().calibration is None
     assert c.schedule(req("b", 50), 0.0).predicted_prefill_s == pytest.approx(0.05)
 
 

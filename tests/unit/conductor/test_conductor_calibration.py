@@ -11,8 +11,8 @@ from mooncake_core.conductor.calibration import (
     AffineFit,
     Calibration,
     CalibrationOptions,
-    InstanceCalibration,
     PrefillTimings,
+    shrunk_factor,
 )
 
 
@@ -168,46 +168,94 @@ def test_options_are_validated() -> None:
             CalibrationOptions(**bad)  # type: ignore[arg-type]
 
 
-def test_instance_calibration_splits_the_measured_parts() -> None:
-    cal = InstanceCalibration("p0")
+def test_the_measured_parts_teach_their_own_fits() -> None:
+    cal = Calibration(CalibrationOptions(apply_transfer=True))
+    assert cal.get("p0") is None  # nothing measured: predict uncalibrated
     for _ in range(200):
         # model compute 10 ms -> measured 30 ms; fetch 1 ms -> 5 ms; 7 ms outside.
         t = PrefillTimings(queue_s=0.02, transfer_s=0.005, compute_s=0.03)
-        cal.observe(0.062, 0.010, 0.001, True, t, predicted_ttft_s=0.0)
-    assert cal.compute_s(0.010) == pytest.approx(0.03, rel=1e-3)
-    assert cal.transfer_s(0.001) == pytest.approx(0.005, rel=1e-3)
-    assert cal.overhead_s() == pytest.approx(0.007, rel=1e-3)
+        cal.observe("p0", 0.062, 0.010, 0.001, True, t, predicted_ttft_s=0.0)
+    p0 = cal.get("p0")
+    assert p0 is not None
+    assert p0.compute_s(0.010) == pytest.approx(0.03, rel=1e-3)
+    assert p0.transfer_s(0.001) == pytest.approx(0.005, rel=1e-3)
+    assert p0.overhead_s() == pytest.approx(0.007, rel=1e-3)
+    # An instance never measured starts from what the cluster measured.
+    p9 = cal.get("p9")
+    assert p9 is not None and p9.compute_s(0.010) == pytest.approx(0.03, rel=1e-3)
+
+
+def test_transfer_is_applied_only_when_asked() -> None:
+    cal = Calibration()
+    for _ in range(100):
+        cal.observe("p0", 0.1, 0.01, 0.001, True, PrefillTimings(0.0, 0.005, 0.01), 0.0)
+    p0 = cal.get("p0")
+    assert p0 is not None and cal.snapshot().transfer.samples == 100
+    assert p0.shared.transfer.predict(0.001) == pytest.approx(0.005, rel=1e-2)
+    assert p0.transfer_s(0.001) == 0.001
 
 
 def test_transfer_is_never_predicted_below_the_network_model() -> None:
-    cal = InstanceCalibration("p0")
+    cal = Calibration(CalibrationOptions(apply_transfer=True))
     for _ in range(100):
-        cal.observe(0.1, 0.01, 0.05, True, PrefillTimings(0.0, 0.001, 0.01), 0.0)
-    assert cal.transfer.predict(0.05) < 0.01  # the fit learned "much cheaper"...
-    assert cal.transfer_s(0.05) == 0.05  # ...but the prediction stays at the model
+        cal.observe("p0", 0.1, 0.01, 0.05, True, PrefillTimings(0.0, 0.001, 0.01), 0.0)
+    p0 = cal.get("p0")
+    assert p0 is not None
+    assert p0.shared.transfer.predict(0.05) < 0.01  # the fit learned "much cheaper"...
+    assert p0.transfer_s(0.05) == 0.05  # ...but the prediction stays at the model
 
 
 def test_transfer_learns_only_from_fetching_requests() -> None:
-    cal = InstanceCalibration("p0")
-    cal.observe(0.1, 0.01, 0.0, False, PrefillTimings(0.0, 0.0, 0.01), 0.0)
-    cal.observe(0.1, 0.01, 0.02, True, PrefillTimings(0.0, 0.0, 0.01), 0.0)  # nothing moved
-    assert cal.transfer.samples == 0
-    assert cal.compute.samples == 2
+    cal = Calibration()
+    cal.observe("p0", 0.1, 0.01, 0.0, False, PrefillTimings(0.0, 0.0, 0.01), 0.0)
+    cal.observe("p0", 0.1, 0.01, 0.02, True, PrefillTimings(0.0, 0.0, 0.01), 0.0)  # none moved
+    snap = cal.snapshot()
+    assert snap.transfer.samples == 0 and snap.compute.samples == 2
 
 
 def test_end_to_end_only_credits_the_overhead() -> None:
-    cal = InstanceCalibration("p0")
+    cal = Calibration()
     for _ in range(300):
-        cal.observe(0.05, 0.01, 0.0, False, None, predicted_ttft_s=0.01 + cal.overhead_s())
-    assert cal.compute.samples == 0
-    assert cal.overhead_s() == pytest.approx(0.04, rel=1e-3)
+        p0 = cal.get("p0")
+        over = p0.overhead_s() if p0 is not None else 0.0
+        cal.observe("p0", 0.05, 0.01, 0.0, False, None, predicted_ttft_s=0.01 + over)
+    p0 = cal.get("p0")
+    assert p0 is not None and cal.snapshot().compute.samples == 0
+    assert p0.overhead_s() == pytest.approx(0.04, rel=1e-3)
 
 
-def test_calibration_is_per_instance() -> None:
-    c = Calibration()
-    assert c.get("p0") is None
-    c.instance("p1").observe(0.05, 0.01, 0.0, False, PrefillTimings(0.0, 0.0, 0.03), 0.0)
-    assert c.get("p0") is None
-    snap = c.snapshot()
-    assert [s.instance for s in snap] == ["p1"]
-    assert snap[0].compute.samples == 1 and snap[0].overhead.samples == 1
+def test_shrunk_factor_by_hand() -> None:
+    assert shrunk_factor(0.3, 0.05) == pytest.approx(math.exp(0.3 * (1 - (0.1 / 0.3) ** 2)))
+    assert shrunk_factor(-0.3, 0.05) == pytest.approx(math.exp(-0.3 * (1 - (0.1 / 0.3) ** 2)))
+    assert shrunk_factor(0.09, 0.05) == 1.0  # within two standard errors: not acted on
+    assert shrunk_factor(0.5, math.inf) == 1.0
+
+
+def test_a_slower_instance_gets_its_own_factor() -> None:
+    cal = Calibration()
+    rng = random.Random(4)
+    for _ in range(300):
+        for name, speed in (("fast", 1.0), ("slow", 2.0)):
+            x = rng.uniform(0.01, 0.1)
+            y = speed * x * rng.uniform(0.95, 1.05)
+            cal.observe(name, y, x, 0.0, False, PrefillTimings(0.0, 0.0, y), 0.0)
+    fast, slow = cal.get("fast"), cal.get("slow")
+    assert fast is not None and slow is not None
+    assert fast.compute_s(0.05) == pytest.approx(0.05, rel=0.05)
+    assert slow.compute_s(0.05) == pytest.approx(0.10, rel=0.05)
+
+
+def test_noise_alone_gives_no_instance_factors() -> None:
+    # Four identical instances with 30% noise: differences between them are noise and
+    # the policies must not act on them.
+    cal = Calibration()
+    rng = random.Random(6)
+    names = ["p0", "p1", "p2", "p3"]
+    for _ in range(200):
+        for name in names:
+            x = rng.uniform(0.01, 0.1)
+            y = x * math.exp(rng.gauss(0.0, 0.3))
+            cal.observe(name, y, x, 0.0, False, PrefillTimings(0.0, 0.0, y), 0.0)
+    factors = [s.compute.factor for s in cal.snapshot().instances]
+    assert [s.instance for s in cal.snapshot().instances] == names
+    assert all(f == pytest.approx(1.0, abs=0.03) for f in factors), factors
