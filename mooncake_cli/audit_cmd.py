@@ -370,10 +370,21 @@ def stats(
     if as_json:
         write_stdout(json.dumps(asdict(st)))
         return
+    caption = _BIAS_CAPTION
+    if st.ttft_rel_p50 is not None:
+        caption += (
+            f"\nTTFT rel err over {st.total.measured} measured: median {_rate(st.ttft_rel_p50)},"
+            f" p90 {_rate(st.ttft_rel_p90)}"
+        )
+        if st.model_ttft_rel_p50 is not None:
+            caption += (
+                f"; uncalibrated models over {st.model_measured}: median "
+                f"{_rate(st.model_ttft_rel_p50)}, p90 {_rate(st.model_ttft_rel_p90)}"
+            )
     table = Table(
         title=f"audit stats per {bucket}",
         title_justify="left",
-        caption=_BIAS_CAPTION,
+        caption=caption,
         caption_justify="left",
     )
     for name in (

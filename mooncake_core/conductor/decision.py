@@ -338,6 +338,8 @@ class Decision:
             retry_after_s=adm.retry_after_s,
             migration_source=self.migration.source if self.migration else None,
             migration_blocks=len(self.migration.keys) if self.migration else 0,
+            model_ttft_s=self.model_ttft_s,
+            predicted_overhead_s=self.predicted_overhead_s,
         )
         rows = tuple(
             CandidateRecord(
@@ -352,6 +354,10 @@ class Decision:
                 chosen=c.chosen,
                 why_not=c.why_not or None,
                 transfer_blocks=c.fetch_blocks,
+                overhead_time_s=c.overhead_s if c.role == "prefill" else None,
+                kv_tokens=c.kv_tokens,
+                kv_capacity_tokens=c.kv_capacity_tokens,
+                kv_reported_tokens=c.kv_reported_tokens,
             )
             for c in self.candidates
         )

@@ -62,7 +62,23 @@ def _costs_chosen(c: CandidateRecord) -> str:
     fetch = ""
     if c.transfer_blocks or c.transfer_time_s > 0:
         fetch = f", fetches {c.transfer_blocks} more ({fmt_s(c.transfer_time_s)})"
-    return f"{fetch}, queues {fmt_s(c.queue_time_s)} and prefills in {fmt_s(c.prefill_time_s)}"
+    out = f"{fetch}, queues {fmt_s(c.queue_time_s)} and prefills in {fmt_s(c.prefill_time_s)}"
+    if c.overhead_time_s:
+        out += f", plus {fmt_s(c.overhead_time_s)} outside the instance (dispatch, RPCs)"
+    return out
+
+
+def _kv(c: CandidateRecord) -> str:
+    """`` (KV: ...)`` for a decode candidate whose KV inputs were recorded, else ``""``."""
+    if c.kv_tokens is None and c.kv_reported_tokens is None:
+        return ""
+    parts = []
+    if c.kv_tokens is not None:
+        cap = "no KV limit known" if c.kv_capacity_tokens is None else f"{c.kv_capacity_tokens}"
+        parts.append(f"{c.kv_tokens} of {cap} tokens counted by the Conductor")
+    if c.kv_reported_tokens is not None:
+        parts.append(f"{c.kv_reported_tokens} in use per its worker")
+    return f" (KV: {', '.join(parts)})"
 
 
 def _costs_runner_up(c: CandidateRecord) -> str:
@@ -142,10 +158,11 @@ def explain(entry: AuditEntry) -> str:
         line = (
             f"{dc.instance} was chosen for decode with predicted TBT "
             f"{fmt_s(dc.predicted_tbt_s if dc.predicted_tbt_s is not None else d.predicted_tbt_s)}"
+            f"{_kv(dc)}"
         )
         ru = _runner_up(decode, dc, "predicted_tbt_s")
         if ru is not None:
-            line += f"; the runner-up {ru.instance} predicted {fmt_s(ru.predicted_tbt_s)}"
+            line += f"; the runner-up {ru.instance} predicted {fmt_s(ru.predicted_tbt_s)}{_kv(ru)}"
             if ru.why_not:
                 line += f" (not chosen: {ru.why_not})"
         out.append(line + ".")
@@ -160,6 +177,7 @@ def explain(entry: AuditEntry) -> str:
             f"{d.migration_blocks} blocks from {d.migration_source} and keeps a replica."
         )
     out.extend(_actuals(d.predicted_ttft_s, d.actual_ttft_s, "TTFT"))
+    out.extend(_uncalibrated(d.predicted_ttft_s, d.model_ttft_s, d.actual_ttft_s))
     out.extend(_actuals(d.predicted_tbt_s, d.actual_tbt_s, "TBT"))
     if d.outcome is not None:
         out.append(_outcome(d.outcome, d.outcome_detail))
@@ -178,6 +196,17 @@ def _outcome(outcome: str, detail: str | None) -> str:
     """The sentence on how the request ended (no sentence when nothing was recorded)."""
     text = _OUTCOME_TEXT.get(outcome, f"Its outcome was {outcome}")
     return f"{text}: {detail}." if detail else f"{text}."
+
+
+def _uncalibrated(pred: float | None, model: float | None, actual: float | None) -> list[str]:
+    """What the uncalibrated models said, when it differs from what was used."""
+    if model is None or pred is None or abs(model - pred) <= 1e-9 * max(abs(pred), 1e-9):
+        return []
+    line = f"Uncalibrated, the models predicted {fmt_s(model)}"
+    rel = relative_error(model, actual) if actual is not None else None
+    if actual is not None and rel is not None:
+        line += f" (error {fmt_signed_s(signed_error(model, actual))}, {rel * 100:.0f}%)"
+    return [line + "; the online calibration learned the rest from measured requests."]
 
 
 def _actuals(pred: float | None, actual: float | None, what: str) -> list[str]:

@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_REVISION = "0003"
+SCHEMA_REVISION = "0004"
 """Alembic revision these models correspond to (a test keeps it equal to the head)."""
 
 NAMING = {
@@ -72,6 +72,10 @@ class DecisionRow(Base):
     # Indexed because `audit ls --outcome failed` looks for rare values in a large table.
     outcome: Mapped[str | None] = mapped_column(String(16), nullable=True, index=True)
     outcome_detail: Mapped[str | None] = mapped_column(String(512), nullable=True)
+    # Added by revision 0004: what the uncalibrated models predicted, and the calibrated
+    # time outside the prefill instance.
+    model_ttft_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    predicted_overhead_s: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class CandidateRow(Base):
@@ -98,6 +102,11 @@ class CandidateRow(Base):
     chosen: Mapped[bool] = mapped_column(Boolean, nullable=False)
     why_not: Mapped[str | None] = mapped_column(String(512), nullable=True)
     transfer_blocks: Mapped[int] = mapped_column(Integer, nullable=False)
+    # Added by revision 0004: prefill rows' predicted overhead; decode rows' KV inputs.
+    overhead_time_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    kv_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    kv_capacity_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    kv_reported_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 metadata = Base.metadata
@@ -128,6 +137,8 @@ DECISION_COLUMNS: tuple[str, ...] = (
     "actual_tbt_s",
     "outcome",
     "outcome_detail",
+    "model_ttft_s",
+    "predicted_overhead_s",
 )
 """Decision columns in :class:`.records.DecisionRecord` field order (``id`` excluded)."""
 
@@ -143,5 +154,9 @@ CANDIDATE_COLUMNS: tuple[str, ...] = (
     "chosen",
     "why_not",
     "transfer_blocks",
+    "overhead_time_s",
+    "kv_tokens",
+    "kv_capacity_tokens",
+    "kv_reported_tokens",
 )
 """Candidate columns in :class:`.records.CandidateRecord` field order (keys excluded)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, TextIO
@@ -150,11 +151,24 @@ class AuditStats:
         bucket_s: Bucket width in seconds.
         buckets: One entry per non-empty bucket, oldest first.
         total: The same aggregates over all selected decisions.
+        ttft_rel_p50: Median relative TTFT prediction error over all selected measured
+            decisions (nearest rank; ``None`` without any).
+        ttft_rel_p90: Its 90th percentile.
+        model_measured: Of those, decisions that recorded the uncalibrated models'
+            prediction (``model_ttft_s``, revision 0004).
+        model_ttft_rel_p50: Median relative error of the uncalibrated prediction over
+            them: what the error would have been without the online calibration.
+        model_ttft_rel_p90: Its 90th percentile.
     """
 
     bucket_s: float
     buckets: tuple[StatsBucket, ...]
     total: StatsBucket
+    ttft_rel_p50: float | None = None
+    ttft_rel_p90: float | None = None
+    model_measured: int = 0
+    model_ttft_rel_p50: float | None = None
+    model_ttft_rel_p90: float | None = None
 
 
 def _decision(row: Any) -> DecisionRecord:
@@ -348,7 +362,37 @@ class AuditReader:
             total_row = conn.execute(base).one()
         buckets = tuple(_bucket(r, start=float(r.b) * bucket_s) for r in rows)
         total = _bucket(total_row, start=float(total_row[0] or 0.0))
-        return AuditStats(bucket_s=bucket_s, buckets=buckets, total=total)
+        where = self._where(flt)
+        p50, p90, _ = self._rel_quantiles(d.predicted_ttft_s, where)
+        m50, m90, m_n = self._rel_quantiles(d.model_ttft_s, where)
+        return AuditStats(
+            bucket_s=bucket_s,
+            buckets=buckets,
+            total=total,
+            ttft_rel_p50=p50,
+            ttft_rel_p90=p90,
+            model_measured=m_n,
+            model_ttft_rel_p50=m50,
+            model_ttft_rel_p90=m90,
+        )
+
+    def _rel_quantiles(
+        self, predicted: ColumnElement[Any], where: list[ColumnElement[bool]]
+    ) -> tuple[float | None, float | None, int]:
+        """Median and p90 (nearest rank) of ``|actual - predicted| / actual`` in SQL."""
+        d = decisions.c
+        conds = [*where, predicted.is_not(None), d.actual_ttft_s > 0]
+        rel = func.abs(signed_error(predicted, d.actual_ttft_s)) / d.actual_ttft_s
+        with self._engine.connect() as conn:
+            n = int(conn.execute(select(func.count()).where(*conds)).scalar_one())
+            if n == 0:
+                return None, None, 0
+            out = []
+            for q in (0.5, 0.9):
+                k = max(math.ceil(q * n) - 1, 0)
+                stmt = select(rel).where(*conds).order_by(rel).limit(1).offset(k)
+                out.append(float(conn.execute(stmt).scalar_one()))
+        return out[0], out[1], n
 
     def export(self, out: TextIO, fmt: ExportFormat, flt: DecisionFilter | None = None) -> int:
         """Stream decisions oldest first to ``out`` as CSV (decisions only) or JSON lines

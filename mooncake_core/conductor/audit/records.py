@@ -66,6 +66,11 @@ class DecisionRecord:
         outcome_detail: The reason code and text (``decode_kv_full: ...``) or the
             error, at most :data:`OUTCOME_DETAIL_MAX` characters; ``None`` when there
             is nothing to add (completed).
+        model_ttft_s: What the uncalibrated models (profile fit, network model) predicted
+            for the same plan, queue included; ``None``: not recorded (before revision
+            0004). Beside ``predicted_ttft_s`` it shows what the online calibration did.
+        predicted_overhead_s: Part of ``predicted_ttft_s`` outside the prefill instance
+            (dispatch, RPCs), learned by the calibration; ``None``: not recorded.
     """
 
     time: float
@@ -88,6 +93,8 @@ class DecisionRecord:
     actual_tbt_s: float | None = None
     outcome: Outcome | None = None
     outcome_detail: str | None = None
+    model_ttft_s: float | None = None
+    predicted_overhead_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,6 +117,13 @@ class CandidateRecord:
         why_not: Short reason it was not picked (``None`` for the chosen one).
         transfer_blocks: Blocks this candidate would fetch (the ``transfer_time_s``
             is the cost of moving them).
+        overhead_time_s: Predicted time outside the instance (prefill candidates;
+            calibrated); ``None`` for decode candidates and older rows.
+        kv_tokens: KV context tokens the Conductor counted on the instance, reserved
+            ones included (decode candidates).
+        kv_capacity_tokens: KV tokens the instance holds (decode; ``None``: not known).
+        kv_reported_tokens: KV tokens in use as the worker last reported (decode;
+            ``None``: no report, e.g. in the simulator).
     """
 
     instance: str
@@ -123,6 +137,10 @@ class CandidateRecord:
     chosen: bool = False
     why_not: str | None = None
     transfer_blocks: int = 0
+    overhead_time_s: float | None = None
+    kv_tokens: int | None = None
+    kv_capacity_tokens: int | None = None
+    kv_reported_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

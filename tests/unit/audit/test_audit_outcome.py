@@ -84,13 +84,14 @@ def test_upgrade_from_0002_keeps_rows_with_unknown_outcome_and_downgrade_drops_c
     con.commit()
     con.close()
 
-    assert upgrade(url).current == "0003"
-    # Every column of the old rows is kept; nothing recorded how they ended: NULL.
+    assert upgrade(url).current == "0004"
+    # Every column of the old rows is kept; nothing recorded how they ended: NULL (and
+    # NULL prediction inputs, revision 0004).
     assert _sql(db, "SELECT * FROM decisions ORDER BY id") == [
         (3, T0, "old", 32, 2, "ab", 2, "cache_aware", "prefill-0", "decode-0", 0.25, 0.04, 1,
-         None, None, None, 0, 0.3, 0.05, None, None),
+         None, None, None, 0, 0.3, 0.05, None, None, None, None),
         (4, T0 + 1, "old-rej", 16, 1, None, 1, "cache_aware", "prefill-0", "decode-0", 0.25, 0.04,
-         0, "decode_full: no slot", 1.0, None, 0, None, None, None, None),
+         0, "decode_full: no slot", 1.0, None, 0, None, None, None, None, None, None),
     ]  # fmt: skip
     assert _sql(db, "SELECT count(*) FROM candidates") == [(1,)]
     assert ("ix_decisions_outcome",) in _sql(
@@ -121,7 +122,7 @@ def test_upgrade_from_0002_keeps_rows_with_unknown_outcome_and_downgrade_drops_c
     assert _sql(db, "SELECT count(*) FROM candidates") == [(1,)]
     assert _sql(db, "SELECT version_num FROM alembic_version") == [("0002",)]
     # And up again: the columns come back empty.
-    assert upgrade(url).current == "0003"
+    assert upgrade(url).current == "0004"
     assert _sql(db, "SELECT id, outcome, outcome_detail FROM decisions ORDER BY id") == [
         (3, None, None),
         (4, None, None),
