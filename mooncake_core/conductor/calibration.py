@@ -5,7 +5,7 @@ model knows only nominal bandwidths. What a request really costs also holds the 
 the worker's own CPU share, the Store fetch and the waits for its KV writes. This
 module learns, one request at a time, three corrections::
 
-    compute(i)  ~ (a_c + b_c * T_prefill)  * f_c(i)   worker's compute (+ KV write waits)
+    compute(i)  ~ (a_c + b_c * T_prefill) * g(T_prefill) * f_c(i)   compute (+ KV waits)
     transfer(i) ~ (a_x + b_x * T_transfer) * f_x(i)   its prefix fetch (never below the model)
     overhead(i) ~  a_o                     * f_o(i)   TTFT outside the instance: RPCs...
 
@@ -25,6 +25,10 @@ running mean (Huber): a wild measurement moves the fit by a bounded amount, and 
 measurement far above the prediction weighs little by construction. The slope is kept
 in ``[min_slope, max_slope]`` and predictions are never negative.
 
+``g`` is a factor per octave of ``T_prefill`` (:class:`ShapeCurve`): what the affine
+map leaves wrong in the model's shape, e.g. a profile extrapolated far past its longest
+prompt.
+
 The factors ``f(i)`` are per instance (:class:`InstanceFactor`): the mean log ratio of
 the instance's measurements to the shared prediction, shrunk towards 1 by its standard
 error, so an instance that is really slower is predicted slower, and one that only
@@ -42,6 +46,7 @@ service drive the same objects.
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 
@@ -56,6 +61,7 @@ __all__ = [
     "InstanceCalibrationSnapshot",
     "InstanceFactor",
     "PrefillTimings",
+    "ShapeCurve",
     "shrunk_factor",
 ]
 
@@ -327,26 +333,94 @@ class CalibrationSnapshot:
 
     Attributes:
         compute: shared compute fit (measured compute vs ``T_prefill``).
+        compute_shape: its per-octave factors, ``(octave start s, factor, samples)``.
         transfer: shared fetch fit (measured fetch vs the network model).
         overhead: shared fit of the TTFT outside the instances.
         instances: per instance factors, by name.
     """
 
     compute: FitSnapshot
+    compute_shape: tuple[tuple[float, float, int], ...]
     transfer: FitSnapshot
     overhead: FitSnapshot
     instances: tuple[InstanceCalibrationSnapshot, ...]
 
 
-class _SharedFits:
-    """The three fits every instance's samples teach (internal)."""
+class ShapeCurve:
+    """What an affine fit still gets wrong, per size class: a factor per octave of ``x``.
 
-    __slots__ = ("compute", "overhead", "transfer")
+    An affine map of the model's prediction fixes its scale and a fixed cost, not its
+    shape: a profile that ends at 512 tokens extrapolates its ``new^2`` term to 4000
+    tokens (predicted 4.9 s where 2.5 s were measured). Each octave ``[2^k, 2^(k+1))``
+    of ``x`` keeps the running statistics of ``log(measured / affine prediction)`` and
+    its factor is their shrunk mean (:func:`shrunk_factor`). An octave without two
+    samples yet takes the factor of the nearest one that has them (the misfit of a
+    smooth model changes smoothly; 1 when no octave has).
+
+    Args:
+        options: memory, clip and slope bound of each octave's statistics.
+    """
+
+    __slots__ = ("_bins", "_opts", "_ready")
+
+    def __init__(self, options: CalibrationOptions | None = None) -> None:
+        self._opts = options or CalibrationOptions()
+        self._bins: dict[int, InstanceFactor] = {}
+        self._ready: list[int] = []  # octaves with two samples or more, ascending
+
+    def factor(self, x: float) -> float:
+        """Multiplier for an affine prediction at ``x``."""
+        if not x > 0.0:
+            return 1.0
+        key = math.frexp(x)[1]
+        b = self._bins.get(key)
+        if b is not None and b.samples >= 2:
+            return b.factor
+        ready = self._ready
+        if not ready:
+            return 1.0
+        i = bisect.bisect_left(ready, key)
+        if i == len(ready) or (i > 0 and key - ready[i - 1] <= ready[i] - key):
+            i -= 1
+        return self._bins[ready[i]].factor
+
+    def update(self, x: float, fitted: float, measured: float) -> bool:
+        """Learn from one measurement at ``x`` against the affine prediction ``fitted``."""
+        if not (x > 0.0 and math.isfinite(x)):
+            return False
+        key = math.frexp(x)[1]
+        b = self._bins.get(key)
+        if b is None:
+            b = self._bins[key] = InstanceFactor(self._opts)
+        if not b.update(fitted, measured):
+            return False
+        if b.samples >= 2:
+            b.factor = shrunk_factor(b.m, b.stderr)
+            if b.samples == 2:
+                bisect.insort(self._ready, key)
+        return True
+
+    def snapshot(self) -> tuple[tuple[float, float, int], ...]:
+        """``(octave start in seconds, factor, samples)`` for each octave seen, ascending."""
+        return tuple(
+            (math.ldexp(0.5, k), self._bins[k].factor, self._bins[k].samples)
+            for k in sorted(self._bins)
+        )
+
+
+class _SharedFits:
+    """The fits every instance's samples teach (internal)."""
+
+    __slots__ = ("compute", "compute_shape", "overhead", "transfer")
 
     def __init__(self, options: CalibrationOptions) -> None:
         self.compute = AffineFit(options)
+        self.compute_shape = ShapeCurve(options)
         self.transfer = AffineFit(options)
         self.overhead = AffineFit(options, slope=False)
+
+    def compute_s(self, model_s: float) -> float:
+        return self.compute.predict(model_s) * self.compute_shape.factor(model_s)
 
 
 class InstanceCalibration:
@@ -370,7 +444,7 @@ class InstanceCalibration:
 
     def compute_s(self, model_s: float) -> float:
         """Calibrated compute time for an uncalibrated prediction of ``model_s``."""
-        return self.shared.compute.predict(model_s) * self.compute.factor
+        return self.shared.compute_s(model_s) * self.compute.factor
 
     def transfer_s(self, model_s: float) -> float:
         """Calibrated fetch time for a network-model prediction of ``model_s`` (never less;
@@ -417,8 +491,11 @@ class InstanceCalibration:
             sh.overhead.update(0.0, y / self.overhead.factor)
             return
         y = timings.compute_s
-        self.compute.update(sh.compute.predict(model_compute_s), y)
-        sh.compute.update(model_compute_s, y / self.compute.factor)
+        x = model_compute_s
+        self.compute.update(sh.compute_s(x), y)
+        y_typ = y / self.compute.factor
+        sh.compute_shape.update(x, sh.compute.predict(x), y_typ)
+        sh.compute.update(x, y_typ)
         if fetched and timings.transfer_s > 0:
             y = timings.transfer_s
             self.transfer.update(sh.transfer.predict(model_transfer_s), y)
@@ -502,6 +579,7 @@ class Calibration:
         sh = self._shared
         return CalibrationSnapshot(
             sh.compute.snapshot(),
+            sh.compute_shape.snapshot(),
             sh.transfer.snapshot(),
             sh.overhead.snapshot(),
             tuple(self._by_instance[n].snapshot() for n in sorted(self._by_instance)),

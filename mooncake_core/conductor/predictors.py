@@ -12,6 +12,7 @@ extrapolate sanely and fit in microseconds:
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -83,6 +84,47 @@ def _fit(x: np.ndarray, y: np.ndarray, names: Sequence[str]) -> tuple[np.ndarray
     return coef, FitReport(len(y), r2, mape, float(np.max(np.abs(y - pred))))
 
 
+def _fit_constrained(
+    x: np.ndarray, y: np.ndarray, names: Sequence[str]
+) -> tuple[np.ndarray, FitReport]:
+    """Least squares of relative error with every coefficient >= 0.
+
+    Exact: each subset of the features is fitted alone and the best fit whose
+    coefficients are all non-negative wins (16 subsets for 4 features). Rows are divided
+    by the measured time, so a 2 ms prompt weighs as much as a 200 ms one.
+    """
+    if len(y) < x.shape[1]:
+        raise ValueError(
+            f"need at least {x.shape[1]} profile points to fit {list(names)}, got {len(y)}"
+        )
+    if not np.all(np.isfinite(y)) or np.any(y <= 0):
+        raise ValueError("profile times must be finite and positive for a relative fit")
+    xw = x / y[:, None]
+    ones = np.ones_like(y)
+    scale = np.maximum(np.abs(xw).max(axis=0), 1e-12)
+    best: tuple[float, np.ndarray] | None = None
+    k = x.shape[1]
+    for size in range(1, k + 1):
+        for cols in itertools.combinations(range(k), size):
+            sub = list(cols)
+            sol, *_ = np.linalg.lstsq(xw[:, sub] / scale[sub], ones, rcond=None)
+            coef = np.zeros(k)
+            coef[sub] = sol / scale[sub]
+            if np.any(coef < 0):
+                continue
+            sse = float(np.sum((xw @ coef - 1.0) ** 2))
+            if best is None or sse < best[0]:
+                best = (sse, coef)
+    assert best is not None  # the constant alone is always feasible (y > 0)
+    coef = best[1]
+    pred = x @ coef
+    ss_res = float(np.sum((y - pred) ** 2))
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else (1.0 if ss_res == 0 else 0.0)
+    mape = float(np.mean(np.abs((y - pred) / y)))
+    return coef, FitReport(len(y), r2, mape, float(np.max(np.abs(y - pred))))
+
+
 def _check_coefficients(coef: Sequence[float], n: int, what: str) -> tuple[float, ...]:
     out = tuple(float(c) for c in coef)
     if len(out) != n or not all(np.isfinite(out)):
@@ -108,8 +150,16 @@ class PrefillTimeModel:
         self.report = report
 
     @classmethod
-    def fit(cls, points: Sequence[PrefillPoint]) -> PrefillTimeModel:
+    def fit(cls, points: Sequence[PrefillPoint], *, physical: bool = False) -> PrefillTimeModel:
         """Least-squares fit over profile points.
+
+        Args:
+            points: profiled prefills.
+            physical: minimise the *relative* error with every coefficient >= 0, so the
+                model never decreases with more tokens and extrapolates sanely beyond the
+                profiled lengths (a noisy profile fitted freely can put a negative
+                ``new^2`` term that predicts 30 ms for a prompt twice the longest profiled,
+                where 250 ms were measured). Times must then be positive.
 
         Raises:
             ValueError: fewer than four points, a prefix longer than its input, or bad times.
@@ -122,7 +172,8 @@ class PrefillTimeModel:
             rows.append((1.0, n, n * p.prefix_len, n * n))
         x = np.array(rows, dtype=float).reshape(-1, 4)
         y = np.array([p.seconds for p in points], dtype=float)
-        coef, report = _fit(x, y, cls.FEATURES)
+        fit = _fit_constrained if physical else _fit
+        coef, report = fit(x, y, cls.FEATURES)
         return cls(coef.tolist(), report)
 
     def predict(self, input_len: int, prefix_len: int) -> float:

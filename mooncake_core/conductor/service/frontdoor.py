@@ -12,7 +12,7 @@ complete(req)
   prefill.Prefill(tokens, fetch keys, target blocks)
         worker: Store fetch -> incremental prefill -> layer-wise store + KV WRITEs
   yield first token                                               (TTFT)
-  on_prefill_done, on_decode_join
+  on_prefill_done, on_actual(TTFT + the worker's timings: calibration), on_decode_join
   decode.Admit(...) stream -> yield tokens                        (TBT)
   on_decode_done, on_actual, audit.update_actual
   every end (done, 429, error, cancel) -> audit.record_outcome
@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from mooncake_core.conductor.calibration import PrefillTimings
 from mooncake_core.conductor.decision import Decision, ScheduleRequest
 from mooncake_core.conductor.hashing import BlockHasher
 from mooncake_core.conductor.scheduler import Conductor
@@ -61,6 +62,7 @@ __all__ = [
     "ServingError",
     "outcome_of",
     "tbt_of",
+    "timings_of",
 ]
 
 log = logging.getLogger(__name__)
@@ -437,6 +439,8 @@ class FrontDoor:
                 c.on_prefill_done(rid, now, actual_transfer_s=rep.fetch_s if fetch else None)
             except KeyError:
                 raise ServingError(f"request dropped: {d.prefill} was removed") from None
+            # The calibration learns as soon as the TTFT is known, from the worker's parts.
+            c.on_actual(rid, ttft, timings=timings_of(rep))
             st = self.stats
             st.reused_tokens += rep.reused_tokens
             st.computed_tokens += rep.computed_tokens
@@ -513,7 +517,7 @@ class FrontDoor:
             tbt_final = tbt_of(times)
             with contextlib.suppress(KeyError):  # forgotten if its decode worker was removed
                 c.on_decode_done(rid, end)
-                c.on_actual(rid, ttft, tbt_final)
+                c.on_actual(rid, None, tbt_final)
             if self.audit is not None:
                 self.audit.update_actual(rid, ttft, tbt_final)
                 self.audit.record_outcome(rid, "completed")
@@ -651,6 +655,23 @@ def outcome_of(exc: BaseException) -> tuple[Outcome, str]:
         # after a one-token request): the request did not complete.
         return "failed", f"{type(exc).__name__}: {exc}"
     return "cancelled", type(exc).__name__  # KeyboardInterrupt, SystemExit
+
+
+def timings_of(rep: pb.PrefillReply) -> PrefillTimings | None:
+    """The measured parts of a prefill as the worker reported them (``None`` for a CPP
+    run: its parts are the pipeline's, not one instance's).
+
+    Compute includes the waits for the last KV writes to the decode instance and the
+    Store: the request's first token is only returned after them.
+    """
+    if rep.cpp:
+        return None
+    return PrefillTimings(
+        queue_s=rep.queue_s,
+        transfer_s=rep.fetch_s,
+        compute_s=rep.compute_s + rep.stream_wait_s + rep.store_wait_s,
+        reused_tokens=rep.reused_tokens,
+    )
 
 
 def _rpc_text(exc: grpc.RpcError) -> str:

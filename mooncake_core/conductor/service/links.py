@@ -76,6 +76,7 @@ class WorkerLink:
         self.events_applied = 0
         self.up = True  # answering (Health at start, then its Watch stream)
         self._task: asyncio.Task[None] | None = None
+        self._on_report_cb: Callable[[WorkerLink], None] | None = None
 
     async def hello(self, timeout: float) -> pb.HealthReply:
         """Ask ``Health`` once and remember the answer.
@@ -94,12 +95,15 @@ class WorkerLink:
         interval_s: float,
         retry_s: float = 1.0,
         on_change: Callable[[WorkerLink, bool], None] | None = None,
+        on_report: Callable[[WorkerLink], None] | None = None,
     ) -> None:
         """Start following the worker's ``Watch`` stream (events go to ``apply``).
 
         ``on_change(link, up)`` is called when the stream breaks (the worker is taken
-        as down) and when reports come again after that.
+        as down) and when reports come again after that; ``on_report(link)`` after each
+        report is stored in :attr:`report`.
         """
+        self._on_report_cb = on_report
         self._task = asyncio.create_task(
             self._follow(apply, interval_s, retry_s, on_change), name=f"watch-{self.name}"
         )
@@ -142,6 +146,11 @@ class WorkerLink:
             rep.computed_tokens,
             rep.reused_tokens,
         )
+        if self._on_report_cb is not None:
+            try:
+                self._on_report_cb(self)
+            except (ValueError, KeyError) as exc:  # a bad report must not end the stream
+                log.warning("worker %s report not applied: %s", self.name, exc)
         for ev in rep.events:
             try:
                 cls = BlockStored if ev.stored else BlockRemoved

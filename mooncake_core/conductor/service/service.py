@@ -115,7 +115,9 @@ def _profile_models(
         cluster.model, cluster.hashing, num_blocks=max(64, 4 * top // bs + 64), device=device
     )
     prof = profile_engine(eng, prefill_grid=grid, decode_grid=dgrid, repeats=1)
-    return prof.prefill_model, prof.decode_model
+    # Live prompts run past the profiled lengths: fit the shape physically (coefficients
+    # >= 0, relative error) so it extrapolates; the online calibration does the rest.
+    return PrefillTimeModel.fit(prof.prefill_points, physical=True), prof.decode_model
 
 
 class ConductorService:
@@ -173,7 +175,16 @@ class ConductorService:
                 self.links[w.name] = WorkerLink(w.name, role, addr, opts.secret)
         await asyncio.gather(*(self._hello(link) for link in self.links.values()))
         for link in self.links.values():
-            link.follow(self.conductor.apply, opts.report_interval_s, on_change=self._membership)
+            if link.role == "decode":
+                cap = self._kv_capacity(link)
+                if cap is not None:
+                    self.conductor.set_decode_kv(link.name, capacity_tokens=cap)
+            link.follow(
+                self.conductor.apply,
+                opts.report_interval_s,
+                on_change=self._membership,
+                on_report=self._decode_report if link.role == "decode" else None,
+            )
         if opts.store_events:
             from mooncake_core.conductor.service.store_events import follow_store
             from mooncake_core.conductor.store_feed import StoreFeed
@@ -235,11 +246,32 @@ class ConductorService:
                     c.remove_prefill(link.name)
             elif up:
                 batch = link.health.max_batch if link.health is not None else 8
-                c.add_decode(link.name, batch)
+                c.add_decode(link.name, batch, self._kv_capacity(link))
             else:
                 c.remove_decode(link.name)
         except (KeyError, ValueError) as exc:  # already in that state
             log.debug("membership %s %s: %s", link.name, up, exc)
+
+    def _block_size(self, link: WorkerLink) -> int:
+        h = link.health
+        return h.block_size if h is not None and h.block_size else self.cluster.hashing.block_size
+
+    def _kv_capacity(self, link: WorkerLink) -> int | None:
+        """A decode worker's KV pool in tokens, from its ``Health`` (``None``: unknown)."""
+        h = link.health
+        if h is None or not h.num_blocks:
+            return None
+        return h.num_blocks * self._block_size(link)
+
+    def _decode_report(self, link: WorkerLink) -> None:
+        """A decode worker's load report: its KV capacity and use into the Conductor."""
+        rep, c = link.report, self.conductor
+        if rep is None or c is None or not rep.num_blocks:
+            return
+        bs = self._block_size(link)
+        c.set_decode_kv(
+            link.name, capacity_tokens=rep.num_blocks * bs, used_tokens=rep.used_blocks * bs
+        )
 
     def _conductor_snapshot(self) -> ConductorSnapshot:
         if self.conductor is None:

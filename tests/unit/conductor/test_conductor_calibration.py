@@ -12,6 +12,7 @@ from mooncake_core.conductor.calibration import (
     Calibration,
     CalibrationOptions,
     PrefillTimings,
+    ShapeCurve,
     shrunk_factor,
 )
 
@@ -259,3 +260,48 @@ def test_noise_alone_gives_no_instance_factors() -> None:
     factors = [s.compute.factor for s in cal.snapshot().instances]
     assert [s.instance for s in cal.snapshot().instances] == names
     assert all(f == pytest.approx(1.0, abs=0.03) for f in factors), factors
+
+
+def test_shape_curve_by_octave() -> None:
+    s = ShapeCurve()
+    assert s.factor(0.3) == 1.0
+    s.update(0.3, 0.3, 0.6)
+    assert s.factor(0.3) == 1.0  # one sample: no standard error yet
+    for _ in range(20):
+        s.update(0.3, 0.3, 0.6)
+        s.update(0.4, 0.4, 0.8)
+    assert s.factor(0.26) == pytest.approx(2.0, rel=1e-3)  # [0.25, 0.5) octave
+    # Octaves never measured take the nearest measured one's factor.
+    assert s.factor(0.5) == s.factor(0.2) == s.factor(30.0) == s.factor(0.26)
+    for _ in range(20):
+        s.update(4.0, 4.0, 2.0)  # [4, 8): half the fit
+    assert s.factor(5.0) == pytest.approx(0.5, rel=1e-3)
+    assert s.factor(2.1) == pytest.approx(0.5, rel=1e-3)  # [2, 4) is nearer to [4, 8)
+    assert s.factor(1.0) == pytest.approx(2.0, rel=1e-3)  # [1, 2): a tie goes down
+    assert s.snapshot() == ((0.25, s.factor(0.3), 41), (4.0, s.factor(5.0), 20))
+
+
+def test_shape_curve_fixes_an_overextrapolated_profile() -> None:
+    # The profile's quadratic term is 2.5x too large, which only shows past its range:
+    # the affine fit cannot bend, the octave factors do.
+    cal = Calibration()
+    rng = random.Random(8)
+
+    def model(n: int) -> float:
+        return 0.2e-3 * n + 3.0e-7 * n * n
+
+    def truth(n: int) -> float:
+        return 0.2e-3 * n + 1.2e-7 * n * n
+
+    errs, affine = [], []
+    for i in range(600):
+        n = rng.choice((30, 60, 120, 250, 500, 900, 1500, 2500, 3800))
+        p0 = cal.get("p0")
+        y = truth(n)
+        if i >= 500 and p0 is not None:
+            errs.append(abs(p0.compute_s(model(n)) - y) / y)
+            affine.append(abs(p0.shared.compute.predict(model(n)) - y) / y)
+        cal.observe("p0", y, model(n), 0.0, False, PrefillTimings(0.0, 0.0, y), 0.0)
+    # Within an octave the ratio still varies (an octave spans 2x of the model's time).
+    assert max(errs) < 0.06 and sum(errs) / len(errs) < 0.03
+    assert max(affine) > 0.3

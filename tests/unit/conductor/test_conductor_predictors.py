@@ -120,3 +120,22 @@ def test_network_tier_read_rate_and_nic_loss() -> None:
     with pytest.raises(ValueError, match="positive"):
         net.set_bandwidth("p", "nic0", 0)
     assert net.bandwidth("p") == 1e9
+
+
+def test_physical_fit_is_nonnegative_relative_and_exact_when_it_can_be() -> None:
+    # Exact data from non-negative coefficients: recovered exactly.
+    truth = PrefillTimeModel((0.002, 1e-4, 0.0, 2e-8))
+    pts = [PrefillPoint(n, p, truth.predict(n, p)) for n in (40, 80, 160, 320) for p in (0, n // 2)]
+    fit = PrefillTimeModel.fit(pts, physical=True)
+    assert fit.coefficients == pytest.approx(truth.coefficients, rel=1e-6, abs=1e-15)
+    # Data a free fit bends down (a noisy long point): the physical fit keeps every
+    # coefficient >= 0, so predictions grow with the prompt far beyond the profile.
+    noisy = [*pts[:-1], PrefillPoint(320, 160, truth.predict(320, 160) * 0.6)]
+    free = PrefillTimeModel.fit(noisy)
+    phys = PrefillTimeModel.fit(noisy, physical=True)
+    assert min(free.coefficients) < 0
+    assert min(phys.coefficients) >= 0
+    preds = [phys.predict(n, 0) for n in (100, 1000, 4000)]
+    assert preds == sorted(preds) and preds[-1] > 10 * preds[0]
+    with pytest.raises(ValueError, match="positive"):
+        PrefillTimeModel.fit([*pts[:3], PrefillPoint(10, 0, 0.0)], physical=True)
