@@ -213,12 +213,19 @@ class EarlyRejectAdmission(AdmissionStrategy):
         if load >= ctx.load_threshold or kv_full:
             ends = ctx.decode_ends()
             wait = (ends[0] - ctx.now) if ends else ctx.decode_time_s
+            if load >= ctx.load_threshold:
+                why = f"load {load:.3f} >= limit {ctx.load_threshold:g}"
+            else:
+                why = (
+                    f"this prompt's {ctx.request_tokens} tokens would not fit: "
+                    f"{tokens} + {ctx.request_tokens} > {ctx.load_threshold:g} x {kv} KV tokens"
+                )
             return AdmissionResult(
                 False,
                 "decode_full",
                 ctx.retry(wait),
-                f"{active} requests decoding ({tokens} context tokens): load {load:.3f} >= limit "
-                f"{ctx.load_threshold:g} ({ctx.capacity()} slots, {ctx.kv_capacity()} KV tokens)",
+                f"{active} requests decoding ({tokens} context tokens): {why} "
+                f"({ctx.capacity()} slots, {ctx.kv_capacity()} KV tokens)",
             )
         return _slo_check(ctx) or ADMIT
 

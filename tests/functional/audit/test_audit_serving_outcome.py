@@ -32,7 +32,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 BLOCK = 16
 DECODE_BLOCKS = 40  # 640 tokens of decode KV
 MAX_SEQ = TINY_MODEL["max_seq_len"]  # 1024
-KV_FULL_TOKENS = DECODE_BLOCKS * BLOCK + 40  # more than the decode pool holds, < max_seq_len
+# The Conductor knows the decode pool (640 tokens) and admits this prompt; the worker's
+# Prepare also reserves the blocks of every token to generate (KV_FULL_MAX_TOKENS): more
+# than the pool holds, so the request is admitted, then rejected with 429 at Prepare.
+KV_FULL_TOKENS = DECODE_BLOCKS * BLOCK - 24
+KV_FULL_MAX_TOKENS = 64
 TOO_LONG_TOKENS = MAX_SEQ + 6  # does not fit the model
 
 
@@ -101,8 +105,8 @@ def test_every_way_a_request_ends_is_in_the_audit_file(cluster: Cluster) -> None
     assert r.status_code == 200, r.text
     done_id = r.json()["id"]
 
-    # admitted, then 429 at Prepare: the decode pool is too small for the prompt
-    r = _post(cluster, [65] * KV_FULL_TOKENS)
+    # admitted, then 429 at Prepare: the decode pool is too small for prompt + output
+    r = _post(cluster, [65] * KV_FULL_TOKENS, KV_FULL_MAX_TOKENS)
     assert r.status_code == 429, r.text
     assert r.json()["error"]["message"].startswith("decode_kv_full")
 
