@@ -353,20 +353,23 @@ class ShapeCurve:
     shape: a profile that ends at 512 tokens extrapolates its ``new^2`` term to 4000
     tokens (predicted 4.9 s where 2.5 s were measured). Each octave ``[2^k, 2^(k+1))``
     of ``x`` keeps the running statistics of ``log(measured / affine prediction)`` and
-    its factor is their shrunk mean (:func:`shrunk_factor`). An octave without two
-    samples yet takes the factor of the nearest one that has them (the misfit of a
-    smooth model changes smoothly; 1 when no octave has).
+    its factor is their shrunk mean (:func:`shrunk_factor`), with a standard error from
+    the larger of its own variance and the variance pooled over all octaves (so one
+    sample in an octave is used when it is far outside the noise seen elsewhere: long
+    prompts are rare, and a second one may be minutes away). An octave never measured
+    takes the factor of the nearest one measured (the misfit of a smooth model changes
+    smoothly; 1 when none is).
 
     Args:
         options: memory, clip and slope bound of each octave's statistics.
     """
 
-    __slots__ = ("_bins", "_opts", "_ready")
+    __slots__ = ("_bins", "_keys", "_opts")
 
     def __init__(self, options: CalibrationOptions | None = None) -> None:
         self._opts = options or CalibrationOptions()
         self._bins: dict[int, InstanceFactor] = {}
-        self._ready: list[int] = []  # octaves with two samples or more, ascending
+        self._keys: list[int] = []  # octaves measured, ascending
 
     def factor(self, x: float) -> float:
         """Multiplier for an affine prediction at ``x``."""
@@ -374,15 +377,15 @@ class ShapeCurve:
             return 1.0
         key = math.frexp(x)[1]
         b = self._bins.get(key)
-        if b is not None and b.samples >= 2:
+        if b is not None:
             return b.factor
-        ready = self._ready
-        if not ready:
+        keys = self._keys
+        if not keys:
             return 1.0
-        i = bisect.bisect_left(ready, key)
-        if i == len(ready) or (i > 0 and key - ready[i - 1] <= ready[i] - key):
+        i = bisect.bisect_left(keys, key)
+        if i == len(keys) or (i > 0 and key - keys[i - 1] <= keys[i] - key):
             i -= 1
-        return self._bins[ready[i]].factor
+        return self._bins[keys[i]].factor
 
     def update(self, x: float, fitted: float, measured: float) -> bool:
         """Learn from one measurement at ``x`` against the affine prediction ``fitted``."""
@@ -391,13 +394,20 @@ class ShapeCurve:
         key = math.frexp(x)[1]
         b = self._bins.get(key)
         if b is None:
-            b = self._bins[key] = InstanceFactor(self._opts)
+            b = InstanceFactor(self._opts)
         if not b.update(fitted, measured):
             return False
-        if b.samples >= 2:
-            b.factor = shrunk_factor(b.m, b.stderr)
-            if b.samples == 2:
-                bisect.insort(self._ready, key)
+        if key not in self._bins:
+            self._bins[key] = b
+            bisect.insort(self._keys, key)
+        # Pooled variance of the log ratio over the octaves that have one (1 before any:
+        # a single sample is then not trusted).
+        seen = [f for f in self._bins.values() if f.samples >= 2]
+        total = sum(f.w for f in seen)
+        pooled = sum(f.w * f.v for f in seen) / total if total > 0 else 1.0
+        for f in self._bins.values():
+            v = max(f.v, pooled) if f.samples >= 2 else pooled
+            f.factor = shrunk_factor(f.m, math.sqrt(v / f.w))
         return True
 
     def snapshot(self) -> tuple[tuple[float, float, int], ...]:

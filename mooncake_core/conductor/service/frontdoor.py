@@ -9,7 +9,8 @@ complete(req)
   rejected?  -> audit row committed -> raise Rejected(retry_after)   (HTTP 429)
   audit row committed            (a SIGKILL now cannot lose the decision of a dispatched request)
   decode.Prepare(len, max_tokens) reserve the prompt's and the decode's blocks
-  prefill.Prefill(tokens, fetch keys, target blocks)
+  prefill.Prefill(tokens, fetch keys, target blocks)   sent after the previous request's
+                                  (per instance: the worker runs them in the Conductor's order)
         worker: Store fetch -> incremental prefill -> layer-wise store + KV WRITEs
   yield first token                                               (TTFT)
   on_prefill_done, on_actual(TTFT + the worker's timings: calibration), on_decode_join
@@ -240,6 +241,11 @@ class FrontDoor:
         # Per prefill instance, in dispatch order: the worker runs them FIFO on its engine
         # thread, so the head is the one computing (on_prefill_start when it reaches it).
         self._fifo: dict[str, deque[str]] = {}
+        # Per prefill instance, the send of the last dispatched request's Prefill RPC:
+        # each request sends after the one dispatched before it, so the worker receives
+        # them in the Conductor's order (otherwise a long prompt's slower Prepare lets
+        # the short ones behind it overtake, and every queue prediction is off).
+        self._sends: dict[str, asyncio.Event] = {}
 
     async def _audit_committed(self) -> None:
         """Wait until everything queued to the audit so far is committed (bounded)."""
@@ -285,6 +291,12 @@ class FrontDoor:
         q.remove(rid)
         if head:
             self._start_next(instance, now)
+
+    def _sent(self, instance: str, mine: asyncio.Event) -> None:
+        """This request's Prefill is sent (or will never be): the next one may go."""
+        mine.set()
+        if self._sends.get(instance) is mine:
+            del self._sends[instance]
 
     def _cpp_peer(self, leader: str, length: int) -> str:
         """Address of the CPP stage-1 worker for a prompt of ``length``, or "" (no CPP)."""
@@ -385,6 +397,8 @@ class FrontDoor:
         q.append(rid)
         if len(q) == 1:
             self._start_next(d.prefill, time.time())
+        before = self._sends.get(d.prefill)
+        mine = self._sends[d.prefill] = asyncio.Event()
         reserved: pb.PrepareReply | None = None
         admitted = False
         finished = False
@@ -409,7 +423,10 @@ class FrontDoor:
                     block_nbytes=reserved.block_nbytes,
                     layer_nbytes=reserved.layer_nbytes,
                 )
-                rep = await pre.stub.Prefill(
+                if before is not None and not before.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(before.wait(), self.rpc_timeout_s)
+                prefill_call = pre.stub.Prefill(
                     pb.PrefillRequest(
                         request_id=rid,
                         tokens=tokens,
@@ -424,6 +441,8 @@ class FrontDoor:
                     timeout=self.rpc_timeout_s,
                     metadata=pre.metadata,
                 )
+                self._sent(d.prefill, mine)  # the call is started: the next may follow
+                rep = await prefill_call
             except grpc.RpcError as exc:
                 if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
                     # A KV pool is full: overload, like an admission rejection (the
@@ -523,6 +542,7 @@ class FrontDoor:
                 self.audit.record_outcome(rid, "completed")
             self.stats.completed += 1
         except BaseException as exc:
+            self._sent(d.prefill, mine)
             outcome, detail = outcome_of(exc)
             if self.audit is not None:
                 # Before the clean-up: it awaits, and a second cancellation there must not

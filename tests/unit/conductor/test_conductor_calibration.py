@@ -305,3 +305,22 @@ def test_shape_curve_fixes_an_overextrapolated_profile() -> None:
     # Within an octave the ratio still varies (an octave spans 2x of the model's time).
     assert max(errs) < 0.06 and sum(errs) / len(errs) < 0.03
     assert max(affine) > 0.3
+
+
+def test_shape_curve_trusts_one_sample_far_outside_the_pooled_noise() -> None:
+    # Long prompts are rare: one measured far off in a new octave is used when the other
+    # octaves show the noise is small, and the next octave up borrows it.
+    s = ShapeCurve()
+    rng = random.Random(9)
+    for _ in range(30):
+        for x in (0.1, 0.3, 0.6):
+            s.update(x, x, x * rng.uniform(0.95, 1.05))
+    s.update(9.0, 9.0, 6.3)  # [8, 16): 0.7 of the fit, once
+    assert s.factor(9.0) == pytest.approx(0.7, rel=0.02)
+    assert s.factor(40.0) == s.factor(9.0)  # [32, 64) never measured: nearest octave
+    noisy = ShapeCurve()
+    for _ in range(30):
+        for x in (0.1, 0.3, 0.6):
+            noisy.update(x, x, x * math.exp(rng.gauss(0.0, 0.5)))
+    noisy.update(9.0, 9.0, 6.3)  # the same sample among 50% noise: not acted on
+    assert noisy.factor(9.0) == 1.0
