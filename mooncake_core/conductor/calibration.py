@@ -442,7 +442,15 @@ class InstanceCalibration:
         options: knobs of the factors.
     """
 
-    __slots__ = ("_apply_transfer", "compute", "name", "overhead", "shared", "transfer")
+    __slots__ = (
+        "_apply_transfer",
+        "compute",
+        "name",
+        "overhead",
+        "overhead_factor",
+        "shared",
+        "transfer",
+    )
 
     def __init__(self, name: str, shared: _SharedFits, options: CalibrationOptions) -> None:
         self.name = name
@@ -450,7 +458,9 @@ class InstanceCalibration:
         self._apply_transfer = options.apply_transfer
         self.compute = InstanceFactor(options)
         self.transfer = InstanceFactor(options)
-        self.overhead = InstanceFactor(options)
+        self.overhead_factor = InstanceFactor(options)
+        self.overhead = shared.overhead.predict(0.0)
+        """Predicted TTFT outside the instance, seconds (refreshed after every sample)."""
 
     def compute_s(self, model_s: float) -> float:
         """Calibrated compute time for an uncalibrated prediction of ``model_s``."""
@@ -466,7 +476,7 @@ class InstanceCalibration:
 
     def overhead_s(self) -> float:
         """Predicted TTFT spent outside the instance (dispatch, RPCs, reply)."""
-        return self.shared.overhead.predict(0.0) * self.overhead.factor
+        return self.shared.overhead.predict(0.0) * self.overhead_factor.factor
 
     def observe(
         self,
@@ -497,8 +507,8 @@ class InstanceCalibration:
         if timings is None:
             # End to end only: the error is credited to the part outside the instance.
             y = max(self.overhead_s() + ttft_s - predicted_ttft_s, 0.0)
-            self.overhead.update(sh.overhead.predict(0.0), y)
-            sh.overhead.update(0.0, y / self.overhead.factor)
+            self.overhead_factor.update(sh.overhead.predict(0.0), y)
+            sh.overhead.update(0.0, y / self.overhead_factor.factor)
             return
         y = timings.compute_s
         x = model_compute_s
@@ -512,13 +522,16 @@ class InstanceCalibration:
             sh.transfer.update(model_transfer_s, y / self.transfer.factor)
         inside = timings.queue_s + timings.transfer_s + timings.compute_s
         y = max(ttft_s - inside, 0.0)
-        self.overhead.update(sh.overhead.predict(0.0), y)
-        sh.overhead.update(0.0, y / self.overhead.factor)
+        self.overhead_factor.update(sh.overhead.predict(0.0), y)
+        sh.overhead.update(0.0, y / self.overhead_factor.factor)
 
     def snapshot(self) -> InstanceCalibrationSnapshot:
         """The instance's three factors."""
         return InstanceCalibrationSnapshot(
-            self.name, self.compute.snapshot(), self.transfer.snapshot(), self.overhead.snapshot()
+            self.name,
+            self.compute.snapshot(),
+            self.transfer.snapshot(),
+            self.overhead_factor.snapshot(),
         )
 
 
@@ -560,13 +573,15 @@ class Calibration:
             ttft_s, model_compute_s, model_transfer_s, fetched, timings, predicted_ttft_s
         )
         insts = list(self._by_instance.values())
-        for part in ("compute", "transfer", "overhead"):
+        for part in ("compute", "transfer", "overhead_factor"):
             stats: list[InstanceFactor] = [getattr(c, part) for c in insts]
             seen = [f for f in stats if f.samples >= 2]
             total = sum(f.w for f in seen)
             mean = sum(f.w * f.m for f in seen) / total if total > 0 else 0.0
             for f in stats:
                 f.factor = shrunk_factor(f.m - mean, f.stderr) if f.samples >= 2 else 1.0
+        for c in insts:
+            c.overhead = c.overhead_s()
 
     def get(self, instance: str) -> InstanceCalibration | None:
         """The instance's calibrated predictor, ``None`` before any sample (predict uncalibrated)."""

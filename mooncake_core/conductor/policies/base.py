@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
-from mooncake_core.conductor.calibration import Calibration
+from mooncake_core.conductor.calibration import Calibration, InstanceCalibration
 from mooncake_core.conductor.decision import ScheduleRequest
 from mooncake_core.conductor.index import Holder, PrefixMatch
 from mooncake_core.conductor.network import NetworkModel
@@ -135,6 +135,7 @@ class PolicyContext:
 
     __slots__ = (
         "_best_holders",
+        "_calibrated",
         "_predicted",
         "_raw_transfer",
         "_sources",
@@ -179,6 +180,7 @@ class PolicyContext:
         self._best_holders: list[Holder] | None = None
         self._sources: dict[int, list[tuple[float, Holder]]] = {}
         self._predicted: dict[int, float] = {}
+        self._calibrated: dict[int, float] = {}
         self._raw_transfer: dict[str, float] = {}
 
     def local_blocks(self, instance: str) -> int:
@@ -195,6 +197,13 @@ class PolicyContext:
             self._predicted[blocks] = t
         return t
 
+    def _shared_compute(self, cal: InstanceCalibration, blocks: int) -> float:
+        # The shared part of the calibrated compute is the same for every instance.
+        t = self._calibrated.get(blocks)
+        if t is None:
+            t = self._calibrated[blocks] = cal.shared.compute_s(self.model_prefill_time(blocks))
+        return t
+
     def prefill_time(self, blocks: int) -> float:
         """Corrected ``T_prefill`` with ``blocks`` prefix blocks cached (before calibration)."""
         return self.model_prefill_time(blocks) * self.prefill_scale
@@ -207,7 +216,6 @@ class PolicyContext:
         """Serve from the instance's own prefix only."""
         name = state.name
         local = self.match.by_location.get(name, 0)
-        compute = self.model_prefill_time(local)
         cal = self.calibration.get(name) if self.calibration is not None else None
         if cal is None:
             return PrefillPlan(
@@ -217,7 +225,7 @@ class PolicyContext:
                 None,
                 state.queue_time(self.now) * self.prefill_scale,
                 0.0,
-                compute * self.prefill_scale,
+                self.model_prefill_time(local) * self.prefill_scale,
             )
         return PrefillPlan(
             name,
@@ -226,8 +234,8 @@ class PolicyContext:
             None,
             state.queue_time(self.now) * self.prefill_scale,
             0.0,
-            cal.compute_s(compute) * self.prefill_scale,
-            cal.overhead_s(),
+            self._shared_compute(cal, local) * cal.compute.factor * self.prefill_scale,
+            cal.overhead,
         )
 
     def _two_best_sources(self, nbytes: int) -> list[tuple[float, Holder]]:
@@ -274,13 +282,14 @@ class PolicyContext:
         sink_t = net.sink_time(name, nbytes, now)
         transfer = net.latency_s + (src_t if src_t > sink_t else sink_t)
         self._raw_transfer[name] = transfer
-        compute = self.model_prefill_time(best)
         overhead = 0.0
         cal = self.calibration.get(name) if self.calibration is not None else None
-        if cal is not None:
+        if cal is None:
+            compute = self.model_prefill_time(best)
+        else:
             transfer = cal.transfer_s(transfer)
-            compute = cal.compute_s(compute)
-            overhead = cal.overhead_s()
+            compute = self._shared_compute(cal, best) * cal.compute.factor
+            overhead = cal.overhead
         return PrefillPlan(
             name,
             local,
