@@ -413,6 +413,21 @@ def schedule_trace(cfg: ClusterConfig) -> object:
     return out
 
 
+def learned_prediction(cfg: ClusterConfig) -> object:
+    """The TTFT the Conductor predicts for a request after each of the ones before it
+    was measured 10x slower than predicted (what calibration learns from)."""
+    from mooncake_core.conductor.decision import ScheduleRequest
+    from mooncake_core.conductor.scheduler import Conductor
+
+    c = Conductor.from_cluster(cfg)
+    out = []
+    for i in range(6):
+        d = c.schedule(ScheduleRequest(f"r{i}", (100 + i,), 2000, 1), float(i))
+        out.append(round(d.predicted_ttft_s, 6))
+        c.on_actual(f"r{i}", 10 * d.predicted_ttft_s)
+    return out
+
+
 def resync_due(cfg: ClusterConfig) -> object:
     from mooncake_core.conductor.events import Tier
     from mooncake_core.conductor.scheduler import Conductor
@@ -836,6 +851,7 @@ PROBES: dict[str, Probe] = {
         base={**TWO_PREFILL, "conductor.ttft_slo_s": 1.0},
     ),
     "conductor.ttft_slo_s": Probe({"conductor.ttft_slo_s": 1.0}, schedule_trace, base=TWO_PREFILL),
+    "conductor.calibrate": Probe({"conductor.calibrate": False}, learned_prediction),
     "conductor.tbt_slo_s": Probe({"conductor.tbt_slo_s": 0.0206}, schedule_trace, base=TWO_PREFILL),
     "conductor.resync_interval_s": Probe({"conductor.resync_interval_s": 60.0}, resync_due),
     "conductor.cpp_threshold": Probe({"conductor.cpp_threshold": 0}, seen_by(plan, launched)),
