@@ -79,7 +79,17 @@ def test_serving_with_a_cluster_secret_and_profiled_predictors(tmp_path: Path) -
             cl.url + "/v1/completions", json={"prompt": "z" * 300, "max_tokens": 2}, timeout=60
         )
         assert r.status_code == 429, r.text
-        assert "decode_kv_full" in r.json()["error"]["message"] and r.headers["Retry-After"]
+        # Refused by admission now that the decode pool's capacity is registered live
+        # (its predicted decode load is over 1 for this prompt alone), or, when admission
+        # let it through, at Prepare by the decode worker.
+        msg = r.json()["error"]["message"]
+        assert msg.startswith(("decode_load_predicted:", "decode_kv_full")), msg
+        assert r.headers["Retry-After"]
         fd = httpx.get(cl.url + "/health").json()["front_door"]
-        assert fd["completed"] == 3 and fd["cpp"] == 1 and fd["kv_full"] == 1
+        assert fd["completed"] == 3 and fd["cpp"] == 1
+        # one refusal (kv_full also counts those that came at Prepare)
+        assert fd["rejected"] == 1 and fd["rejected_by_reason"] in (
+            {"decode_load_predicted": 1},
+            {"decode_kv_full": 1},
+        ), fd
         assert fd["reused_tokens"] >= 48 and fd["stored_blocks"] >= 3
