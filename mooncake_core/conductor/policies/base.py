@@ -218,15 +218,9 @@ class PolicyContext:
         local = self.match.by_location.get(name, 0)
         cal = self.calibration.get(name) if self.calibration is not None else None
         if cal is None:
-            return PrefillPlan(
-                name,
-                local,
-                local,
-                None,
-                state.queue_time(self.now) * self.prefill_scale,
-                0.0,
-                self.model_prefill_time(local) * self.prefill_scale,
-            )
+            compute, overhead = self.model_prefill_time(local), 0.0
+        else:
+            compute, overhead = self._shared_compute(cal, local) * cal.compute.factor, cal.overhead
         return PrefillPlan(
             name,
             local,
@@ -234,8 +228,8 @@ class PolicyContext:
             None,
             state.queue_time(self.now) * self.prefill_scale,
             0.0,
-            self._shared_compute(cal, local) * cal.compute.factor * self.prefill_scale,
-            cal.overhead,
+            compute * self.prefill_scale,
+            overhead,
         )
 
     def _two_best_sources(self, nbytes: int) -> list[tuple[float, Holder]]:
