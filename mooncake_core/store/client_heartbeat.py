@@ -98,16 +98,25 @@ class Heartbeat:
             self._mc.keep_alive(self._interval, on_forgotten=self._remount)
         )
 
-    async def _remount(self) -> None:
+    async def _remount(self) -> bool:
+        """Mount every segment again; False when one was refused (retried next beat).
+
+        Mounting a segment this client already holds is a no-op on the master, so a
+        retry after a partial success mounts only what is missing.
+        """
         if self._mc is None:  # keep_alive only runs after _start set it
-            return
-        self.remounts += 1
+            return True
+        ok = True
         for m in self.mounts:
             try:
                 await _mount(self._mc, m)
                 log.warning("master forgot client %s: remounted %s", self._mc.client_id, m.name)
             except StoreError as exc:
-                log.warning("remount of %s failed: %s", m.name, exc)
+                ok = False
+                log.warning("remount of %s failed (retried at the next beat): %s", m.name, exc)
+        if ok:
+            self.remounts += 1
+        return ok
 
     def stop(self, *, unmount: bool) -> None:
         """Stop heartbeating; unmount the segments first when ``unmount`` (best effort)."""

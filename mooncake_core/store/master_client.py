@@ -422,14 +422,22 @@ class MasterClient:
     async def keep_alive(
         self,
         interval_s: float = 1.0,
-        on_forgotten: Callable[[], Awaitable[None]] | None = None,
+        on_forgotten: Callable[[], Awaitable[bool | None]] | None = None,
     ) -> None:
         """Heartbeat every ``interval_s`` until cancelled (run it as a task).
 
         Args:
             interval_s: ``MasterConfig.heartbeat_interval_s``.
             on_forgotten: awaited when the master answers ``known=False`` (it expired
-                this client or restarted): remount the segments there.
+                this client or restarted): remount the segments there. When it returns
+                False (a mount was refused, e.g. the old segment is still in its
+                unmount grace), it is awaited again after each following beat until it
+                returns True or None: the first beat re-registers the client, so the
+                master would never say ``known=False`` again. It is also awaited after
+                the first good beat that follows a failed one: the lost reply may have
+                been the ``known=False`` (the master registered the client when the
+                beat arrived, after the client's deadline), so remounting must not
+                wait for a signal that already went by. Mounting is idempotent.
 
         Each beat has a deadline of ``2 x interval_s`` (at least 1 s): a paused or
         partitioned master cannot hold the loop for a whole RPC timeout. After a failed
@@ -439,12 +447,15 @@ class MasterClient:
         master restart does not end the loop.
         """
         deadline = max(2 * interval_s, 1.0)
+        pending = False  # a remount is owed: the last on_forgotten returned False
         while True:
             try:
-                if not await self.heartbeat(deadline) and on_forgotten is not None:
-                    await on_forgotten()
+                known = await self.heartbeat(deadline)
+                if (not known or pending) and on_forgotten is not None:
+                    pending = await on_forgotten() is False
             except StoreError as exc:
                 log.warning("heartbeat of %s failed: %s", self.client_id, exc)
+                pending = True  # the lost reply may have said known=False
                 if await self._follow_leader():
                     continue
             await asyncio.sleep(interval_s)

@@ -14,9 +14,10 @@ Every tool acts on real processes or real kernel objects; nothing is simulated:
 - ``partition(pair, link)``: cut one veth link of a ``tests.netns_util`` rig, and heal.
 - ``CutProxy(port)``: a loopback TCP forwarder to ``port``; ``cut()`` partitions
   whoever dials it from that port (silence, bytes held as by a dead link), ``heal()``
-  forwards again. For one process's link to one server (a master cut off from etcd
-  while its clients still reach it), where a network namespace would move the clients
-  too.
+  forwards again; ``cut(replies_only=True)`` holds only what the server sends back
+  (requests arrive and take effect, their replies are late: a lost reply). For one
+  process's link to one server (a master cut off from etcd while its clients still
+  reach it), where a network namespace would move the clients too.
 
 Root-only tools skip the test (``pytest.skip``) with the reason when they cannot work.
 """
@@ -223,6 +224,8 @@ class CutProxy:
         self._sel = selectors.DefaultSelector()
         self._sel.register(self._listener, selectors.EVENT_READ)
         self._peer: dict[socket.socket, socket.socket] = {}
+        self._upstream: set[socket.socket] = set()  # sockets to the target (replies)
+        self._replies_only = False
         self._cut = threading.Event()
         self._parked = threading.Event()  # the loop saw the cut: nothing moves now
         self._stop = threading.Event()
@@ -234,9 +237,14 @@ class CutProxy:
     def is_cut(self) -> bool:
         return self._cut.is_set()
 
-    def cut(self) -> None:
-        """Cut the link; once this returns, not one more byte is forwarded."""
+    def cut(self, *, replies_only: bool = False) -> None:
+        """Cut the link; once this returns, not one more byte is forwarded.
+
+        ``replies_only``: cut only the target-to-client direction; requests still
+        arrive (a reply lost after the server acted on the request).
+        """
         self._parked.clear()
+        self._replies_only = replies_only
         self._cut.set()
         if not self._parked.wait(5):
             raise AssertionError("the proxy did not stop forwarding within 5 s")
@@ -249,6 +257,7 @@ class CutProxy:
             if one is None:
                 continue
             self._peer.pop(one, None)
+            self._upstream.discard(one)
             with contextlib.suppress(KeyError, ValueError):
                 self._sel.unregister(one)
             one.close()
@@ -260,6 +269,7 @@ class CutProxy:
         except OSError:
             c.close()
             return
+        self._upstream.add(u)
         for one, other in ((c, u), (u, c)):
             one.settimeout(5)  # a send to a peer that stopped reading gives up
             self._peer[one] = other
@@ -267,15 +277,20 @@ class CutProxy:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            if self._cut.is_set():
+            one_way = self._replies_only
+            if self._cut.is_set() and not one_way:
                 self._parked.set()
                 time.sleep(0.02)
                 continue
+            held = 0
             for key, _ in self._sel.select(0.05):
-                if self._cut.is_set():
+                if self._cut.is_set() and not one_way:
                     break  # the rest waits in the kernel until heal()
                 s = key.fileobj
                 assert isinstance(s, socket.socket)
+                if self._cut.is_set() and s in self._upstream:
+                    held += 1  # a reply: it waits in the kernel until heal()
+                    continue
                 if s is self._listener:
                     self._accept()
                     continue
@@ -289,6 +304,10 @@ class CutProxy:
                     data = b""
                 if not data:
                     self._close(s)
+            if self._cut.is_set() and one_way:
+                self._parked.set()
+                if held:
+                    time.sleep(0.005)  # held replies stay readable: do not spin
 
     def close(self) -> None:
         self._stop.set()

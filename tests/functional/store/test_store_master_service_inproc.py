@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from mooncake_core.config.models import MasterConfig
+from mooncake_core.store.errors import StoreError
 from mooncake_core.store.master_client import MasterClient
 from mooncake_core.store.master_service import MasterService, ServiceOptions
 
@@ -66,5 +67,56 @@ async def test_keep_alive_remounts_when_the_master_forgot_the_client() -> None:
             beating.cancel()
             assert remounts == 1
             assert [s.name for s in (await c.get_snapshot()).segments] == ["node/dram"]
+    finally:
+        await svc.stop()
+
+
+async def test_keep_alive_retries_a_refused_remount_until_it_lands() -> None:
+    # The client comes back while another client holds its segment's name: the first
+    # remount is refused. The beat that carried the news re-registered the client, so
+    # the master never says "forgotten" again; the keep-alive itself must retry the
+    # remount, or the segment stays gone for good once the name is free.
+    cfg = MasterConfig(client_ttl_s=1.0, unmount_grace_s=0.2)
+    svc = MasterService(cfg, ServiceOptions(port=0, metrics_port=None, tick_interval_s=0.05))
+    await svc.start()
+    attempts: list[str] = []
+    addr = f"127.0.0.1:{svc.port}"
+    try:
+        async with (
+            MasterClient(addr, client_id="node") as c,
+            MasterClient(addr, client_id="squatter") as other,
+        ):
+            await c.mount_segment("node/dram", 4096)
+
+            async def remount() -> bool:
+                try:
+                    await c.mount_segment("node/dram", 4096)
+                except StoreError as exc:
+                    attempts.append(type(exc).__name__)
+                    return False
+                attempts.append("ok")
+                return True
+
+            await asyncio.sleep(1.4)  # silent past client_ttl_s: expired, segment gone
+            assert (await c.get_snapshot()).segments == ()
+            await other.mount_segment("node/dram", 1024)
+            beating = asyncio.create_task(c.keep_alive(0.1, remount))
+            try:
+                for _ in range(40):
+                    await asyncio.sleep(0.05)
+                    if len(attempts) >= 3:
+                        break
+                await other.unmount_segment("node/dram")  # the name is free after grace
+                for _ in range(100):
+                    await asyncio.sleep(0.05)
+                    if "ok" in attempts:
+                        break
+                await asyncio.sleep(0.5)  # once it landed, no more remounts
+            finally:
+                beating.cancel()
+            assert attempts[:3] == ["ConflictError"] * 3, attempts
+            assert attempts[-1] == "ok" and attempts.count("ok") == 1, attempts
+            snap = await c.get_snapshot()
+            assert [(s.name, s.client_id) for s in snap.segments] == [("node/dram", "node")]
     finally:
         await svc.stop()
