@@ -109,6 +109,10 @@ class Migration:
         keys: the block keys fetched (the part of the best prefix the target lacked).
         nbytes: bytes moved.
         predicted_s: predicted transfer time.
+        bandwidth_bps: the path bandwidth the prediction used (the slower end's;
+            0: not recorded).
+        bandwidth_source: where that end's bandwidth came from: ``configured``,
+            ``measured`` (from earlier transfers) or ``default`` (nothing known).
     """
 
     source: str
@@ -117,6 +121,8 @@ class Migration:
     keys: tuple[int, ...]
     nbytes: int
     predicted_s: float
+    bandwidth_bps: float = 0.0
+    bandwidth_source: str = ""
 
 
 class Candidate(NamedTuple):
@@ -338,6 +344,14 @@ class Decision:
             retry_after_s=adm.retry_after_s,
             migration_source=self.migration.source if self.migration else None,
             migration_blocks=len(self.migration.keys) if self.migration else 0,
+            migration_bandwidth_bps=(
+                self.migration.bandwidth_bps
+                if self.migration and self.migration.bandwidth_bps > 0
+                else None
+            ),
+            migration_bandwidth_source=(
+                self.migration.bandwidth_source or None if self.migration else None
+            ),
             model_ttft_s=self.model_ttft_s,
             predicted_overhead_s=self.predicted_overhead_s,
         )

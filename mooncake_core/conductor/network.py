@@ -14,6 +14,16 @@ A new transfer of ``b`` bytes from ``s`` to ``d`` is predicted to take::
 
 i.e. it waits behind what both ends already carry (the FIFO bound of a shared link) and
 never beats the source tier's read rate (SSD is slower than DRAM).
+
+Where a location's bandwidth comes from (``bandwidth_source``): ``configured`` when
+someone set its NICs (the simulator's link model, a topology), else ``measured`` once a
+finished transfer of at least ``min_measured_bytes`` touched it (``observe_transfer``:
+the live Conductor feeds it every fetch the prefill workers time), else ``default``.
+A measurement is a rate on a path that may have been shared, so the estimate is a
+decaying maximum: a faster sample raises it at once; toward slower samples it falls by
+half every ``measured_half_life_s`` (a NIC that really slowed is believed within a few
+half-lives; one transfer slowed by contention, which the backlog already prices, is not
+taken for the NIC's speed).
 """
 
 from __future__ import annotations
@@ -29,11 +39,14 @@ __all__ = ["LinkSnapshot", "NetworkModel", "NetworkSnapshot"]
 
 @dataclass(frozen=True, slots=True)
 class LinkSnapshot:
-    """One location's NIC view: bandwidth in bytes/s and backlog in bytes at ``now``."""
+    """One location's NIC view: bandwidth in bytes/s and backlog in bytes at ``now``;
+    ``source`` says where the bandwidth came from (``configured``, ``measured`` or
+    ``default``)."""
 
     location: str
     bandwidth_bps: float
     backlog_bytes: float
+    source: str = "configured"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +71,9 @@ class NetworkModel:
         default_bandwidth_bps: bandwidth of a location nobody measured yet (bytes/s).
         latency_s: fixed per-transfer setup cost.
         tier_read_bps: read rate of a source tier, where slower than the network.
+        min_measured_bytes: transfers smaller than this teach nothing (their time is
+            mostly fixed costs, not bandwidth).
+        measured_half_life_s: how fast a measured estimate follows slower samples.
 
     Raises:
         ValueError: a non-positive bandwidth or a negative latency.
@@ -68,6 +84,8 @@ class NetworkModel:
         default_bandwidth_bps: float = 12.5e9,
         latency_s: float = 0.0,
         tier_read_bps: Mapping[Tier, float] | None = None,
+        min_measured_bytes: float = 1 << 20,
+        measured_half_life_s: float = 60.0,
     ) -> None:
         self.default_bandwidth_bps = _positive(default_bandwidth_bps, "default_bandwidth_bps")
         if not math.isfinite(latency_s) or latency_s < 0:
@@ -76,8 +94,12 @@ class NetworkModel:
         self._tier_bw = {
             Tier(t): _positive(v, f"tier_read_bps[{t}]") for t, v in (tier_read_bps or {}).items()
         }
+        self.min_measured_bytes = float(min_measured_bytes)
+        self.measured_half_life_s = _positive(measured_half_life_s, "measured_half_life_s")
         self._nics: dict[str, dict[str, float]] = {}
+        # Configured (sum of NICs) or measured bandwidth, one dict for the hot lookups.
         self._bw: dict[str, float] = {}
+        self._measured: dict[str, tuple[float, float, int]] = {}  # loc -> (bps, at, samples)
         self._backlog: dict[str, tuple[float, float]] = {}
 
     def set_bandwidth(self, location: str, nic: str, bytes_per_s: float) -> None:
@@ -100,10 +122,59 @@ class NetworkModel:
             else:
                 del self._nics[location]
                 del self._bw[location]
+                m = self._measured.get(location)
+                if m is not None:
+                    self._bw[location] = m[0]
 
     def bandwidth(self, location: str) -> float:
         """Usable bandwidth of ``location`` in bytes/s."""
         return self._bw.get(location, self.default_bandwidth_bps)
+
+    def bandwidth_source(self, location: str) -> str:
+        """``configured``, ``measured`` or ``default``: where :meth:`bandwidth` comes from."""
+        if location in self._nics:
+            return "configured"
+        return "measured" if location in self._measured else "default"
+
+    def measured_samples(self, location: str) -> int:
+        """How many transfers taught ``location``'s measured bandwidth (0: none)."""
+        m = self._measured.get(location)
+        return m[2] if m is not None else 0
+
+    def observe_transfer(
+        self, source: str, target: str, nbytes: float, seconds: float, now: float
+    ) -> float | None:
+        """Learn from a finished transfer: its rate teaches both ends' bandwidth.
+
+        Only ends without configured NICs learn (a configured bandwidth is the truth
+        the operator or the simulator gave). Returns the sample's rate in bytes/s, or
+        ``None`` when it taught nothing (too small, same location, or a time that is
+        not a positive finite number).
+        """
+        if (
+            source == target
+            or not math.isfinite(nbytes)
+            or nbytes < self.min_measured_bytes
+            or not math.isfinite(seconds)
+            or seconds <= 0
+        ):
+            return None
+        # The fixed per-transfer cost is not bandwidth (kept when it would leave little).
+        busy = seconds - self.latency_s if seconds > 2 * self.latency_s else seconds
+        rate = nbytes / busy
+        for loc in (source, target):
+            if loc in self._nics:
+                continue
+            prev = self._measured.get(loc)
+            if prev is None:
+                est, n = rate, 1
+            else:
+                bps, at, n = prev
+                decayed = bps * 0.5 ** (max(now - at, 0.0) / self.measured_half_life_s)
+                est, n = (rate if rate > decayed else decayed), n + 1
+            self._measured[loc] = (est, now, n)
+            self._bw[loc] = est
+        return rate
 
     def backlog(self, location: str, now: float) -> float:
         """Bytes still queued on ``location``'s NICs at ``now``."""
@@ -196,5 +267,10 @@ class NetworkModel:
         locs = sorted(set(self._bw) | set(self._backlog))
         return NetworkSnapshot(
             now,
-            tuple(LinkSnapshot(loc, self.bandwidth(loc), self.backlog(loc, now)) for loc in locs),
+            tuple(
+                LinkSnapshot(
+                    loc, self.bandwidth(loc), self.backlog(loc, now), self.bandwidth_source(loc)
+                )
+                for loc in locs
+            ),
         )

@@ -424,13 +424,18 @@ class Conductor:
         if verdict.admitted and plan.source is not None:
             fetched = keys[plan.local_blocks : plan.used_blocks]
             nbytes = len(fetched) * self._bytes_per_block
+            net = self.network
+            src, dst = plan.source[0], plan.instance
+            slow = src if net.bandwidth(src) <= net.bandwidth(dst) else dst
             migration = Migration(
-                plan.source[0],
+                src,
                 plan.source[1],
-                plan.instance,
+                dst,
                 tuple(fetched),
                 nbytes,
                 plan.transfer_s,
+                net.bandwidth(slow),
+                net.bandwidth_source(slow),
             )
         state = self._prefill[choice.chosen]
         model_transfer = ctx.model_transfer_time(plan)
@@ -639,6 +644,12 @@ class Conductor:
             self.index.apply(BlockStored(t.plan.instance, Tier.HBM, d.block_keys))
         elif d.migration is not None:
             self.index.confirm(t.plan.instance, Tier.HBM, d.migration.keys)
+        if d.migration is not None and actual_transfer_s is not None:
+            # The measured fetch teaches the bandwidth of ends nobody configured.
+            mig = d.migration
+            self.network.observe_transfer(
+                mig.source, mig.target, mig.nbytes, actual_transfer_s, now
+            )
         if t.started_at is not None:
             self.policy.observe(
                 PrefillFeedback(

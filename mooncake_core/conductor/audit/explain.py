@@ -174,7 +174,8 @@ def explain(entry: AuditEntry) -> str:
     if d.migration_source and d.migration_blocks:
         out.append(
             f"Hotspot migration: {d.chosen_prefill or 'the prefill instance'} fetches "
-            f"{d.migration_blocks} blocks from {d.migration_source} and keeps a replica."
+            f"{d.migration_blocks} blocks from {d.migration_source} and keeps a replica"
+            f"{_priced(d.migration_bandwidth_bps, d.migration_bandwidth_source)}."
         )
     out.extend(_actuals(d.predicted_ttft_s, d.actual_ttft_s, "TTFT"))
     out.extend(_uncalibrated(d.predicted_ttft_s, d.model_ttft_s, d.actual_ttft_s))
@@ -196,6 +197,22 @@ def _outcome(outcome: str, detail: str | None) -> str:
     """The sentence on how the request ended (no sentence when nothing was recorded)."""
     text = _OUTCOME_TEXT.get(outcome, f"Its outcome was {outcome}")
     return f"{text}: {detail}." if detail else f"{text}."
+
+
+_BANDWIDTH_SOURCE = {
+    "measured": "measured on earlier fetches",
+    "configured": "configured",
+    "default": "the default: nothing measured yet",
+}
+
+
+def _priced(bps: float | None, source: str | None) -> str:
+    """The migration's price: ``, priced at 1.23 GB/s (measured ...)`` (empty if unknown)."""
+    if not bps:
+        return ""
+    rate = f"{bps / 1e9:.3g} GB/s" if bps >= 1e9 else f"{bps / 1e6:.3g} MB/s"
+    why = _BANDWIDTH_SOURCE.get(source or "", source or "")
+    return f", priced at {rate}" + (f" ({why})" if why else "")
 
 
 def _uncalibrated(pred: float | None, model: float | None, actual: float | None) -> list[str]:

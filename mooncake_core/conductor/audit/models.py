@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_REVISION = "0004"
+SCHEMA_REVISION = "0005"
 """Alembic revision these models correspond to (a test keeps it equal to the head)."""
 
 NAMING = {
@@ -76,6 +76,9 @@ class DecisionRow(Base):
     # time outside the prefill instance.
     model_ttft_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     predicted_overhead_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # Added by revision 0005: the bandwidth the migration was priced at, and its source.
+    migration_bandwidth_bps: Mapped[float | None] = mapped_column(Float, nullable=True)
+    migration_bandwidth_source: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
 
 class CandidateRow(Base):
@@ -139,6 +142,8 @@ DECISION_COLUMNS: tuple[str, ...] = (
     "outcome_detail",
     "model_ttft_s",
     "predicted_overhead_s",
+    "migration_bandwidth_bps",
+    "migration_bandwidth_source",
 )
 """Decision columns in :class:`.records.DecisionRecord` field order (``id`` excluded)."""
 

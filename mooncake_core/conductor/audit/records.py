@@ -71,6 +71,12 @@ class DecisionRecord:
             0004). Beside ``predicted_ttft_s`` it shows what the online calibration did.
         predicted_overhead_s: Part of ``predicted_ttft_s`` outside the prefill instance
             (dispatch, RPCs), learned by the calibration; ``None``: not recorded.
+        migration_bandwidth_bps: Bandwidth (bytes/s) the network model priced the
+            migration at: the slower end of the path; ``None``: no migration, or
+            written before revision 0005.
+        migration_bandwidth_source: Where that bandwidth came from: ``measured``
+            (earlier fetches on that end), ``configured`` or ``default`` (nothing
+            known about the end); ``None`` as above.
     """
 
     time: float
@@ -95,6 +101,8 @@ class DecisionRecord:
     outcome_detail: str | None = None
     model_ttft_s: float | None = None
     predicted_overhead_s: float | None = None
+    migration_bandwidth_bps: float | None = None
+    migration_bandwidth_source: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

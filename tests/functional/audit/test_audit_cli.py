@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from mooncake_cli.main import app
 from mooncake_core.conductor.audit import upgrade
+from mooncake_core.conductor.audit.models import SCHEMA_REVISION as HEAD
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -157,12 +158,12 @@ def test_audit_refuses_missing_and_old_databases(cli: CliRunner, tmp_path: Path)
     assert res.exit_code == 1 and "revision '0001'" in _err(res)
 
     out = _ok(cli, "db", "current", "--url", old)
-    assert "revision 0001, this version uses 0004: needs `mooncake db upgrade`" in out
+    assert f"revision 0001, this version uses {HEAD}: needs `mooncake db upgrade`" in out
     assert cli.invoke(app, ["db", "current", "--url", old, "--check"]).exit_code == 1
-    assert "upgraded from 0001 to revision 0004" in _ok(cli, "db", "upgrade", "--url", old)
-    assert "already at revision 0004" in _ok(cli, "db", "upgrade", "--url", old)
+    assert f"upgraded from 0001 to revision {HEAD}" in _ok(cli, "db", "upgrade", "--url", old)
+    assert f"already at revision {HEAD}" in _ok(cli, "db", "upgrade", "--url", old)
     st = json.loads(_ok(cli, "db", "current", "--url", old, "--json", "--check"))
-    assert (st["current"], st["up_to_date"]) == ("0004", True)
+    assert (st["current"], st["up_to_date"]) == (HEAD, True)
 
 
 def test_config_file_selects_the_database(cli: CliRunner, tmp_path: Path) -> None:

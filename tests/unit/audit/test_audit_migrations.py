@@ -27,19 +27,19 @@ def _url(tmp_path: Path, name: str = "audit.db") -> str:
 
 
 def test_models_revision_constant_is_the_migrations_head() -> None:
-    assert head_revision() == SCHEMA_REVISION == "0004"
+    assert head_revision() == SCHEMA_REVISION == "0005"
 
 
 def test_upgrade_empty_database_creates_schema(tmp_path: Path) -> None:
     url = _url(tmp_path, "sub/dir/audit.db")  # parent folders are created
     st = upgrade(url)
-    assert (st.current, st.expected, st.up_to_date) == ("0004", "0004", True)
+    assert (st.current, st.expected, st.up_to_date) == (SCHEMA_REVISION, SCHEMA_REVISION, True)
     con = sqlite3.connect(tmp_path / "sub/dir/audit.db")
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert tables == {"alembic_version", "decisions", "candidates"}
     assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     # Upgrading again is a no-op.
-    assert upgrade(url).current == "0004"
+    assert upgrade(url).current == SCHEMA_REVISION
 
 
 def test_models_match_migrations_autogenerate_reports_no_diff(tmp_path: Path) -> None:
@@ -68,6 +68,8 @@ def test_autogenerate_comparison_sees_a_difference_at_revision_0001(tmp_path: Pa
         "kv_capacity_tokens",
         "kv_reported_tokens",
         "kv_tokens",
+        "migration_bandwidth_bps",
+        "migration_bandwidth_source",
         "model_ttft_s",
         "outcome",
         "outcome_detail",
@@ -98,12 +100,14 @@ def test_upgrade_from_first_revision_keeps_rows(tmp_path: Path) -> None:
     con.close()
 
     # The writer and the reader refuse the old schema and say what to do.
-    with pytest.raises(SchemaError, match=r"revision '0001'.*needs '0004'.*mooncake db upgrade"):
+    with pytest.raises(
+        SchemaError, match=rf"revision '0001'.*needs '{SCHEMA_REVISION}'.*mooncake db upgrade"
+    ):
         AuditWriter.open(url)
     with pytest.raises(SchemaError, match="mooncake db upgrade"):
         AuditReader.open(url)
 
-    assert upgrade(url).current == "0004"
+    assert upgrade(url).current == SCHEMA_REVISION
     with AuditReader.open(url) as r:
         entry = r.get("old-1")
     assert entry is not None
@@ -153,7 +157,7 @@ def test_alembic_command_line_with_x_url(tmp_path: Path) -> None:
     alembic_main(["-c", str(repo / "alembic.ini"), "-x", f"url={url}", "upgrade", "0001"])
     alembic_main(["-c", str(repo / "alembic.ini"), "-x", f"url={url}", "upgrade", "head"])
     engine = make_engine(url)
-    assert schema_status(engine).current == "0004"
+    assert schema_status(engine).current == SCHEMA_REVISION
     engine.dispose()
 
 
@@ -179,7 +183,7 @@ def test_downgrade_and_upgrade_again_keep_every_row(tmp_path: Path) -> None:
     con.close()
     assert counts == [4, 12]
     assert "actual_ttft_s" not in cols
-    assert upgrade(url).current == "0004"
+    assert upgrade(url).current == SCHEMA_REVISION
     with AuditReader.open(url) as r:
         entry = r.get("req-a")
     assert entry is not None and len(entry.candidates) == 5

@@ -20,6 +20,7 @@ from mooncake_core.conductor.audit import (
     explain,
     upgrade,
 )
+from mooncake_core.conductor.audit.models import SCHEMA_REVISION
 
 T0 = 1_800_000_000.0
 REPO = Path(__file__).resolve().parents[3]
@@ -84,14 +85,14 @@ def test_upgrade_from_0002_keeps_rows_with_unknown_outcome_and_downgrade_drops_c
     con.commit()
     con.close()
 
-    assert upgrade(url).current == "0004"
+    assert upgrade(url).current == "0005"
     # Every column of the old rows is kept; nothing recorded how they ended: NULL (and
-    # NULL prediction inputs, revision 0004).
+    # NULL prediction inputs, revision 0004; NULL migration bandwidth, revision 0005).
     assert _sql(db, "SELECT * FROM decisions ORDER BY id") == [
         (3, T0, "old", 32, 2, "ab", 2, "cache_aware", "prefill-0", "decode-0", 0.25, 0.04, 1,
-         None, None, None, 0, 0.3, 0.05, None, None, None, None),
+         None, None, None, 0, 0.3, 0.05, None, None, None, None, None, None),
         (4, T0 + 1, "old-rej", 16, 1, None, 1, "cache_aware", "prefill-0", "decode-0", 0.25, 0.04,
-         0, "decode_full: no slot", 1.0, None, 0, None, None, None, None, None, None),
+         0, "decode_full: no slot", 1.0, None, 0, None, None, None, None, None, None, None, None),
     ]  # fmt: skip
     assert _sql(db, "SELECT count(*) FROM candidates") == [(1,)]
     assert ("ix_decisions_outcome",) in _sql(
@@ -122,7 +123,7 @@ def test_upgrade_from_0002_keeps_rows_with_unknown_outcome_and_downgrade_drops_c
     assert _sql(db, "SELECT count(*) FROM candidates") == [(1,)]
     assert _sql(db, "SELECT version_num FROM alembic_version") == [("0002",)]
     # And up again: the columns come back empty.
-    assert upgrade(url).current == "0004"
+    assert upgrade(url).current == SCHEMA_REVISION
     assert _sql(db, "SELECT id, outcome, outcome_detail FROM decisions ORDER BY id") == [
         (3, None, None),
         (4, None, None),

@@ -22,6 +22,7 @@ from mooncake_core.conductor.audit import (
     DecisionFilter,
     upgrade,
 )
+from mooncake_core.conductor.audit.models import SCHEMA_REVISION
 from mooncake_core.conductor.audit.records import CandidateRecord, DecisionRecord
 from mooncake_core.conductor.calibration import PrefillTimings
 from mooncake_core.config.models import ConductorConfig, HashingConfig
@@ -149,7 +150,7 @@ def test_upgrade_from_0003_keeps_rows_and_downgrade_drops_the_columns(tmp_path: 
     )
     con.commit()
     con.close()
-    assert upgrade(url).current == "0004"
+    assert upgrade(url).current == SCHEMA_REVISION
     with AuditReader.open(url) as r:
         entry = r.get("old")
         st = r.stats(60.0)

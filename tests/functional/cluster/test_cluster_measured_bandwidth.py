@@ -1,0 +1,117 @@
+"""Live transfer pricing: fetches the prefill workers time teach the Conductor's network
+model, and `mooncake audit explain` shows the bandwidth a migration was priced at.
+
+Through `mooncake.yaml` and `cluster up` (embedded cluster, tiny model, a second prefill
+worker added): a burst of requests behind one long shared prompt keeps the instance that
+holds it busy, so the other one fetches the prefix (a hotspot migration) instead of
+waiting (the first request runs alone, so one instance holds the prompt when the burst
+comes). Before any fetch the network model knows nothing (the 100 Gbps default); after
+the first timed fetch, later migrations are priced at the measured rate, and the audit
+says so.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster_support import _unique_ports, cli, kill_recorded, make_config, write_config
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
+
+REQUESTS = 24
+
+
+def write_bursts(path: Path, n: int, seed: int = 5) -> None:
+    """Three phases of ``n // 3`` requests, 6 s apart, each behind its own 48-block shared
+    prompt (768 tokens: 1.5 MiB of the tiny model's KV) + 0..2 own blocks. In each phase
+    one request runs alone (it puts the prompt on one instance; requests arriving
+    together before it is cached would each compute it), then the rest come together
+    2 s later: the holder's queue grows past the fetch time, so the other instance
+    fetches the prompt. The first phase's
+    fetch is the first measurement; the later phases' migrations are priced with it."""
+    rng = random.Random(seed)
+    next_id, lines = 1000, []
+    per = n // 3
+    for phase in range(3):
+        shared = list(range(100 * phase + 1, 100 * phase + 49))
+        t_ms = 6000.0 * phase
+        for i in range(per):
+            if i == 1:
+                t_ms += 2000.0
+            own = rng.randrange(3)
+            ids = [*shared, *range(next_id, next_id + own)]
+            next_id += own
+            lines.append(
+                json.dumps(
+                    {
+                        "timestamp": int(t_ms),
+                        "input_length": 512 * len(ids),
+                        "output_length": 8,
+                        "hash_ids": ids,
+                    }
+                )
+            )
+            t_ms += rng.uniform(0, 5)  # together: the holder's queue grows
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _show(c: str, request_id: str) -> dict[str, Any]:
+    r = cli("audit", "show", "-c", c, request_id, "--json")
+    assert r.returncode == 0, r.stderr
+    return dict(json.loads(r.stdout))
+
+
+def test_fetches_are_priced_at_the_measured_bandwidth(tmp_path: Path) -> None:
+    path, cfg = make_config(tmp_path, workers=True)
+    second = dict(cfg["prefill_workers"][0], name="prefill-1")
+    second["rpc_port"], second["data_port"], second["metrics_port"] = _unique_ports("127.0.0.1", 3)
+    cfg["prefill_workers"].append(second)
+    write_config(path, cfg)
+    trace = tmp_path / "trace.jsonl"
+    write_bursts(trace, REQUESTS)
+    c = str(path)
+    try:
+        up = cli("cluster", "up", "-c", c, "--detach", "--ready-timeout", "120", timeout=180)
+        assert up.returncode == 0, up.stderr[-3000:]
+        load = cli(
+            "loadgen", "-c", c, "--trace", str(trace), "--limit", str(REQUESTS),
+            "--max-output", "2", "--concurrency", "12", "--json", timeout=150,
+        )  # fmt: skip
+        assert load.returncode == 0, load.stderr[-3000:]
+        ex = cli("audit", "export", "-c", c, "--format", "jsonl")
+        assert ex.returncode == 0, ex.stderr
+        rows = sorted((json.loads(line) for line in ex.stdout.splitlines()), key=lambda r: r["id"])
+        migrated = [r for r in rows if r["migration_source"]]
+        assert migrated, "no request fetched the shared prompt: the burst did not contend"
+        first = migrated[0]
+        why_first = cli("audit", "explain", "-c", c, first["request_id"]).stdout
+        first_x = next(x for x in _show(c, first["request_id"])["candidates"] if x["chosen"])
+        # The later phases (other prompts, same 48-block size): every fetch they priced.
+        later = []
+        for r in rows[REQUESTS // 3 :]:
+            later += [
+                (x["transfer_time_s"], r) for x in _show(c, r["request_id"])["candidates"]
+                if x["role"] == "prefill" and x["transfer_blocks"] == first_x["transfer_blocks"]
+            ]  # fmt: skip
+    finally:
+        cli("cluster", "down", "-c", c, timeout=120)
+        kill_recorded(Path(cfg["state_dir"]))
+
+    # Before any fetch was timed, the prompt's fetch was priced at the 100 Gbps default.
+    assert first["migration_bandwidth_source"] == "default", first
+    assert first["migration_bandwidth_bps"] == pytest.approx(12.5e9)
+    assert "priced at 12.5 GB/s (the default: nothing measured yet)" in why_first, why_first
+    # After it, the same-size fetch is priced at the rate measured on loopback through the
+    # Store and the Transfer Engine, orders of magnitude slower than 100 Gbps.
+    assert later, "no later decision priced a fetch of the same size"
+    slowest = max(t for t, _ in later)
+    print(f"first fetch priced {first_x['transfer_time_s'] * 1e3:.2f} ms; later "
+          f"{min(t for t, _ in later) * 1e3:.1f}-{slowest * 1e3:.1f} ms ({len(later)} plans)")  # fmt: skip
+    assert min(t for t, _ in later) > 10 * first_x["transfer_time_s"], later
+    for _t, r in later:
+        if r["migration_source"]:  # a later migration says what it was priced at
+            assert r["migration_bandwidth_source"] == "measured", r
