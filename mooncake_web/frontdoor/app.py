@@ -115,7 +115,7 @@ def _chat_prompt(tokenizer: Any, messages: list[ChatMessage]) -> str:
 
 
 def _finish(fd: Any, chunks: list[CompletionChunk]) -> str:
-    return "stop" if chunks[-1].token == fd.tokenizer.eos else "length"
+    return "stop" if chunks[-1].token == fd.eos_token else "length"
 
 
 def _error(status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> Any:

@@ -5,20 +5,27 @@ The HTTP adapter (``mooncake_web/frontdoor``) only translates JSON/SSE to and fr
 
 ```
 complete(req)
-  tokens -> block keys -> Conductor.schedule -> audit.submit_source
-  rejected?  -> audit row committed -> raise Rejected(retry_after)   (HTTP 429)
-  audit row committed            (a SIGKILL now cannot lose the decision of a dispatched request)
-  decode.Prepare(len, max_tokens) reserve the prompt's and the decode's blocks
-  prefill.Prefill(tokens, fetch keys, target blocks)   sent after the previous request's
-                                  (per instance: the worker runs them in the Conductor's order)
-        worker: Store fetch -> incremental prefill -> layer-wise store + KV WRITEs
-  yield first token                                               (TTFT)
-  on_prefill_done, on_actual(TTFT + the worker's timings: calibration), on_decode_join
-  decode.Admit(...) stream -> yield tokens                        (TBT)
-  on_decode_done, on_actual, audit.update_actual
-  every end (done, 429, error, cancel) -> audit.record_outcome
+  prompt_tokens(req)                     text -> ids, checked against vocab and max_seq_len
+  _decide       block keys -> Conductor.schedule -> audit.submit_source
+                rejected?  -> audit row committed -> raise Rejected(retry_after)   (HTTP 429)
+  _run          audit row committed  (a SIGKILL now cannot lose a dispatched decision)
+    _prepare_decode   decode.Prepare(len, max_tokens): reserve prompt and decode blocks
+    _prefill          prefill.Prefill(prefill_request(...)) sent after the previous request's
+                      (per instance: the worker runs them in the Conductor's order)
+                      worker: Store fetch -> incremental prefill -> layer-wise store + KV WRITEs
+    _prefill_done     on_prefill_done, on_actual(TTFT + the worker's timings: calibration)
+    _join_decode      on_decode_join
+    _stream           yield first token (TTFT); decode.Admit(...) -> yield tokens   (TBT)
+                      (the first token ends it at max_tokens 1, or at the model's EOS)
+    _completed        on_decode_done, on_actual, audit.update_actual, "completed"
+    any other end     _ended (audit.record_outcome, counters) -> _cleanup (Cancel, forget)
   done, 429 or error: outcome committed before the answer ends
 ```
+
+The sans-IO parts of the steps are functions (``prompt_tokens``, ``fetch_keys``,
+``prefill_request``, ``first_is_last``, ``ChunkBuilder``), tested without workers. EOS is
+the model's (``model.eos_token``: a checkpoint's own id, 257 for the byte tokenizer), the
+one the workers stop at.
 
 "Committed" waits for the audit writer's next group commit (``AuditWriter.when_written``,
 about a millisecond), at most ``audit_wait_s``: a database that hangs slows requests by
@@ -34,7 +41,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -47,13 +54,14 @@ from mooncake_core.conductor.scheduler import Conductor
 from mooncake_core.conductor.service.links import WorkerLink
 from mooncake_core.rpc import worker_pb2 as pb
 from mooncake_core.worker.bpe_tokenizer import IncrementalDecoder, TextTokenizer
-from mooncake_core.worker.tokenizer import ByteTokenizer
+from mooncake_core.worker.tokenizer import VOCAB_SIZE, ByteTokenizer
 
 if TYPE_CHECKING:
     from mooncake_core.conductor.audit.records import Outcome
     from mooncake_core.conductor.audit.writer import AuditWriter
 
 __all__ = [
+    "ChunkBuilder",
     "CompletionChunk",
     "CompletionRequest",
     "CompletionStream",
@@ -61,7 +69,12 @@ __all__ = [
     "FrontDoorStats",
     "Rejected",
     "ServingError",
+    "fetch_keys",
+    "first_is_last",
     "outcome_of",
+    "prefill_request",
+    "prompt_tokens",
+    "sampling_of",
     "tbt_of",
     "timings_of",
 ]
@@ -200,6 +213,8 @@ class FrontDoor:
             prefill instance and the next one in config order); 0 disables CPP.
         cpp_chunk_tokens: CPP chunk size.
         tokenizer: the model's tokenizer (default the byte tokenizer).
+        eos_token: the model's end-of-sequence id, the one its workers stop at
+            (``model.eos_token``; default the tokenizer's).
         max_seq_len: prompt + max_tokens above this is refused (ValueError).
         audit_wait_s: longest wait for the audit row of a decision (or an outcome) to be
             committed before the request goes on.
@@ -215,12 +230,13 @@ class FrontDoor:
         store_kv: bool = True,
         rpc_timeout_s: float = 60.0,
         model_name: str = "mooncake-tiny",
-        vocab_size: int = 259,
+        vocab_size: int = VOCAB_SIZE,
         cpp_threshold: int = 0,
         cpp_chunk_tokens: int = 256,
         audit_wait_s: float = 2.0,
         tokenizer: TextTokenizer | None = None,
         max_seq_len: int | None = None,
+        eos_token: int | None = None,
     ) -> None:
         self.conductor = conductor
         self.links = links
@@ -234,6 +250,7 @@ class FrontDoor:
         self.cpp_chunk_tokens = cpp_chunk_tokens
         self.audit_wait_s = audit_wait_s
         self.tokenizer: TextTokenizer = tokenizer or ByteTokenizer()
+        self.eos_token = self.tokenizer.eos if eos_token is None else eos_token
         self.max_seq_len = max_seq_len
         self.stats = FrontDoorStats()
         self._ids = itertools.count(1)
@@ -338,21 +355,26 @@ class FrontDoor:
         """
         rid = request_id or self.new_request_id()
         arrival = time.time()
-        if req.token_ids is not None:
-            tokens = list(req.token_ids)
-        else:
-            tokens = self.tokenizer.encode(req.prompt or "")
-        vocab = self.vocab_size
-        if any(not 0 <= t < vocab for t in tokens):
-            raise ValueError(f"token ids must be in [0, {vocab})")
-        limit = self.max_seq_len
-        if limit is not None and len(tokens) + req.max_tokens > limit:
-            # Can never fit: refused now (400), not admitted to fail after decoding.
-            raise ValueError(
-                f"prompt ({len(tokens)} tokens) + max_tokens ({req.max_tokens}) exceeds"
-                f" the model's max_seq_len ({limit})"
-            )
+        tokens = prompt_tokens(req, self.tokenizer, self.vocab_size, self.max_seq_len)
         keys = tuple(self.hasher.block_keys(tokens))
+        d = await self._decide(rid, tokens, keys, req, arrival)
+        async for chunk in self._run(rid, d, tokens, keys, req, arrival):
+            yield chunk
+
+    async def _decide(
+        self,
+        rid: str,
+        tokens: list[int],
+        keys: tuple[int, ...],
+        req: CompletionRequest,
+        arrival: float,
+    ) -> Decision:
+        """Step 1: schedule the request; a rejection is audited, committed and raised.
+
+        Raises:
+            ServingError: no prefill or no decode worker is up.
+            Rejected: admission control refused it.
+        """
         self.stats.requests += 1
         for role in ("prefill", "decode"):
             if not any(lk.up for lk in self.links.values() if lk.role == role):
@@ -363,16 +385,14 @@ class FrontDoor:
         )
         if self.audit is not None:
             self.audit.submit_source(d)
-        if not d.admitted:
-            self.stats.rejected += 1
-            self.stats.by_reason[d.reason] = self.stats.by_reason.get(d.reason, 0) + 1
-            detail = d.admission.detail
-            if self.audit is not None:
-                self.audit.record_outcome(rid, "rejected", f"{d.reason}: {detail}")
-                await self._audit_committed()
-            raise Rejected(d.reason, detail, d.retry_after_s or 1.0)
-        async for chunk in self._run(rid, d, tokens, keys, req, arrival):
-            yield chunk
+        if d.admitted:
+            return d
+        self._count_rejected(d.reason)
+        detail = d.admission.detail
+        if self.audit is not None:
+            self.audit.record_outcome(rid, "rejected", f"{d.reason}: {detail}")
+            await self._audit_committed()
+        raise Rejected(d.reason, detail, d.retry_after_s or 1.0)
 
     async def _run(
         self,
@@ -383,181 +403,30 @@ class FrontDoor:
         req: CompletionRequest,
         arrival: float,
     ) -> AsyncIterator[CompletionChunk]:
-        c = self.conductor
-        assert d.prefill is not None and d.decode is not None
-        pre, dec = self._link(d.prefill), self._link(d.decode)
-        sampling = pb.Sampling(
-            max_tokens=req.max_tokens,
-            temperature=req.temperature,
-            seed=req.seed,
-            stop_at_eos=req.stop_at_eos,
-            top_p=req.top_p,
-        )
-        q = self._fifo.setdefault(d.prefill, deque())
-        q.append(rid)
-        if len(q) == 1:
-            self._start_next(d.prefill, time.time())
-        before = self._sends.get(d.prefill)
-        mine = self._sends[d.prefill] = asyncio.Event()
-        reserved: pb.PrepareReply | None = None
-        admitted = False
-        finished = False
+        """Steps 2 to 5 of an admitted request; every end is accounted for exactly once.
+
+        ```
+        audit committed -> _prepare_decode -> _prefill -> _prefill_done -> _join_decode
+          -> _stream (yields) -> _completed           any exception: _ended -> _cleanup
+        ```
+        """
+        f = _Flight(rid, d, tokens, keys, req, arrival, self._link(d.prefill), self._link(d.decode))
+        before, mine = self._queue_prefill(d.prefill, rid)
         try:
             await self._audit_committed()  # nothing is dispatched for a decision not on disk
-            try:
-                reserved = await dec.stub.Prepare(
-                    pb.PrepareRequest(
-                        request_id=rid, num_tokens=len(tokens), max_tokens=req.max_tokens
-                    ),
-                    timeout=self.rpc_timeout_s,
-                    metadata=dec.metadata,
-                )
-                fetch: tuple[int, ...] = ()
-                if d.prefix_blocks > d.local_blocks:
-                    fetch = keys[: d.prefix_blocks]
-                target = pb.DecodeTarget(
-                    instance=d.decode,
-                    segment=reserved.segment,
-                    seq_id=reserved.seq_id,
-                    blocks=list(reserved.blocks),
-                    block_nbytes=reserved.block_nbytes,
-                    layer_nbytes=reserved.layer_nbytes,
-                )
-                if before is not None and not before.is_set():
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(before.wait(), self.rpc_timeout_s)
-                prefill_call = pre.stub.Prefill(
-                    pb.PrefillRequest(
-                        request_id=rid,
-                        tokens=tokens,
-                        sampling=sampling,
-                        fetch_keys=list(fetch),
-                        fetch_source=d.migration.source if d.migration else "",
-                        target=target,
-                        store_kv=self.store_kv,
-                        cpp_peer=self._cpp_peer(d.prefill, len(tokens)),
-                        cpp_chunk_tokens=self.cpp_chunk_tokens,
-                    ),
-                    timeout=self.rpc_timeout_s,
-                    metadata=pre.metadata,
-                )
-                self._sent(d.prefill, mine)  # the call is started: the next may follow
-                rep = await prefill_call
-            except grpc.RpcError as exc:
-                if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
-                    # A KV pool is full: overload, like an admission rejection (the
-                    # Conductor counts batch slots, not KV blocks).
-                    where = "decode" if reserved is None else "prefill"
-                    self.stats.kv_full += 1
-                    raise Rejected(f"{where}_kv_full", _rpc_text(exc), 1.0) from None
-                raise ServingError(f"{_rpc_text(exc)}") from None
+            f.reserved = await self._prepare_decode(f)
+            rep = await self._prefill(f, before, mine)
             now = time.time()
-            ttft = now - arrival
-            self._leave_fifo(d.prefill, rid, now)
-            try:
-                c.on_prefill_done(rid, now, actual_transfer_s=rep.fetch_s if fetch else None)
-            except KeyError:
-                raise ServingError(f"request dropped: {d.prefill} was removed") from None
-            # The calibration learns as soon as the TTFT is known, from the worker's parts.
-            c.on_actual(rid, ttft, timings=timings_of(rep))
-            st = self.stats
-            st.reused_tokens += rep.reused_tokens
-            st.computed_tokens += rep.computed_tokens
-            st.fetched_blocks += rep.fetched_blocks
-            st.stored_blocks += rep.stored_blocks
-            times = [now]
-            text = IncrementalDecoder(self.tokenizer)  # never splits a UTF-8 character
-            first_done = req.max_tokens == 1 or (
-                req.stop_at_eos and rep.first_token == self.tokenizer.eos
-            )
-            try:
-                # The worker reserved the KV blocks at Prepare and the KV is in them now:
-                # the request decodes there (the Conductor's own estimate must not move it).
-                join = c.on_decode_join(rid, now, placed=True)
-            except KeyError:
-                raise ServingError(f"request dropped: {d.decode} was removed") from None
-            if not join.admitted:
-                raise ServingError(f"rejected at decode join: {join.reason}")
-            admitted = True
-            first = CompletionChunk(
-                rid,
-                rep.first_token,
-                text.push(rep.first_token) + (text.flush() if first_done else ""),
-                0,
-                first_done,
-                d.prefill,
-                d.decode,
-                ttft_s=ttft,
-                reused_tokens=rep.reused_tokens if first_done else None,
-                computed_tokens=rep.computed_tokens if first_done else None,
-            )
-            call: Any = dec.stub.Admit(
-                pb.AdmitRequest(
-                    request_id=rid,
-                    seq_id=reserved.seq_id,
-                    tokens=tokens,
-                    next_token=rep.first_token,
-                    sampling=sampling,
-                ),
-                metadata=dec.metadata,
-            )
-            reserved = None  # Admit owns the reservation now (it aborts on failure)
-            if first_done:
-                finished = True
-                yield first
-                async for _ in call:  # lets the worker retire the sequence
-                    pass
-            else:
-                yield first
-                try:
-                    async for ev in call:
-                        times.append(time.time())
-                        last = ev.finished
-                        tbt = tbt_of(times) if last else None
-                        finished = last
-                        yield CompletionChunk(
-                            rid,
-                            ev.token,
-                            text.push(ev.token) + (text.flush() if last else ""),
-                            ev.index,
-                            last,
-                            d.prefill,
-                            d.decode,
-                            tbt_s=tbt,
-                            reused_tokens=rep.reused_tokens if last else None,
-                            computed_tokens=rep.computed_tokens if last else None,
-                        )
-                except grpc.RpcError as exc:
-                    raise ServingError(f"decode stream: {_rpc_text(exc)}") from None
-            if not finished:
-                raise ServingError(f"decode {d.decode} ended the stream before the last token")
-            end = time.time()
-            admitted = False
-            tbt_final = tbt_of(times)
-            with contextlib.suppress(KeyError):  # forgotten if its decode worker was removed
-                c.on_decode_done(rid, end)
-                c.on_actual(rid, None, tbt_final)
-            if self.audit is not None:
-                self.audit.update_actual(rid, ttft, tbt_final)
-                self.audit.record_outcome(rid, "completed")
-            self.stats.completed += 1
+            ttft = self._prefill_done(f, rep, now)
+            self._join_decode(f, now)
+            async with contextlib.aclosing(self._stream(f, rep, now, ttft)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
+            self._completed(f, ttft)
         except BaseException as exc:
             self._sent(d.prefill, mine)
-            outcome, detail = outcome_of(exc)
-            if self.audit is not None:
-                # Before the clean-up: it awaits, and a second cancellation there must not
-                # lose the record. record_outcome only appends to a queue.
-                self.audit.record_outcome(rid, outcome, detail)
-            # The counters classify exactly as the audit does (outcome_of).
-            if isinstance(exc, Rejected):
-                self.stats.rejected += 1
-                self.stats.by_reason[exc.reason] = self.stats.by_reason.get(exc.reason, 0) + 1
-            elif outcome == "failed":
-                self.stats.failed += 1
-                log.warning("request %s failed: %s", rid, detail)
-            else:
-                self.stats.cancelled += 1
-            await self._cleanup(rid, d, dec, reserved, admitted)
+            self._ended(rid, exc)
+            await self._cleanup(f)
             if isinstance(exc, Exception):  # a 429 or 503 is answered after its outcome is
                 await self._audit_committed()
             raise
@@ -565,26 +434,366 @@ class FrontDoor:
         # outcome is committed.
         await self._audit_committed()
 
-    async def _cleanup(
-        self,
-        rid: str,
-        d: Decision,
-        dec: WorkerLink,
-        reserved: pb.PrepareReply | None,
-        admitted: bool,
-    ) -> None:
+    def _queue_prefill(self, instance: str, rid: str) -> tuple[asyncio.Event | None, asyncio.Event]:
+        """Join ``instance``'s FIFO; returns the previous request's send event and ours."""
+        q = self._fifo.setdefault(instance, deque())
+        q.append(rid)
+        if len(q) == 1:
+            self._start_next(instance, time.time())
+        before = self._sends.get(instance)
+        mine = self._sends[instance] = asyncio.Event()
+        return before, mine
+
+    async def _prepare_decode(self, f: _Flight) -> pb.PrepareReply:
+        """Step 2: reserve the prompt's and the decode's KV blocks on the decode instance.
+
+        Raises:
+            Rejected: ``decode_kv_full``.
+            ServingError: the RPC failed.
+        """
+        try:
+            reply: pb.PrepareReply = await f.dec.stub.Prepare(
+                pb.PrepareRequest(
+                    request_id=f.rid, num_tokens=len(f.tokens), max_tokens=f.req.max_tokens
+                ),
+                timeout=self.rpc_timeout_s,
+                metadata=f.dec.metadata,
+            )
+        except grpc.RpcError as exc:
+            raise self._rpc_failure(exc, "decode") from None
+        return reply
+
+    async def _prefill(
+        self, f: _Flight, before: asyncio.Event | None, mine: asyncio.Event
+    ) -> pb.PrefillReply:
+        """Step 3: the prefill RPC, sent after the previous request's on the instance.
+
+        Raises:
+            Rejected: ``prefill_kv_full``.
+            ServingError: the RPC failed.
+        """
+        assert f.reserved is not None
+        try:
+            if before is not None and not before.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(before.wait(), self.rpc_timeout_s)
+            call = f.pre.stub.Prefill(
+                prefill_request(
+                    f.d,
+                    f.keys,
+                    f.tokens,
+                    f.req,
+                    f.reserved,
+                    store_kv=self.store_kv,
+                    cpp_peer=self._cpp_peer(f.d.prefill, len(f.tokens)),
+                    cpp_chunk_tokens=self.cpp_chunk_tokens,
+                ),
+                timeout=self.rpc_timeout_s,
+                metadata=f.pre.metadata,
+            )
+            self._sent(f.d.prefill, mine)  # the call is started: the next may follow
+            reply: pb.PrefillReply = await call
+        except grpc.RpcError as exc:
+            raise self._rpc_failure(exc, "prefill") from None
+        return reply
+
+    def _rpc_failure(self, exc: grpc.RpcError, where: str) -> Rejected | ServingError:
+        """What a failed Prepare (``where`` "decode") or Prefill ("prefill") raises."""
+        if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            # A KV pool is full: overload, like an admission rejection (the Conductor
+            # counts batch slots, not KV blocks).
+            self.stats.kv_full += 1
+            return Rejected(f"{where}_kv_full", _rpc_text(exc), 1.0)
+        return ServingError(_rpc_text(exc))
+
+    def _prefill_done(self, f: _Flight, rep: pb.PrefillReply, now: float) -> float:
+        """Account the prefill (FIFO, Conductor, calibration, counters); returns the TTFT.
+
+        Raises:
+            ServingError: the Conductor forgot the request (its instance was removed).
+        """
+        ttft = now - f.arrival
+        self._leave_fifo(f.d.prefill, f.rid, now)
+        fetched = bool(fetch_keys(f.d, f.keys))
+        try:
+            self.conductor.on_prefill_done(
+                f.rid, now, actual_transfer_s=rep.fetch_s if fetched else None
+            )
+        except KeyError:
+            raise ServingError(f"request dropped: {f.d.prefill} was removed") from None
+        # The calibration learns as soon as the TTFT is known, from the worker's parts.
+        self.conductor.on_actual(f.rid, ttft, timings=timings_of(rep))
+        st = self.stats
+        st.reused_tokens += rep.reused_tokens
+        st.computed_tokens += rep.computed_tokens
+        st.fetched_blocks += rep.fetched_blocks
+        st.stored_blocks += rep.stored_blocks
+        return ttft
+
+    def _join_decode(self, f: _Flight, now: float) -> None:
+        """Step 4a: the request joins its decode instance's batch in the Conductor.
+
+        Raises:
+            ServingError: the Conductor forgot the request, or refused the join.
+        """
+        try:
+            # The worker reserved the KV blocks at Prepare and the KV is in them now:
+            # the request decodes there (the Conductor's own estimate must not move it).
+            join = self.conductor.on_decode_join(f.rid, now, placed=True)
+        except KeyError:
+            raise ServingError(f"request dropped: {f.d.decode} was removed") from None
+        if not join.admitted:
+            raise ServingError(f"rejected at decode join: {join.reason}")
+        f.admitted = True
+
+    async def _stream(
+        self, f: _Flight, rep: pb.PrefillReply, now: float, ttft: float
+    ) -> AsyncGenerator[CompletionChunk, None]:
+        """Step 4b: the first token, then the decode instance's tokens as they come.
+
+        Appends each token's arrival time to ``f.times``.
+
+        Raises:
+            ServingError: the decode stream failed or ended before the last token.
+        """
+        sampling = sampling_of(f.req)
+        chunks = ChunkBuilder(f.rid, f.d.prefill, f.d.decode, self.tokenizer, rep)
+        f.times.append(now)
+        first_done = first_is_last(f.req, rep.first_token, self.eos_token)
+        first = chunks.first(rep.first_token, ttft, first_done)
+        assert f.reserved is not None
+        call: Any = f.dec.stub.Admit(
+            pb.AdmitRequest(
+                request_id=f.rid,
+                seq_id=f.reserved.seq_id,
+                tokens=f.tokens,
+                next_token=rep.first_token,
+                sampling=sampling,
+            ),
+            metadata=f.dec.metadata,
+        )
+        f.reserved = None  # Admit owns the reservation now (it aborts on failure)
+        yield first
+        if first_done:
+            async for _ in call:  # lets the worker retire the sequence
+                pass
+            return
+        finished = False
+        try:
+            async for ev in call:
+                f.times.append(time.time())
+                finished = ev.finished
+                tbt = tbt_of(f.times) if finished else None
+                yield chunks.next(ev.token, ev.index, finished, tbt)
+        except grpc.RpcError as exc:
+            raise ServingError(f"decode stream: {_rpc_text(exc)}") from None
+        if not finished:
+            raise ServingError(f"decode {f.d.decode} ended the stream before the last token")
+
+    def _completed(self, f: _Flight, ttft: float) -> None:
+        """Step 5, success: the Conductor, the calibration, the audit and the counters."""
+        end = time.time()
+        f.admitted = False
+        tbt_final = tbt_of(f.times)
+        with contextlib.suppress(KeyError):  # forgotten if its decode worker was removed
+            self.conductor.on_decode_done(f.rid, end)
+            self.conductor.on_actual(f.rid, None, tbt_final)
+        if self.audit is not None:
+            self.audit.update_actual(f.rid, ttft, tbt_final)
+            self.audit.record_outcome(f.rid, "completed")
+        self.stats.completed += 1
+
+    def _ended(self, rid: str, exc: BaseException) -> None:
+        """Step 5, any other end: the audit outcome and the counters (see :func:`outcome_of`)."""
+        outcome, detail = outcome_of(exc)
+        if self.audit is not None:
+            # Before the clean-up: it awaits, and a second cancellation there must not
+            # lose the record. record_outcome only appends to a queue.
+            self.audit.record_outcome(rid, outcome, detail)
+        # The counters classify exactly as the audit does (outcome_of).
+        if isinstance(exc, Rejected):
+            self._count_rejected(exc.reason)
+        elif outcome == "failed":
+            self.stats.failed += 1
+            log.warning("request %s failed: %s", rid, detail)
+        else:
+            self.stats.cancelled += 1
+
+    def _count_rejected(self, reason: str) -> None:
+        self.stats.rejected += 1
+        self.stats.by_reason[reason] = self.stats.by_reason.get(reason, 0) + 1
+
+    async def _cleanup(self, f: _Flight) -> None:
+        """Free what a request that did not complete holds (FIFO, decode worker, Conductor)."""
         now = time.time()
-        assert d.prefill is not None
-        self._leave_fifo(d.prefill, rid, now)
+        self._leave_fifo(f.d.prefill, f.rid, now)
         with contextlib.suppress(grpc.RpcError):
-            await dec.stub.Cancel(
-                pb.CancelRequest(request_id=rid), timeout=5.0, metadata=dec.metadata
+            await f.dec.stub.Cancel(
+                pb.CancelRequest(request_id=f.rid), timeout=5.0, metadata=f.dec.metadata
             )
         with contextlib.suppress(KeyError):  # the Conductor forgot it (worker removed)
-            if admitted:
-                self.conductor.on_decode_done(rid, now)
+            if f.admitted:
+                self.conductor.on_decode_done(f.rid, now)
             else:
-                self.conductor.cancel(rid, now)
+                self.conductor.cancel(f.rid, now)
+
+
+@dataclass(slots=True)
+class _Flight:
+    """One admitted request as the steps of :meth:`FrontDoor._run` hand it on.
+
+    ``reserved`` (the decode reservation until Admit owns it) and ``admitted`` (in the
+    Conductor's decode batch) say what the clean-up must undo.
+    """
+
+    rid: str
+    d: Decision
+    tokens: list[int]
+    keys: tuple[int, ...]
+    req: CompletionRequest
+    arrival: float
+    pre: WorkerLink
+    dec: WorkerLink
+    reserved: pb.PrepareReply | None = None
+    admitted: bool = False
+    times: list[float] = field(default_factory=list)
+    """Arrival time of each generated token (for the TBT)."""
+
+
+def prompt_tokens(
+    req: CompletionRequest, tokenizer: TextTokenizer, vocab_size: int, max_seq_len: int | None
+) -> list[int]:
+    """The request's token ids (its text tokenized, BOS first), checked against the model.
+
+    Raises:
+        ValueError: a token id outside ``[0, vocab_size)``, or prompt + ``max_tokens``
+            longer than ``max_seq_len`` (it could never fit: refused now, not after
+            decoding).
+    """
+    if req.token_ids is not None:
+        tokens = list(req.token_ids)
+    else:
+        tokens = tokenizer.encode(req.prompt or "")
+    if any(not 0 <= t < vocab_size for t in tokens):
+        raise ValueError(f"token ids must be in [0, {vocab_size})")
+    if max_seq_len is not None and len(tokens) + req.max_tokens > max_seq_len:
+        raise ValueError(
+            f"prompt ({len(tokens)} tokens) + max_tokens ({req.max_tokens}) exceeds"
+            f" the model's max_seq_len ({max_seq_len})"
+        )
+    return tokens
+
+
+def fetch_keys(d: Decision, keys: tuple[int, ...]) -> tuple[int, ...]:
+    """The block keys the prefill instance fetches from the Store: the decision's reused
+    prefix when it is longer than what the instance holds itself, else none."""
+    return keys[: d.prefix_blocks] if d.prefix_blocks > d.local_blocks else ()
+
+
+def sampling_of(req: CompletionRequest) -> pb.Sampling:
+    """The request's sampling parameters as the workers take them."""
+    return pb.Sampling(
+        max_tokens=req.max_tokens,
+        temperature=req.temperature,
+        seed=req.seed,
+        stop_at_eos=req.stop_at_eos,
+        top_p=req.top_p,
+    )
+
+
+def prefill_request(
+    d: Decision,
+    keys: tuple[int, ...],
+    tokens: list[int],
+    req: CompletionRequest,
+    reserved: pb.PrepareReply,
+    *,
+    store_kv: bool,
+    cpp_peer: str,
+    cpp_chunk_tokens: int,
+) -> pb.PrefillRequest:
+    """The Prefill RPC of a decision: what to fetch, and where the KV goes (the decode
+    instance's blocks reserved at Prepare)."""
+    return pb.PrefillRequest(
+        request_id=d.request_id,
+        tokens=tokens,
+        sampling=sampling_of(req),
+        fetch_keys=list(fetch_keys(d, keys)),
+        fetch_source=d.migration.source if d.migration else "",
+        target=pb.DecodeTarget(
+            instance=d.decode,
+            segment=reserved.segment,
+            seq_id=reserved.seq_id,
+            blocks=list(reserved.blocks),
+            block_nbytes=reserved.block_nbytes,
+            layer_nbytes=reserved.layer_nbytes,
+        ),
+        store_kv=store_kv,
+        cpp_peer=cpp_peer,
+        cpp_chunk_tokens=cpp_chunk_tokens,
+    )
+
+
+def first_is_last(req: CompletionRequest, first_token: int, eos: int) -> bool:
+    """Whether prefill's token ends the request: one token asked, or EOS when it stops there."""
+    return req.max_tokens == 1 or (req.stop_at_eos and first_token == eos)
+
+
+class ChunkBuilder:
+    """The chunks of one request: text decoded incrementally (never splitting a UTF-8
+    character), the token counts of the prefill on the last chunk.
+
+    Args:
+        request_id: the request; prefill, decode: its instances.
+        tokenizer: decodes the tokens.
+        rep: the prefill's reply (its reused and computed tokens go on the last chunk).
+    """
+
+    def __init__(
+        self,
+        request_id: str,
+        prefill: str,
+        decode: str,
+        tokenizer: TextTokenizer,
+        rep: pb.PrefillReply,
+    ) -> None:
+        self.request_id = request_id
+        self.prefill = prefill
+        self.decode = decode
+        self.reused = rep.reused_tokens
+        self.computed = rep.computed_tokens
+        self._text = IncrementalDecoder(tokenizer)
+
+    def first(self, token: int, ttft: float, last: bool) -> CompletionChunk:
+        """The first chunk (prefill's token), with the TTFT."""
+        return self._chunk(token, 0, last, ttft_s=ttft)
+
+    def next(self, token: int, index: int, last: bool, tbt: float | None) -> CompletionChunk:
+        """A decoded token's chunk (the TBT on the last)."""
+        return self._chunk(token, index, last, tbt_s=tbt)
+
+    def _chunk(
+        self,
+        token: int,
+        index: int,
+        last: bool,
+        ttft_s: float | None = None,
+        tbt_s: float | None = None,
+    ) -> CompletionChunk:
+        text = self._text.push(token) + (self._text.flush() if last else "")
+        return CompletionChunk(
+            self.request_id,
+            token,
+            text,
+            index,
+            last,
+            self.prefill,
+            self.decode,
+            ttft_s=ttft_s,
+            tbt_s=tbt_s,
+            reused_tokens=self.reused if last else None,
+            computed_tokens=self.computed if last else None,
+        )
 
 
 _DONE = object()

@@ -225,6 +225,7 @@ class ConductorService:
             cpp_chunk_tokens=opts.cpp_chunk_tokens,
             tokenizer=tokenizer_for(cl.model),
             max_seq_len=cl.model.max_seq_len,
+            eos_token=cl.model.eos_token,
         )
         self.started_at = time.time()
         return self.front
