@@ -21,17 +21,16 @@ from mooncake_core.conductor import (
 )
 from mooncake_core.conductor.decision import Decision
 from mooncake_core.conductor.hashing import BlockHasher
-from mooncake_core.conductor.service.frontdoor import (
+from mooncake_core.conductor.service.completion import (
     ChunkBuilder,
     CompletionChunk,
     CompletionRequest,
-    FrontDoor,
-    Rejected,
     fetch_keys,
     first_is_last,
     prefill_request,
     prompt_tokens,
 )
+from mooncake_core.conductor.service.frontdoor import FrontDoor, Rejected
 from mooncake_core.conductor.service.links import WorkerLink
 from mooncake_core.config.models import ConductorConfig, HashingConfig
 from mooncake_core.rpc import worker_pb2 as pb
