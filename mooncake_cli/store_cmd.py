@@ -20,9 +20,9 @@ from .common import (
     fail,
     load,
     out,
-    setup_service_logging,
     write_stdout,
 )
+from .serve import serve
 
 if TYPE_CHECKING:
     from mooncake_core.config import ClusterConfig
@@ -185,9 +185,6 @@ def node(
     them (docs/durability.md). Settings not given come from the config's
     ``store_nodes`` entry called NAME, if any.
     """
-    import asyncio
-    import signal
-
     from mooncake_core.store.errors import StoreError
     from mooncake_core.store.node import StoreNode
 
@@ -206,34 +203,23 @@ def node(
         )
     except (OSError, ValueError) as exc:
         fail(str(exc))
-    setup_service_logging()
-    bind, nbytes, ssd_bytes = opts.metrics_host, opts.size, opts.ssd_size
 
-    async def run() -> None:
-        n = StoreNode(opts)
-        try:
-            await n.start()
-        except StoreError as exc:
-            await n.stop()
-            fail(f"{exc.code.name}: {exc.message}")
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        where = f" (health on {bind}:{n.metrics_port})" if n.metrics_port is not None else ""
-        ssd = f", SSD tier {opts.ssd_dir} ({_human(ssd_bytes)})" if opts.ssd_dir else ""
-        err.print(
-            f"mooncake store node: serving segment {name} ({_human(nbytes)}) at "
-            f"{n.client.transfer_address}{where}, master {opts.client.master}{ssd}",
-            highlight=False,
-            markup=False,
-            soft_wrap=True,
+    def ready(n: StoreNode) -> str:
+        port = n.metrics_port
+        where = f" (health on {opts.metrics_host}:{port})" if port is not None else ""
+        ssd = f", SSD tier {opts.ssd_dir} ({_human(opts.ssd_size)})" if opts.ssd_dir else ""
+        return (
+            f"mooncake store node: serving segment {name} ({_human(opts.size)}) at "
+            f"{n.client.transfer_address}{where}, master {opts.client.master}{ssd}"
         )
-        await stop.wait()
-        err.print("mooncake store node: shutting down", highlight=False, markup=False)
-        await n.stop()
 
-    asyncio.run(run())
+    serve(
+        lambda: StoreNode(opts),
+        ready=ready,
+        stopping="mooncake store node: shutting down",
+        start_errors=(StoreError,),  # its text is "CODE: message"
+        stop_on_start_error=True,
+    )
 
 
 def node_options(

@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from .common import ConfigOption, JsonOption, err, fail, load, setup_service_logging, write_stdout
+from .common import ConfigOption, JsonOption, err, fail, load, write_stdout
+from .serve import cluster_secret, serve
 
 app = typer.Typer(help="Run a prefill or decode worker (tiny torch model).", no_args_is_help=True)
 
@@ -24,51 +25,29 @@ SecretOption = Annotated[
 def _serve(
     role: str, name: str, config: Path | None, secret_file: Path | None, no_store: bool = False
 ) -> None:
-    import asyncio
-    import signal
-
-    from mooncake_core.store.auth import read_secret
     from mooncake_core.store.errors import StoreError
     from mooncake_core.worker.service import WorkerService, WorkerServiceOptions
     from mooncake_core.worker.service_store import store_bridge_factory
 
     cfg = load(config)
-    secret: bytes | None = None
-    path = secret_file or cfg.secret_file
-    if path is not None:
-        try:
-            secret = read_secret(path.expanduser())
-        except (OSError, ValueError) as exc:
-            fail(f"cannot read the cluster secret: {exc}")
+    secret = cluster_secret(cfg, secret_file)
     try:
         opts = WorkerServiceOptions.from_cluster(cfg, role, name, secret=secret)  # type: ignore[arg-type]
     except KeyError as exc:
         fail(str(exc.args[0]))
-    setup_service_logging()
 
-    async def run() -> None:
+    def make() -> WorkerService:
         factory = None
         if role == "prefill" and not no_store:
             factory = store_bridge_factory(cfg, opts.host, secret)
-        service = WorkerService(cfg, opts, store_factory=factory)
-        try:
-            await service.start()
-        except (RuntimeError, OSError, StoreError) as exc:
-            fail(str(exc))
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        err.print(
-            f"mooncake worker {role} {name}: serving on {opts.host}:{service.rpc_port}",
-            highlight=False,
-            markup=False,
-        )
-        await stop.wait()
-        err.print(f"mooncake worker {name}: shutting down", highlight=False, markup=False)
-        await service.stop()
+        return WorkerService(cfg, opts, store_factory=factory)
 
-    asyncio.run(run())
+    serve(
+        make,
+        ready=lambda s: f"mooncake worker {role} {name}: serving on {opts.host}:{s.rpc_port}",
+        stopping=f"mooncake worker {name}: shutting down",
+        start_errors=(RuntimeError, OSError, StoreError),
+    )
 
 
 @app.command("prefill")
