@@ -8,10 +8,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .common import ConfigOption, err, fail, load, setup_service_logging
+from .common import ConfigOption, err, fail, load
+from .serve import cluster_secret, serve
 
 if TYPE_CHECKING:
+    import asyncio
+
     from mooncake_core.config.models import ClusterConfig, MasterConfig
+    from mooncake_core.store.ha.election import HaController
     from mooncake_core.store.journal import JournalOptions
     from mooncake_core.store.master_service import MasterService, ServiceOptions
 
@@ -117,22 +121,10 @@ def master(
     ] = False,
 ) -> None:
     """Serve until SIGINT/SIGTERM; prints one 'serving on' line on stderr when ready."""
-    import asyncio
-    import signal
-
-    from mooncake_core.store.auth import read_secret
-
     cfg = load(config)
     if respawn:
         _keep(member_id or "master")
-    mcfg = cfg.master
-    secret: bytes | None = None
-    path = secret_file or cfg.secret_file
-    if path is not None:
-        try:
-            secret = read_secret(path.expanduser())
-        except (OSError, ValueError) as exc:
-            fail(f"cannot read the cluster secret: {exc}")
+    secret = cluster_secret(cfg, secret_file)
     try:
         settings = master_settings(
             cfg,
@@ -149,70 +141,100 @@ def master(
         )
     except ValueError as exc:
         fail(str(exc))
-    opts = settings.options
-    bind = opts.host
-    setup_service_logging()
+    serve(
+        lambda: MasterProcess(cfg.master, settings, member_id, ha_cluster),
+        ready=MasterProcess.ready_line,
+        stopping="mooncake master: shutting down",
+        start_errors=(),
+        ended=lambda m: m.deposed,
+        ended_line="mooncake master: lost leadership; exiting",
+    )
 
-    exit_code = 0
 
-    async def run() -> None:
-        nonlocal exit_code
-        service, note = _make_service(mcfg, settings)
+class MasterProcess:
+    """The master service and, under ``--ha``, its leader election: one component for
+    :func:`mooncake_cli.serve.serve` (it ends by itself when deposed).
+
+    Args:
+        mcfg: the config's master section.
+        settings: what the command runs with (:func:`master_settings`).
+        member_id: this master's name under HA (default host-pid).
+        ha_cluster: the cluster name in etcd.
+    """
+
+    def __init__(
+        self,
+        mcfg: MasterConfig,
+        settings: MasterSettings,
+        member_id: str | None,
+        ha_cluster: str,
+    ) -> None:
+        self.settings = settings
+        self.service, self.note = _make_service(mcfg, settings)
+        self.controller: HaController | None = None
+        self._member_id = member_id
+        self._ha_cluster = ha_cluster
+
+    async def start(self) -> None:
+        """Start the service, then (under HA) join the election.
+
+        Raises:
+            StartFailed: the service could not start, or etcd is unreachable.
+        """
+        from mooncake_core.lifecycle import StartFailed
+
+        service, settings = self.service, self.settings
         try:
             await service.start()
         except RuntimeError as exc:
-            fail(str(exc))
-        controller = None
-        if ha is not None:
-            import os
-            import socket
+            raise StartFailed(str(exc)) from None
+        if settings.ha is None:
+            return
+        import os
+        import socket
 
-            from mooncake_core.store.ha.election import HaController, HaOptions, parse_ha_url
+        from mooncake_core.store.ha.election import HaController, HaOptions, parse_ha_url
 
-            hopts = HaOptions(
-                endpoint=parse_ha_url(ha),
-                member_id=member_id or f"{socket.gethostname()}-{os.getpid()}",
-                cluster=ha_cluster,
-                lease_ttl_s=settings.lease_ttl_s,
-                # under HA the records live in etcd's log; compacted like the journal
-                snapshot_every=settings.journal.snapshot_every,
-            )
-            controller = HaController(
-                service, hopts, f"{bind}:{service.port}", f"{bind}:{service.metrics_port}"
-            )
-            try:
-                await controller.start()
-            except Exception as exc:
-                await service.stop()
-                fail(f"cannot reach etcd at {hopts.endpoint}: {exc}")
-            note = f"ha member {hopts.member_id} via {hopts.endpoint}"
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        auth = "on" if secret is not None else "off (no cluster secret)"
-        err.print(
+        bind = settings.options.host
+        hopts = HaOptions(
+            endpoint=parse_ha_url(settings.ha),
+            member_id=self._member_id or f"{socket.gethostname()}-{os.getpid()}",
+            cluster=self._ha_cluster,
+            lease_ttl_s=settings.lease_ttl_s,
+            # under HA the records live in etcd's log; compacted like the journal
+            snapshot_every=settings.journal.snapshot_every,
+        )
+        controller = HaController(
+            service, hopts, f"{bind}:{service.port}", f"{bind}:{service.metrics_port}"
+        )
+        try:
+            await controller.start()
+        except Exception as exc:
+            await service.stop()
+            raise StartFailed(f"cannot reach etcd at {hopts.endpoint}: {exc}") from None
+        self.controller = controller
+        self.note = f"ha member {hopts.member_id} via {hopts.endpoint}"
+
+    async def stop(self) -> None:
+        """Leave the election (under HA), then stop the service."""
+        if self.controller is not None:
+            await self.controller.stop()
+        await self.service.stop()
+
+    @property
+    def deposed(self) -> asyncio.Event | None:
+        """Set when this master lost its leadership (None: not under HA)."""
+        return None if self.controller is None else self.controller.deposed
+
+    def ready_line(self) -> str:
+        """The 'serving on' line (tests and ``cluster up`` parse it)."""
+        bind, service = self.settings.options.host, self.service
+        auth = "on" if self.settings.options.secret is not None else "off (no cluster secret)"
+        return (
             f"mooncake master: serving on {bind}:{service.port} "
             f"(metrics on {bind}:{service.metrics_port}, fast control on "
-            f"{service.fast_port or 'none'}, auth {auth}; {note})",
-            highlight=False,
-            markup=False,
+            f"{service.fast_port or 'none'}, auth {auth}; {self.note})"
         )
-        waits = [asyncio.create_task(stop.wait())]
-        if controller is not None:
-            waits.append(asyncio.create_task(controller.deposed.wait()))
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        if controller is not None and controller.deposed.is_set():
-            err.print("mooncake master: lost leadership; exiting", highlight=False, markup=False)
-            exit_code = 3
-        err.print("mooncake master: shutting down", highlight=False, markup=False)
-        if controller is not None:
-            await controller.stop()
-        await service.stop()
-
-    asyncio.run(run())
-    if exit_code:
-        raise typer.Exit(exit_code)
 
 
 def _keep(name: str) -> None:
