@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .common import ConfigOption, err, fail, load, setup_service_logging
+from .common import ConfigOption, fail, load
+from .serve import cluster_secret, run_service, say
 
 if TYPE_CHECKING:
     from mooncake_core.conductor.service import ConductorServiceOptions
@@ -81,9 +82,7 @@ def serve(
     ] = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM; ready when GET /health answers 200."""
-    import asyncio
-
-    from mooncake_core.store.auth import read_secret
+    from mooncake_core.lifecycle import StartFailed
     from mooncake_web.frontdoor import serve as run_front
 
     if (prefill_model is None) != (decode_model is None):
@@ -96,13 +95,7 @@ def serve(
     for what, model in zip(("prefill", "decode"), models, strict=True):
         if model is not None and not model.expanduser().is_file():
             fail(f"{what} predictor file {model} not found")
-    secret: bytes | None = None
-    path = secret_file or cfg.secret_file
-    if path is not None:
-        try:
-            secret = read_secret(path.expanduser())
-        except (OSError, ValueError) as exc:
-            fail(f"cannot read the cluster secret: {exc}")
+    secret = cluster_secret(cfg, secret_file)
     try:
         host, port, opts = conductor_settings(
             cfg,
@@ -117,21 +110,21 @@ def serve(
         )
     except ValueError as exc:
         fail(str(exc))
-    setup_service_logging()
+    ready = (
+        f"mooncake conductor: serving on http://{host}:{port} "
+        f"(policy {cc.policy}, admission {cc.admission})"
+    )
 
-    def ready() -> None:
-        err.print(
-            f"mooncake conductor: serving on http://{host}:{port} "
-            f"(policy {cfg.conductor.policy}, admission {cfg.conductor.admission})",
-            highlight=False,
-            markup=False,
-        )
+    async def main() -> bool:
+        # The front door's HTTP server (uvicorn) has its own signal handling.
+        try:
+            await run_front(cfg, opts, host=host, port=port, on_ready=lambda: say(ready))
+        except RuntimeError as exc:
+            raise StartFailed(str(exc)) from exc
+        return False
 
-    try:
-        asyncio.run(run_front(cfg, opts, host=host, port=port, on_ready=ready))
-    except RuntimeError as exc:
-        fail(str(exc))
-    err.print("mooncake conductor: stopped", highlight=False, markup=False)
+    run_service(main)
+    say("mooncake conductor: stopped")
 
 
 def conductor_settings(
