@@ -343,7 +343,15 @@ class FrontDoor:
           -> _stream (yields) -> _completed           any exception: _ended -> _cleanup
         ```
         """
-        f = _Flight(rid, d, tokens, keys, req, arrival, self._link(d.prefill), self._link(d.decode))
+        try:
+            pre, dec = self._link(d.prefill), self._link(d.decode)
+        except ServingError as exc:  # a worker the Conductor still lists lost its link
+            self._ended(rid, exc)
+            with contextlib.suppress(KeyError):
+                self.conductor.cancel(rid, time.time())
+            await self._audit_committed()
+            raise
+        f = _Flight(rid, d, tokens, keys, req, arrival, pre, dec)
         before, mine = self._queue_prefill(d.prefill, rid)
         try:
             await self._audit_committed()  # nothing is dispatched for a decision not on disk

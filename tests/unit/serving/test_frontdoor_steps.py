@@ -30,7 +30,7 @@ from mooncake_core.conductor.service.completion import (
     prefill_request,
     prompt_tokens,
 )
-from mooncake_core.conductor.service.frontdoor import FrontDoor, Rejected
+from mooncake_core.conductor.service.frontdoor import FrontDoor, Rejected, ServingError
 from mooncake_core.conductor.service.links import WorkerLink
 from mooncake_core.config.models import ConductorConfig, HashingConfig
 from mooncake_core.rpc import worker_pb2 as pb
@@ -224,3 +224,44 @@ def test_a_full_decode_pool_is_a_429_and_the_conductor_forgets_the_request() -> 
     assert (snap.prefill[0].queued, snap.prefill[0].running) == (0, 0)
     assert (snap.decode[0].batch, snap.decode[0].reserved) == (0, 0)
     assert not fd._fifo["p0"]
+
+
+def test_a_decision_naming_an_unlinked_worker_fails_and_is_forgotten() -> None:
+    # The Conductor knows d0 and d1 but the front door has a connection to d1 only (a
+    # worker whose link went away) and the decision names d0: the request fails, is
+    # counted, and the Conductor and the prefill FIFO forget it instead of holding its
+    # reservation for good.
+    worker = _FakeWorker(1, [2])
+
+    async def go() -> tuple[FrontDoor, Exception | None]:
+        c = Conductor(
+            ConductorConfig(policy="round_robin", admission="none"),
+            ["p0"],
+            {"d0": 4, "d1": 4},
+            hashing=HashingConfig(block_size=4),
+            prefill_model=PrefillTimeModel((0.0, 0.001, 0.0, 0.0)),
+            decode_model=DecodeStepModel((0.01, 0.01, 0.0)),
+        )
+        links = {}
+        for name, role in (("p0", "prefill"), ("d1", "decode")):
+            link = WorkerLink(name, role, "127.0.0.1:9", None)  # never dialled
+            link.stub = worker  # type: ignore[assignment]
+            links[name] = link
+        fd = FrontDoor(c, links, BlockHasher(HashingConfig(block_size=4)))
+        try:
+            [x async for x in fd.complete(CompletionRequest(prompt="ab", max_tokens=2), "r1")]
+        except Exception as exc:
+            return fd, exc
+        finally:
+            for link in links.values():
+                await link.channel.close(None)
+        return fd, None
+
+    fd, err = asyncio.run(go())
+    assert isinstance(err, ServingError) and "no connection to worker 'd0'" in str(err), err
+    assert worker.calls == []
+    assert (fd.stats.requests, fd.stats.failed) == (1, 1)
+    snap = fd.conductor.snapshot(0.0)
+    assert snap.in_flight == 0
+    assert (snap.prefill[0].queued, snap.decode[0].reserved) == (0, 0)
+    assert not fd._fifo.get("p0")
