@@ -6,7 +6,7 @@ against the same table of values). A unit word means one thing everywhere:
 
 ======================  ==================================================================
 size                    binary: ``B KiB MiB GiB TiB PiB EiB`` (1 KiB = 1024 B), one
-                        decimal above bytes: ``512 B``, ``16.0 MiB``
+                        decimal under 100 of the unit: ``512 B``, ``16.0 MiB``, ``512 MiB``
 byte rate               decimal, like NIC speeds (1 KB/s = 1000 B/s), three significant
                         digits in the unit the value needs: ``980 KB/s``, ``4.70 MB/s``,
                         ``12.3 GB/s``; :func:`si` is the bare number (``4.70M``) for a
@@ -59,10 +59,12 @@ def _join(number: str, unit: str, compact: bool) -> str:
 
 
 def size(n: float | None, *, compact: bool = False, missing: str = "-") -> str:
-    """A size in binary units: ``512 B``, ``1.0 KiB``, ``16.0 MiB`` (``16.0MiB`` compact).
+    """A size in binary units: ``512 B``, ``1.0 KiB``, ``16.0 MiB``, ``512 MiB``
+    (``16.0MiB`` compact): one decimal under 100, none from 100 (three or four
+    significant digits, at most 7 characters compact up to 1023 EiB).
 
     The unit is the largest whose rounded value stays under 1024, so 1048575 B is
-    ``1.0 MiB``, never ``1024.0 KiB``.
+    ``1.0 MiB``, never ``1024 KiB``.
     """
     if n is None:
         return missing
@@ -71,9 +73,9 @@ def size(n: float | None, *, compact: bool = False, missing: str = "-") -> str:
         return _join(_fixed(v, 0), "B", compact)
     for unit in _SIZE_UNITS:
         v /= 1024
-        if abs(float(_fixed(v, 1))) < 1024 or unit == _SIZE_UNITS[-1]:
+        if abs(float(_fixed(v, 0))) < 1024 or unit == _SIZE_UNITS[-1]:
             break
-    return _join(_fixed(v, 1), unit, compact)
+    return _join(_fixed(v, 1 if abs(v) < 99.95 else 0), unit, compact)
 
 
 def si(v: float | None, *, missing: str = "-") -> str:

@@ -1,5 +1,5 @@
 // Numbers for people, by the rules of mooncake_core/fmt.py (the CLI's and `mooncake top`'s):
-// sizes in binary units (16.0 MiB), byte rates in decimal units with three significant
+// sizes in binary units (16.0 MiB, 512 MiB), byte rates in decimal units with three significant
 // digits (4.70 MB/s), latencies in ms under 0.1 s else seconds (45 ms, 1.20 s), durations
 // and ages in two units (12m03s, 3m05s ago), ratios in percent. Unknown values print "-".
 // tests/unit/web/test_web_fmt_js.py runs this file with node against the Python table.
@@ -25,9 +25,9 @@ const FMT = (() => {
       let unit = SIZE_UNITS[0];
       for (unit of SIZE_UNITS) {
         v /= 1024;
-        if (Math.abs(Number(fixed(v, 1))) < 1024) break;
+        if (Math.abs(Number(fixed(v, 0))) < 1024) break;
       }
-      return join(fixed(v, 1), unit, o.compact);
+      return join(fixed(v, Math.abs(v) < 99.95 ? 1 : 0), unit, o.compact);
     },
     si(v, opts) {
       const o = opts || {};

@@ -19,14 +19,19 @@ def test_size_binary_units_and_boundaries() -> None:
     assert [size(n) for n in (None, 0, 1, 999, 1000, 1023, 1024, 1536)] == [
         "-", "0 B", "1 B", "999 B", "1000 B", "1023 B", "1.0 KiB", "1.5 KiB",
     ]  # fmt: skip
-    # The unit is the one whose rounded value stays under 1024: never "1024.0 KiB".
+    # The unit is the one whose rounded value stays under 1024: never "1024 KiB".
     assert size(1023.5) == "1.0 KiB" and size((1 << 20) - 1) == "1.0 MiB"
-    assert size((1 << 20) - 60) == "1023.9 KiB"
+    assert size((1 << 20) - 600) == "1023 KiB" and size((1 << 20) - 500) == "1.0 MiB"
+    # One decimal under 100 of the unit, none from 100: at most 7 characters compact.
+    assert [size(x * 1024) for x in (99.94, 99.95, 150, 512.4)] == [
+        "99.9 KiB", "100 KiB", "150 KiB", "512 KiB",
+    ]  # fmt: skip
     assert [size(1 << k) for k in (20, 30, 40, 50, 60)] == [
         "1.0 MiB", "1.0 GiB", "1.0 TiB", "1.0 PiB", "1.0 EiB",
     ]  # fmt: skip
-    assert size(1 << 70) == "1024.0 EiB"  # huge: the last unit grows
+    assert size(1 << 70) == "1024 EiB"  # huge: the last unit grows
     assert size(16 << 20, compact=True) == "16.0MiB" and size(512, compact=True) == "512B"
+    assert max(len(size(1023.4 * 1024**k, compact=True)) for k in range(7)) == 7
     assert size(-1536) == "-1.5 KiB" and size(None, missing="?") == "?"
     # Ties round away from zero, as JavaScript's toFixed (1.25 KiB is exact in binary).
     assert size(1280) == "1.3 KiB" and size(1.5) == "2 B"
