@@ -10,10 +10,11 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from mooncake_core.fmt import ago, duration, pct, seconds, si, size
 from mooncake_core.telemetry import ClusterView, to_plain
 
 from ..tables import fit
-from .fmt import ago, duration, gbps, human_bytes, pct, seconds, spark
+from .gauges import spark
 from .widgets.scheduler_summary import scheduler_text
 from .widgets.store_summary import store_text
 from .widgets.transport_table import TransportTable, transport_cells
@@ -68,10 +69,10 @@ def render_view(
         nics.add_row(
             nic.node + flag,
             f"{nic.nic}/{nic.iface}" if nic.iface else nic.nic,
-            gbps(nic.te_tx_bps),
-            gbps(nic.te_rx_bps),
-            gbps(nic.os_tx_bps),
-            gbps(nic.os_rx_bps),
+            si(nic.te_tx_bps),
+            si(nic.te_rx_bps),
+            si(nic.os_tx_bps),
+            si(nic.os_rx_bps),
             pct(nic.share),
             str(nic.errors),
             spark(nic.history, 8),
@@ -84,9 +85,7 @@ def render_view(
         transports.add_row(*transport_cells(t))
     hosts = _table("OS interfaces (bytes/s)", ("Host", "Iface", "tx", "rx", "Errors", "Drops"))
     for h in view.host_nics:
-        hosts.add_row(
-            h.hostname, h.iface, gbps(h.tx_bps), gbps(h.rx_bps), str(h.errors), str(h.drops)
-        )
+        hosts.add_row(h.hostname, h.iface, si(h.tx_bps), si(h.rx_bps), str(h.errors), str(h.drops))
     segs = _table(
         "Store segments", ("Segment", "Client", "Tier", "State", "Capacity", "Used", "Keys")
     )
@@ -96,8 +95,8 @@ def render_view(
             s.client,
             s.tier,
             s.state,
-            human_bytes(s.capacity),
-            human_bytes(s.used),
+            size(s.capacity, compact=True),
+            size(s.used, compact=True),
             str(s.keys),
         )
     dec = _table(
@@ -108,8 +107,8 @@ def render_view(
             d.request_id,
             d.prefill or "-",
             d.decode or "-",
-            seconds(d.predicted_ttft_s),
-            seconds(d.actual_ttft_s),
+            seconds(d.predicted_ttft_s, compact=True),
+            seconds(d.actual_ttft_s, compact=True),
             "ok" if d.admitted else f"429 {d.reject_reason}",
         )
     return Group(

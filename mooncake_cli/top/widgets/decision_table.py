@@ -6,9 +6,9 @@ import time
 
 from rich.text import Text
 
+from mooncake_core.fmt import seconds
 from mooncake_core.telemetry import ClusterView, DecisionView
 
-from ..fmt import seconds
 from .sortable_table import Column, Row, SortableTable
 
 __all__ = ["DecisionTable"]
@@ -45,8 +45,8 @@ def _row(d: DecisionView) -> Row:
             d.request_id,
             d.prefill or "-",
             d.decode or "-",
-            seconds(d.predicted_ttft_s),
-            seconds(d.actual_ttft_s),
+            seconds(d.predicted_ttft_s, compact=True),
+            seconds(d.actual_ttft_s, compact=True),
             result,
         ),
         sort=(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from mooncake_core.fmt import si
 from mooncake_core.telemetry import ClusterView, HostNicView
 
-from ..fmt import gbps
 from .sortable_table import Column, Row, SortableTable
 
 __all__ = ["HostNicTable"]
@@ -35,8 +35,8 @@ def _row(h: HostNicView) -> Row:
         cells=(
             h.hostname,
             h.iface,
-            gbps(h.tx_bps),
-            gbps(h.rx_bps),
+            si(h.tx_bps),
+            si(h.rx_bps),
             Text(str(h.errors), style="red" if h.errors else ""),
             str(h.drops),
         ),

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from mooncake_core.fmt import pct, si
 from mooncake_core.telemetry import ClusterView, NicView
 
-from ..fmt import gbps, pct, spark
+from ..gauges import spark
 from .sortable_table import Column, Row, SortableTable
 
 __all__ = ["NicTable"]
@@ -47,10 +48,10 @@ def _row(n: NicView) -> Row:
     cells = (
         Text(n.node, style=style),
         Text(name, style=style),
-        gbps(n.te_tx_bps),
-        gbps(n.te_rx_bps),
-        gbps(n.os_tx_bps),
-        gbps(n.os_rx_bps),
+        si(n.te_tx_bps),
+        si(n.te_rx_bps),
+        si(n.os_tx_bps),
+        si(n.os_rx_bps),
         pct(n.share),
         err,
         # The flag takes the trend's cells: in the Node column it would widen the table

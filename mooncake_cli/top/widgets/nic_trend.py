@@ -6,9 +6,8 @@ from textual.app import ComposeResult
 from textual.widget import Widget
 from textual.widgets import Label, Sparkline
 
+from mooncake_core.fmt import byte_rate
 from mooncake_core.telemetry import NicView
-
-from ..fmt import gbps
 
 __all__ = ["NicTrend"]
 
@@ -30,7 +29,7 @@ class NicTrend(Widget):
             return
         peak = max(nic.history) if nic.history else 0.0
         label.update(
-            f"{nic.node} {nic.nic}: TE {gbps(nic.te_total_bps)}B/s now, "
-            f"peak {gbps(peak)}B/s over {len(nic.history)} polls"
+            f"{nic.node} {nic.nic}: TE {byte_rate(nic.te_total_bps, compact=True)} now, "
+            f"peak {byte_rate(peak, compact=True)} over {len(nic.history)} polls"
         )
         spark.data = list(nic.history)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from mooncake_core.fmt import duration, seconds
 from mooncake_core.telemetry import ClusterView, NodeView
 
-from ..fmt import duration, seconds
 from .sortable_table import Column, Row, SortableTable
 
 __all__ = ["NodeTable"]
@@ -47,7 +47,7 @@ def _row(n: NodeView, now: float) -> Row:
             else "now"
             if n.last_seen == now
             else duration(now - n.last_seen),
-            seconds(n.latency_s),
+            seconds(n.latency_s, compact=True),
             Text(detail, style="" if n.up else "red"),
         ),
         sort=(n.name, n.role, n.up, n.version, n.uptime_s, n.last_seen, n.latency_s, detail),

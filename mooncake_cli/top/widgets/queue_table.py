@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from mooncake_core.fmt import seconds
 from mooncake_core.telemetry import ClusterView, InstanceQueueView
 
-from ..fmt import seconds
 from .sortable_table import Column, Row, SortableTable
 
 __all__ = ["QueueTable"]
@@ -36,7 +36,7 @@ def _row(q: InstanceQueueView) -> Row:
             str(q.queued),
             str(q.running),
             str(q.capacity) if q.capacity else "-",
-            seconds(q.queue_time_s),
+            seconds(q.queue_time_s, compact=True),
         ),
         sort=(q.name, q.role, q.queued, q.running, q.capacity, q.queue_time_s),
         search=f"{q.name} {q.role}",

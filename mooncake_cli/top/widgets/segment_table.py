@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from mooncake_core.fmt import pct, size
 from mooncake_core.telemetry import ClusterView, SegmentView
 
-from ..fmt import human_bytes, pct
 from .sortable_table import Column, Row, SortableTable
 
 __all__ = ["SegmentTable"]
@@ -25,8 +25,8 @@ class SegmentTable(SortableTable):
         Column("Client", 9, identity=True),
         Column("Tier", 4),
         Column("State", 8),
-        Column("Cap", 6, descending=True),
-        Column("Used", 6, descending=True),
+        Column("Cap", 7, descending=True),
+        Column("Used", 7, descending=True),
         Column("Use", 4, descending=True),
         Column("Keys", 5, descending=True),
     )
@@ -47,8 +47,8 @@ def _row(s: SegmentView) -> Row:
             s.client,
             s.tier,
             state,
-            human_bytes(s.capacity),
-            human_bytes(s.used),
+            size(s.capacity, compact=True),
+            size(s.used, compact=True),
             use,
             str(s.keys),
         ),

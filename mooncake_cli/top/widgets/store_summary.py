@@ -5,9 +5,10 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from mooncake_core.fmt import pct, per_s, size
 from mooncake_core.telemetry import StoreView
 
-from ..fmt import bar, human_bytes, pct, rate
+from ..gauges import bar
 
 __all__ = ["StoreSummary", "store_text"]
 
@@ -23,13 +24,15 @@ def store_text(s: StoreView) -> Text:
     t = Text()
     t.append("used ", style="bold")
     t.append(bar(ratio, 20), style="red" if ratio > 0.9 else "green")
-    t.append(f" {human_bytes(s.used)}/{human_bytes(s.capacity)} ({pct(ratio)})\n")
+    t.append(f" {size(s.used, compact=True)}/{size(s.capacity, compact=True)} ({pct(ratio)})\n")
     for tier, cap, used in s.tiers:
         t.append(f"  {tier:<5}", style="bold")
-        t.append(f" {human_bytes(used)}/{human_bytes(cap)} ({pct(used / cap if cap else 0)})\n")
+        t.append(
+            f" {size(used, compact=True)}/{size(cap, compact=True)} ({pct(used / cap if cap else 0)})\n"
+        )
     t.append(f"objects {s.keys} ({s.processing} writing)  clients {s.clients}  ")
     t.append(f"pins {s.key_pins} keys, {s.prefix_pins} prefixes\n")
-    t.append(f"evictions {rate(s.evictions_per_s)}/s ({s.evicted_total} total)  ")
+    t.append(f"evictions {per_s(s.evictions_per_s)}/s ({s.evicted_total} total)  ")
     t.append(f"hit rate {pct(s.hit_rate)}")
     return t
 

@@ -3,9 +3,9 @@ through it (same-host shm copies included, which no NIC counter sees)."""
 
 from __future__ import annotations
 
+from mooncake_core.fmt import byte_rate, size
 from mooncake_core.telemetry import ClusterView, TransportView
 
-from ..fmt import bytes_per_s, human_bytes
 from .sortable_table import Column, Row, SortableTable
 
 __all__ = ["TransportTable", "transport_cells"]
@@ -33,10 +33,10 @@ def transport_cells(t: TransportView) -> tuple[str, ...]:
     return (
         t.node,
         t.transport,
-        human_bytes(t.bytes),
-        bytes_per_s(t.bps),
-        human_bytes(t.served_bytes),
-        bytes_per_s(t.served_bps),
+        size(t.bytes, compact=True),
+        byte_rate(t.bps, compact=True),
+        size(t.served_bytes, compact=True),
+        byte_rate(t.served_bps, compact=True),
     )
 
 
@@ -45,5 +45,7 @@ def _row(t: TransportView) -> Row:
         key=f"{t.node}|{t.transport}",
         cells=transport_cells(t),
         sort=(t.node, t.transport, t.bytes, t.bps, t.served_bytes, t.served_bps),
-        search=" ".join((t.node, t.transport, human_bytes(t.bytes), human_bytes(t.served_bytes))),
+        search=" ".join(
+            (t.node, t.transport, size(t.bytes, compact=True), size(t.served_bytes, compact=True))
+        ),
     )

@@ -160,8 +160,8 @@ SNAPSHOTS = {
         {"Client", "Use", "Used", "Keys"},  # the client id may carry a pid suffix
         [
             "Segment | Client | Tier | State | Cap | Used | Use | Keys",
-            "store-a | * | dram | MOUNTED | #.#M | * | * | *",
-            "store-b | * | dram | MOUNTED | #.#M | * | * | *",
+            "store-a | * | dram | MOUNTED | #.#MiB | * | * | *",
+            "store-b | * | dram | MOUNTED | #.#MiB | * | * | *",
         ],
     ),
     "4": (

@@ -2,16 +2,7 @@
 
 from __future__ import annotations
 
-from mooncake_cli.top.fmt import (
-    bar,
-    duration,
-    gbps,
-    human_bytes,
-    pct,
-    seconds,
-    signed_seconds,
-    spark,
-)
+from mooncake_cli.top.gauges import bar, spark
 from mooncake_cli.top.widgets.nic_table import _row as nic_row
 from mooncake_cli.top.widgets.node_table import _row as node_row
 from mooncake_core.telemetry import NicView, NodeView
@@ -38,21 +29,8 @@ def _nic(**kw: object) -> NicView:
     return NicView(**base)  # type: ignore[arg-type]
 
 
-def test_formatters():
-    assert gbps(None) == "-" and gbps(0) == "0" and gbps(999) == "999"
-    # Three significant digits in the unit the value needs: nothing under 1 MB/s reads 0.
-    assert [gbps(x) for x in (1000, 47_400, 980_000, 4.7e6, 2e9, 12.34e9, 999.6e9)] == [
-        "1.00K", "47.4K", "980K", "4.70M", "2.00G", "12.3G", "1.00T",
-    ]  # fmt: skip
-    assert max(len(gbps(10**k * 9.996)) for k in range(15)) <= 5
-    assert human_bytes(16 << 20) == "16.0M" and human_bytes(512) == "512B"
-    assert pct(0.291) == "29%" and pct(None) == "-"
-    assert seconds(0.25) == "250ms" and seconds(3.5) == "3.50s"
-    # Prediction errors and the bias always carry their sign.
-    assert signed_seconds(0.017) == "+17ms" and signed_seconds(-0.017) == "-17ms"
-    assert signed_seconds(1.5) == "+1.50s" and signed_seconds(None) == "-"
-    assert duration(42) == "42s" and duration(3 * 60 + 5) == "3m05s"
-    assert duration(2 * 3600 + 7 * 60) == "2h07m" and duration(90000) == "1d01h"
+def test_gauges():
+    # Numbers: tests/unit/fmt (mooncake_core.fmt, shared with the CLI and the dashboard).
     assert bar(0.5, 4) == "██░░"
     assert spark((0.0, 1.0, 2.0), 4) == " ▁▄█"
     assert spark((0.0, 0.0), 2) == "▁▁"
