@@ -136,13 +136,15 @@ _BIAS_CAPTION = (
 
 
 def _rate(x: float | None) -> str:
-    return "-" if x is None else f"{x * 100:.1f}%"
+    from mooncake_core.fmt import pct
+
+    return pct(x, 1)
 
 
 def _s(x: float | None) -> str:
-    from mooncake_core.conductor.audit import fmt_s
+    from mooncake_core.fmt import seconds
 
-    return "-" if x is None else fmt_s(x)
+    return seconds(x)
 
 
 @app.command("ls")
@@ -358,7 +360,8 @@ def stats(
     as_json: JsonOption = False,
 ) -> None:
     """Prediction error, prefix hit rate, rejection rate and outcomes over time."""
-    from mooncake_core.conductor.audit import fmt_signed_s, format_time, parse_duration
+    from mooncake_core.conductor.audit import format_time, parse_duration
+    from mooncake_core.fmt import signed_seconds
 
     try:
         bucket_s = parse_duration(bucket)
@@ -423,7 +426,7 @@ def stats(
             str(b.measured),
             _s(b.ttft_mae_s),
             _rate(b.ttft_mre),
-            "-" if b.ttft_bias_s is None else fmt_signed_s(b.ttft_bias_s),
+            signed_seconds(b.ttft_bias_s),
         )
 
     for b in st.buckets:

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from mooncake_core.fmt import duration, size
+
 from .common import ConfigOption, JsonOption, err, fail, load, out, write_stdout
 
 if TYPE_CHECKING:
@@ -200,19 +202,11 @@ def _status_table(rows: list[ComponentStatus]) -> Table:
             f"[{colors.get(r.state, 'white')}]{r.state}[/]",
             str(r.pid or ""),
             r.version.removeprefix("mooncake-py "),
-            _uptime(r.uptime_s),
+            duration(r.uptime_s, missing=""),
             " ".join(str(p) for p in r.ports.values()),
             r.detail,
         )
     return table
-
-
-def _uptime(s: float | None) -> str:
-    if s is None:
-        return ""
-    m, sec = divmod(int(s), 60)
-    h, m = divmod(m, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m{sec:02d}s"
 
 
 @app.command()
@@ -233,7 +227,6 @@ def status(
             json.dumps({"components": [asdict(r) for r in rows], "store": usage}, indent=1)
         )
     else:
-        from .store_cmd import _human
         from .tables import print_table
 
         print_table(out, _status_table(rows), STATUS_IDS)
@@ -241,7 +234,7 @@ def status(
             used, cap = usage.get("allocated_bytes", 0), usage.get("total_capacity_bytes", 0)
             out.print(
                 f"store: {usage.get('key_count', 0)} keys, {len(usage.get('segments', []) or [])} segments, "  # type: ignore[arg-type]
-                f"{_human(int(used))} of {_human(int(cap))} used",  # type: ignore[call-overload]
+                f"{size(int(used))} of {size(int(cap))} used",  # type: ignore[call-overload]
                 highlight=False,
             )
     # "stopped" counts: a configured component that is not running is down for scripts.

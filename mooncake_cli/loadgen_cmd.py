@@ -94,8 +94,7 @@ def loadgen(
         return
     from rich.table import Table
 
-    def ms(v: float | None) -> str:
-        return "-" if v is None else f"{v * 1000:.1f} ms"
+    from mooncake_core.fmt import seconds
 
     t = Table(title="loadgen")
     t.add_column("metric")
@@ -105,14 +104,15 @@ def loadgen(
     t.add_row(
         "TTFT mean / p50 / p90 / p99",
         " / ".join(
-            ms(v)
+            seconds(v)
             for v in (report.ttft_mean_s, report.ttft_p50_s, report.ttft_p90_s, report.ttft_p99_s)
         ),
     )
     t.add_row(
         "TBT mean / p50 / p90 / p99",
         " / ".join(
-            ms(v) for v in (report.tbt_mean_s, report.tbt_p50_s, report.tbt_p90_s, report.tbt_p99_s)
+            seconds(v)
+            for v in (report.tbt_mean_s, report.tbt_p50_s, report.tbt_p90_s, report.tbt_p99_s)
         ),
     )
     t.add_row("prefix hit rate", f"{report.hit_rate:.1%}")

@@ -68,14 +68,15 @@ def ls(config: ConfigOption = None, json_out: JsonOption = False) -> None:
         return
     from rich.table import Table
 
-    from .store_cmd import _human
+    from mooncake_core.fmt import size
+
     from .tables import print_table
 
     cols = ("segment", "node", "client", "state", "used", "capacity", "objects", "address")
     table = Table(*cols)
     for r in rows:
         cells = {k: str(r[k]) for k in cols}
-        cells["used"], cells["capacity"] = _human(int(r["used"])), _human(int(r["capacity"]))  # type: ignore[call-overload]
+        cells["used"], cells["capacity"] = size(int(r["used"])), size(int(r["capacity"]))  # type: ignore[call-overload]
         table.add_row(*(cells[k] for k in cols))
     print_table(out, table, ("segment", "node", "client"))
 

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from mooncake_core.fmt import size as _size
+
 from .common import (
     ConfigOption,
     JsonOption,
@@ -115,13 +117,6 @@ def _json(obj: Any) -> None:
     write_stdout(json.dumps(obj, indent=1, default=str))
 
 
-def _human(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
-
-
 # --------------------------------------------------------------------------- node
 @app.command()
 def node(
@@ -207,9 +202,9 @@ def node(
     def ready(n: StoreNode) -> str:
         port = n.metrics_port
         where = f" (health on {opts.metrics_host}:{port})" if port is not None else ""
-        ssd = f", SSD tier {opts.ssd_dir} ({_human(opts.ssd_size)})" if opts.ssd_dir else ""
+        ssd = f", SSD tier {opts.ssd_dir} ({_size(opts.ssd_size)})" if opts.ssd_dir else ""
         return (
-            f"mooncake store node: serving segment {name} ({_human(opts.size)}) at "
+            f"mooncake store node: serving segment {name} ({_size(opts.size)}) at "
             f"{n.client.transfer_address}{where}, master {opts.client.master}{ssd}"
         )
 
@@ -321,7 +316,7 @@ def put(
     if as_json:
         _json({"key": key, "size": size, "replicas": len(info.replicas)})
     else:
-        err.print(f"stored {key} ({_human(size)}, {len(info.replicas)} replica(s))")
+        err.print(f"stored {key} ({_size(size)}, {len(info.replicas)} replica(s))")
 
 
 def _open_source(source: str, limit: int, stack: contextlib.ExitStack) -> tuple[Readable, int]:
@@ -346,8 +341,8 @@ def _open_source(source: str, limit: int, stack: contextlib.ExitStack) -> tuple[
         size = os.fstat(fd).st_size - f.tell()
         if size > limit:
             fail(
-                f"{source} is {_human(size)} ({size} bytes); the store's max_object_size "
-                f"is {_human(limit)}",
+                f"{source} is {_size(size)} ({size} bytes); the store's max_object_size "
+                f"is {_size(limit)}",
                 code=2,
             )
         reader: Readable = f
@@ -356,7 +351,7 @@ def _open_source(source: str, limit: int, stack: contextlib.ExitStack) -> tuple[
     else:
         data = sys.stdin.buffer.read(limit + 1)
         if len(data) > limit:
-            fail(f"stdin holds more than the store's max_object_size ({_human(limit)})", code=2)
+            fail(f"stdin holds more than the store's max_object_size ({_size(limit)})", code=2)
         reader, size = io.BytesIO(data), len(data)
     if size == 0:
         fail(f"{source} is empty; empty values are not stored", code=2)
@@ -382,7 +377,7 @@ def get(
         sys.stdout.buffer.flush()
     else:
         output.write_bytes(data)
-        err.print(f"wrote {_human(len(data))} to {output}")
+        err.print(f"wrote {_size(len(data))} to {output}")
 
 
 # -------------------------------------------------------------------- read-model
@@ -430,7 +425,7 @@ def ls(
 
     t = Table("key", "size", "state")
     for r in rows:
-        t.add_row(r["key"], _human(r["size"]), r["state"])
+        t.add_row(r["key"], _size(r["size"]), r["state"])
     print_table(out, t, ("key",))
     if page.next_start_after is not None:
         err.print(f"more: --start-after {page.next_start_after!r}", markup=False)
@@ -467,7 +462,7 @@ def stat(
 
     t = Table("field", "value", show_header=False)
     t.add_row("key", i.key)
-    t.add_row("size", f"{i.size} ({_human(i.size)})")
+    t.add_row("size", f"{i.size} ({_size(i.size)})")
     t.add_row("state", i.state.name)
     for n, r in enumerate(i.replicas):
         t.add_row(f"replica {n}", ", ".join(f"{s.segment}@{s.offset}+{s.length}" for s in r))

@@ -16,7 +16,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from . import sample
-from .explain import explain, fmt_s, fmt_signed_s
+from .explain import explain
 from .records import (
     OUTCOME_DETAIL_MAX,
     OUTCOMES,
@@ -97,8 +97,6 @@ __all__ = [
     "WriterSnapshot",
     "apply_retention",
     "explain",
-    "fmt_s",
-    "fmt_signed_s",
     "format_time",
     "head_revision",
     "make_engine",

@@ -2,26 +2,20 @@
 
 from __future__ import annotations
 
+from mooncake_core.fmt import seconds, signed_seconds
 from mooncake_core.prediction_error import relative_error, signed_error
 
 from .records import AuditEntry, CandidateRecord
 
 
-def fmt_s(seconds: float | None) -> str:
-    """A duration for people: ``1.20 s``, ``45 ms``; ``?`` when unknown."""
-    if seconds is None:
-        return "?"
-    if abs(seconds) < 0.1:
-        return f"{seconds * 1000:.0f} ms"
-    return f"{seconds:.2f} s"
+def _s(seconds_: float | None) -> str:
+    """A latency in prose (``45 ms``, ``1.20 s``); ``?`` when unknown."""
+    return seconds(seconds_, missing="?")
 
 
-def fmt_signed_s(seconds: float | None) -> str:
-    """A signed difference for people, sign always shown: ``+100 ms``, ``-0.30 s``;
-    ``?`` when unknown. Prediction errors and the bias are printed with it."""
-    if seconds is None:
-        return "?"
-    return ("+" if seconds >= 0 else "-") + fmt_s(abs(seconds))
+def _signed_s(seconds_: float | None) -> str:
+    """A prediction error, sign always shown (``+100 ms``); ``?`` when unknown."""
+    return signed_seconds(seconds_, missing="?")
 
 
 def _chosen(cands: list[CandidateRecord], name: str | None) -> CandidateRecord | None:
@@ -61,10 +55,10 @@ def _holding(c: CandidateRecord, blocks: int) -> str:
 def _costs_chosen(c: CandidateRecord) -> str:
     fetch = ""
     if c.transfer_blocks or c.transfer_time_s > 0:
-        fetch = f", fetches {c.transfer_blocks} more ({fmt_s(c.transfer_time_s)})"
-    out = f"{fetch}, queues {fmt_s(c.queue_time_s)} and prefills in {fmt_s(c.prefill_time_s)}"
+        fetch = f", fetches {c.transfer_blocks} more ({_s(c.transfer_time_s)})"
+    out = f"{fetch}, queues {_s(c.queue_time_s)} and prefills in {_s(c.prefill_time_s)}"
     if c.overhead_time_s:
-        out += f", plus {fmt_s(c.overhead_time_s)} outside the instance (dispatch, RPCs)"
+        out += f", plus {_s(c.overhead_time_s)} outside the instance (dispatch, RPCs)"
     return out
 
 
@@ -84,10 +78,10 @@ def _kv(c: CandidateRecord) -> str:
 def _costs_runner_up(c: CandidateRecord) -> str:
     fetch = ""
     if c.transfer_blocks or c.transfer_time_s > 0:
-        fetch = f"fetch {c.transfer_blocks} blocks ({fmt_s(c.transfer_time_s)}), "
+        fetch = f"fetch {c.transfer_blocks} blocks ({_s(c.transfer_time_s)}), "
     return (
-        f"would have needed to {fetch}queue {fmt_s(c.queue_time_s)} "
-        f"and prefill for {fmt_s(c.prefill_time_s)}"
+        f"would have needed to {fetch}queue {_s(c.queue_time_s)} "
+        f"and prefill for {_s(c.prefill_time_s)}"
     )
 
 
@@ -119,10 +113,10 @@ def explain(entry: AuditEntry) -> str:
         if d.chosen_prefill or d.chosen_decode:
             line += (
                 f"; the best pair was {d.chosen_prefill or '?'} + {d.chosen_decode or '?'} with "
-                f"predicted TTFT {fmt_s(d.predicted_ttft_s)} and TBT {fmt_s(d.predicted_tbt_s)}"
+                f"predicted TTFT {_s(d.predicted_ttft_s)} and TBT {_s(d.predicted_tbt_s)}"
             )
         if d.retry_after_s is not None:
-            line += f". The client was told to retry after {fmt_s(d.retry_after_s)}"
+            line += f". The client was told to retry after {_s(d.retry_after_s)}"
         out.append(line + ".")
         if d.outcome is not None and d.outcome != "rejected":
             out.append(_outcome(d.outcome, d.outcome_detail))  # not expected; say it
@@ -132,7 +126,7 @@ def explain(entry: AuditEntry) -> str:
         out.append(
             f"{p.instance} was chosen for prefill {_why(d.policy)}{_holding(p, d.prompt_blocks)}"
             f"{_costs_chosen(p)}: predicted TTFT "
-            f"{fmt_s(p.predicted_ttft_s if p.predicted_ttft_s is not None else d.predicted_ttft_s)}."
+            f"{_s(p.predicted_ttft_s if p.predicted_ttft_s is not None else d.predicted_ttft_s)}."
         )
         ru = _runner_up(prefill, p, "predicted_ttft_s")
         if ru is None:
@@ -140,9 +134,9 @@ def explain(entry: AuditEntry) -> str:
         else:
             gap = ""
             if ru.predicted_ttft_s is not None and p.predicted_ttft_s is not None:
-                gap = f", {fmt_s(ru.predicted_ttft_s - p.predicted_ttft_s)} slower"
+                gap = f", {_s(ru.predicted_ttft_s - p.predicted_ttft_s)} slower"
             line = (
-                f"The runner-up {ru.instance} (predicted TTFT {fmt_s(ru.predicted_ttft_s)}{gap}) "
+                f"The runner-up {ru.instance} (predicted TTFT {_s(ru.predicted_ttft_s)}{gap}) "
                 f"{_holding(ru, d.prompt_blocks)} and {_costs_runner_up(ru)}"
             )
             if ru.why_not:
@@ -151,24 +145,24 @@ def explain(entry: AuditEntry) -> str:
     elif d.chosen_prefill:
         out.append(
             f"{d.chosen_prefill} was chosen for prefill (predicted TTFT "
-            f"{fmt_s(d.predicted_ttft_s)}); no candidate details were recorded."
+            f"{_s(d.predicted_ttft_s)}); no candidate details were recorded."
         )
 
     if dc is not None:
         line = (
             f"{dc.instance} was chosen for decode with predicted TBT "
-            f"{fmt_s(dc.predicted_tbt_s if dc.predicted_tbt_s is not None else d.predicted_tbt_s)}"
+            f"{_s(dc.predicted_tbt_s if dc.predicted_tbt_s is not None else d.predicted_tbt_s)}"
             f"{_kv(dc)}"
         )
         ru = _runner_up(decode, dc, "predicted_tbt_s")
         if ru is not None:
-            line += f"; the runner-up {ru.instance} predicted {fmt_s(ru.predicted_tbt_s)}{_kv(ru)}"
+            line += f"; the runner-up {ru.instance} predicted {_s(ru.predicted_tbt_s)}{_kv(ru)}"
             if ru.why_not:
                 line += f" (not chosen: {ru.why_not})"
         out.append(line + ".")
     elif d.chosen_decode:
         out.append(
-            f"{d.chosen_decode} was chosen for decode (predicted TBT {fmt_s(d.predicted_tbt_s)})."
+            f"{d.chosen_decode} was chosen for decode (predicted TBT {_s(d.predicted_tbt_s)})."
         )
 
     if d.migration_source and d.migration_blocks:
@@ -219,10 +213,10 @@ def _uncalibrated(pred: float | None, model: float | None, actual: float | None)
     """What the uncalibrated models said, when it differs from what was used."""
     if model is None or pred is None or abs(model - pred) <= 1e-9 * max(abs(pred), 1e-9):
         return []
-    line = f"Uncalibrated, the models predicted {fmt_s(model)}"
+    line = f"Uncalibrated, the models predicted {_s(model)}"
     rel = relative_error(model, actual) if actual is not None else None
     if actual is not None and rel is not None:
-        line += f" (error {fmt_signed_s(signed_error(model, actual))}, {rel * 100:.0f}%)"
+        line += f" (error {_signed_s(signed_error(model, actual))}, {rel * 100:.0f}%)"
     return [line + "; the online calibration learned the rest from measured requests."]
 
 
@@ -230,10 +224,10 @@ def _actuals(pred: float | None, actual: float | None, what: str) -> list[str]:
     if actual is None:
         return []
     if pred is None:
-        return [f"Measured {what} {fmt_s(actual)}."]
+        return [f"Measured {what} {_s(actual)}."]
     rel = relative_error(pred, actual)
     pct = "" if rel is None else f", {rel * 100:.0f}%"
     return [
-        f"Measured {what} {fmt_s(actual)} against {fmt_s(pred)} predicted "
-        f"(error {fmt_signed_s(signed_error(pred, actual))}{pct})."
+        f"Measured {what} {_s(actual)} against {_s(pred)} predicted "
+        f"(error {_signed_s(signed_error(pred, actual))}{pct})."
     ]

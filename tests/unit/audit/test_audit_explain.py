@@ -7,8 +7,6 @@ from mooncake_core.conductor.audit import (
     CandidateRecord,
     DecisionRecord,
     explain,
-    fmt_s,
-    fmt_signed_s,
 )
 
 
@@ -22,28 +20,6 @@ def _d(**kw: object) -> DecisionRecord:
     }
     base.update(kw)
     return DecisionRecord(**base)  # type: ignore[arg-type]
-
-
-def test_fmt_s() -> None:
-    assert [fmt_s(x) for x in (None, 0.0451, 0.1, 1.234, -0.05)] == [
-        "?",
-        "45 ms",
-        "0.10 s",
-        "1.23 s",
-        "-50 ms",
-    ]
-
-
-def test_fmt_signed_s() -> None:
-    # Errors and the bias (actual - predicted) always show their sign.
-    assert [fmt_signed_s(x) for x in (None, 0.0, 0.017, -0.017, 0.3, -1.5)] == [
-        "?",
-        "+0 ms",
-        "+17 ms",
-        "-17 ms",
-        "+0.30 s",
-        "-1.50 s",
-    ]
 
 
 def test_admitted_without_candidate_rows() -> None:
