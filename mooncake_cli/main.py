@@ -25,6 +25,33 @@ from . import (
     worker_cmd,
 )
 
+
+def _flags_take_no_metavar() -> None:
+    """Show no value type after a flag in rich help (``--version``, not ``--version <bool>``).
+
+    typer's rich help prints ``display_type_rich()`` for every option, flags included,
+    while its plain help (``TyperOption.get_help_record``) already leaves flags out; a
+    flag takes no value, so it gets none here. Patched once, at import, for every
+    command and typer's own ``--help`` / ``--install-completion``; a typer without the
+    method (older ones) is left alone.
+    """
+    from typer.core import TyperOption
+
+    original = getattr(TyperOption, "display_type_rich", None)
+    if original is None or getattr(original, "flags_take_no_metavar", False):
+        return
+
+    def display_type_rich(self: TyperOption, ctx: typer.Context) -> str | None:
+        if self.is_flag and self.metavar is None:
+            return None
+        return original(self, ctx)
+
+    display_type_rich.flags_take_no_metavar = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign,assignment]
+
+
+_flags_take_no_metavar()
+
 app = typer.Typer(
     name="mooncake",
     help="Mooncake-py: KVCache-centric disaggregated LLM serving and its operator toolkit.",
