@@ -20,8 +20,8 @@ async function loadDecisions() {
     MC.showError(null);
     const rows = res.decisions.map((d) => ({ key: d.request_id, cells: [MC.time(d.time),
       MC.el("a", { href: "#", class: "req", onclick: (ev) => { ev.preventDefault(); showDecision(d.request_id); } }, d.request_id),
-      d.policy, d.chosen_prefill || "–", d.chosen_decode || "–", MC.secs(d.predicted_ttft_s), MC.secs(d.actual_ttft_s),
-      d.matched_prefix_blocks === null ? "–" : `${d.matched_prefix_blocks}/${d.prompt_blocks}`,
+      d.policy, d.chosen_prefill || "-", d.chosen_decode || "-", MC.secs(d.predicted_ttft_s), MC.secs(d.actual_ttft_s),
+      d.matched_prefix_blocks === null ? "-" : `${d.matched_prefix_blocks}/${d.prompt_blocks}`,
       MC.badge(d.admitted && (!d.outcome || d.outcome === "completed"), d.outcome || "admitted", d.outcome || "rejected")] }));
     document.getElementById("decisions").replaceChildren(
       MC.table(["time", "request", "policy", "prefill", "decode", "pred. TTFT", "actual TTFT", "prefix hit", "result"], rows, { id: "decisions-table" }),

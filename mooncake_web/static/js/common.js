@@ -85,25 +85,14 @@ const MC = {
     });
   },
 
-  bytes(n) {
-    if (n === null || n === undefined) return "–";
-    const u = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let i = 0;
-    while (Math.abs(n) >= 1024 && i < u.length - 1) { n /= 1024; i++; }
-    return (i ? n.toFixed(1) : String(Math.round(n))) + " " + u[i];
-  },
-  rate(n) { return n === null || n === undefined ? "–" : MC.bytes(n) + "/s"; },
-  secs(s) {
-    if (s === null || s === undefined) return "–";
-    return s < 1 ? (s * 1000).toFixed(1) + " ms" : s.toFixed(2) + " s";
-  },
-  // A signed difference, sign always shown ("+17.0 ms"): prediction errors and the bias.
-  signedSecs(s) {
-    if (s === null || s === undefined) return "–";
-    return (s >= 0 ? "+" : "-") + MC.secs(Math.abs(s));
-  },
-  pct(x) { return x === null || x === undefined ? "–" : (100 * x).toFixed(1) + "%"; },
-  time(t) { return t ? new Date(t * 1000).toLocaleString() : "–"; },
+  // Numbers: static/js/fmt.js, the rules of mooncake_core/fmt.py (CLI and `mooncake top`).
+  bytes(n) { return FMT.size(n); },
+  rate(n) { return FMT.byteRate(n); },
+  secs(s) { return FMT.seconds(s); },
+  // A signed difference, sign always shown ("+17 ms"): prediction errors and the bias.
+  signedSecs(s) { return FMT.signedSeconds(s); },
+  pct(x) { return FMT.pct(x, 1); },
+  time(t) { return t ? new Date(t * 1000).toLocaleString() : "-"; },
   badge(ok, yes, no) { return MC.el("span", { class: "badge " + (ok ? "ok" : "bad") }, ok ? yes : no); },
   usageBar(used, cap) {
     const f = cap ? used / cap : 0;

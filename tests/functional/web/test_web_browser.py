@@ -167,7 +167,7 @@ def test_nic_chart_updates_while_transfer_runs(page) -> None:  # type: ignore[no
     )
     assert later[1] != first[1]
     legend = page.locator(".chart[data-node='te-reader'] .legend").text_content()
-    assert "rx 0 B/s" not in legend and "rx –" not in legend  # the reader is moving data
+    assert "rx 0 B/s" not in legend and "rx -" not in legend  # the reader is moving data
 
 
 def test_action_without_login_is_refused(page, backend: WebBackend) -> None:  # type: ignore[no-untyped-def]
