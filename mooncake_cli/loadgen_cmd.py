@@ -94,7 +94,7 @@ def loadgen(
         return
     from rich.table import Table
 
-    from mooncake_core.fmt import seconds
+    from mooncake_core.fmt import pct, seconds
 
     t = Table(title="loadgen")
     t.add_column("metric")
@@ -115,7 +115,7 @@ def loadgen(
             for v in (report.tbt_mean_s, report.tbt_p50_s, report.tbt_p90_s, report.tbt_p99_s)
         ),
     )
-    t.add_row("prefix hit rate", f"{report.hit_rate:.1%}")
+    t.add_row("prefix hit rate", pct(report.hit_rate, 1))
     t.add_row("goodput", f"{report.goodput_rps:.2f} req/s ({report.slo_met} met SLOs)")
     t.add_row("statuses", ", ".join(f"{k} {v}" for k, v in sorted(report.statuses.items())))
     t.add_row("wall time", f"{report.wall_s:.1f} s")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mooncake_core.fmt import pct
 from mooncake_core.telemetry import ClusterView
 
 __all__ = ["USAGE_WARN", "Alert", "alerts"]
@@ -52,7 +53,7 @@ def alerts(view: ClusterView) -> list[Alert]:
     for seg in view.store.segments:
         if seg.usage >= USAGE_WARN:
             out.append(
-                Alert("warning", seg.name, f"segment {seg.usage:.0%} full (eviction watermark)")
+                Alert("warning", seg.name, f"segment {pct(seg.usage)} full (eviction watermark)")
             )
         if seg.state not in ("OK", "MOUNTED"):
             out.append(Alert("warning", seg.name, f"segment {seg.state}"))
