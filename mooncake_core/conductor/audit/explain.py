@@ -68,8 +68,10 @@ def _kv(c: CandidateRecord) -> str:
         return ""
     parts = []
     if c.kv_tokens is not None:
-        cap = "no KV limit known" if c.kv_capacity_tokens is None else f"{c.kv_capacity_tokens}"
-        parts.append(f"{c.kv_tokens} of {cap} tokens counted by the Conductor")
+        if c.kv_capacity_tokens is None:
+            parts.append(f"{c.kv_tokens} tokens counted by the Conductor, no KV limit known")
+        else:
+            parts.append(f"{c.kv_tokens} of {c.kv_capacity_tokens} tokens counted by the Conductor")
     if c.kv_reported_tokens is not None:
         parts.append(f"{c.kv_reported_tokens} in use per its worker")
     return f" (KV: {', '.join(parts)})"

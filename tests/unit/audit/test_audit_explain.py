@@ -60,3 +60,12 @@ def test_chosen_flag_missing_falls_back_to_name_and_measured_without_prediction(
     assert "The runner-up p0 (predicted TTFT ?) held 0 of 3 prefix blocks" in text
     assert "(not chosen: draining)" in text
     assert text.endswith("Measured TTFT 0.40 s.")
+
+
+def test_decode_kv_without_a_known_limit() -> None:
+    # A decode instance whose KV capacity is unknown: said as such, not "11477 of no KV
+    # limit known tokens".
+    from mooncake_core.conductor.audit.explain import _kv
+
+    c = CandidateRecord(instance="d0", role="decode", kv_tokens=11477)
+    assert _kv(c) == " (KV: 11477 tokens counted by the Conductor, no KV limit known)"
