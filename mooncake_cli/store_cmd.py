@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from mooncake_core.fmt import duration, seconds
 from mooncake_core.fmt import size as _size
 
 from .common import (
@@ -469,10 +470,10 @@ def stat(
     if i.ssd_segments:
         where = ", ".join(i.ssd_segments)
         t.add_row("ssd copy", where + ("" if i.replicas else " (SSD only: staged on read)"))
-    t.add_row("lease", f"{i.lease_remaining_s:.1f} s" if i.lease_remaining_s > 0 else "none")
+    t.add_row("lease", seconds(i.lease_remaining_s) if i.lease_remaining_s > 0 else "none")
     pin = i.pin.name.lower()
     if i.pin_remaining_s is not None:
-        pin += f" ({i.pin_remaining_s:.0f} s left)"
+        pin += f" ({duration(i.pin_remaining_s)} left)"
     t.add_row("pin", pin)
     out.print(t)
 
@@ -613,4 +614,4 @@ def _pin_kind(p: Any) -> str:
     if p.hard:
         return "hard, never"
     left = _pin_doc(p)["remaining_s"]
-    return f"soft, {left:.0f} s" if left is not None else "soft, -"
+    return f"soft, {duration(left)}"

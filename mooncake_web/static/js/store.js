@@ -37,12 +37,12 @@ async function showObject(key) {
     const o = await MC.get("/api/store/objects/" + key.split("/").map(encodeURIComponent).join("/"));
     MC.showError(null);
     const reps = o.replicas.map((r, i) => [`replica ${i}`, r.map((s) => `${s[0]} @${s[1]} +${MC.bytes(s[2])}`).join(", ")]);
-    const pin = o.pin === "NONE" ? "none" : o.pin.toLowerCase() + (o.pin_remaining_s === null ? "" : ` (${Math.round(o.pin_remaining_s)} s left)`);
+    const pin = o.pin === "NONE" ? "none" : o.pin.toLowerCase() + (o.pin_remaining_s === null ? "" : ` (${FMT.duration(o.pin_remaining_s)} left)`);
     document.getElementById("object-detail").replaceChildren(
       MC.el("h2", {}, o.key),
       MC.table(["field", "value"], [["size", MC.bytes(o.size)], ["state", o.state], ...reps,
         ["lease", o.lease_remaining_s > 0 ? MC.secs(o.lease_remaining_s) : "none"],
-        ["idle", MC.secs(o.idle_s)], ["pin", pin]], { id: "object-table" }));
+        ["idle", FMT.duration(o.idle_s)], ["pin", pin]], { id: "object-table" }));
     document.getElementById("object-detail").scrollIntoView({ block: "nearest" });
   } catch (e) { MC.showError(e); }
 }
@@ -50,7 +50,7 @@ async function showObject(key) {
 async function loadPins() {
   const pins = await MC.get("/api/store/pins");
   const rows = pins.map((p) => ({ key: p.target, cells: [p.target, p.prefix ? "prefix" : "key", p.hard ? "hard" : "soft",
-    p.remaining_s === null ? "never" : `${Math.round(p.remaining_s)} s`,
+    p.remaining_s === null ? "never" : FMT.duration(p.remaining_s),
     MC.el("button", { class: "unpin", onclick: () => unpinTarget(p.target, p.prefix) }, "unpin")] }));
   document.getElementById("pins").replaceChildren(rows.length ? MC.table(["target", "kind", "level", "expires in", ""], rows, { id: "pins-table" }) : MC.el("p", { class: "muted", id: "pins-table" }, "No pins."));
 }
