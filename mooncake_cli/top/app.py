@@ -103,7 +103,8 @@ class TopApp(App[None]):
         if self.paused:
             return
         self.view = message.view
-        if isinstance(self.screen, TopScreen):
+        # A poll that ends while the app shuts down finds no screen left to draw on.
+        if self.screen_stack and isinstance(self.screen, TopScreen):
             self.screen.show(message.view)
 
     def on_poll_failed(self, message: PollFailed) -> None:

@@ -69,3 +69,19 @@ def test_http_server_without_telemetry_or_health_is_up():
     with serve_telemetry(_registry(), extra_routes=nothing) as srv:
         r = poll_target(Target("web", "dashboard", srv.url), 2.0)
     assert r.ok and r.health is None and r.telemetry is None
+
+
+async def test_a_view_that_arrives_after_exit_is_dropped() -> None:
+    # The poll worker can post its last ViewUpdated while the app shuts down; handling it
+    # with no screen on the stack raised ScreenStackError (seen in a pilot test).
+    from typing import cast
+
+    from mooncake_cli.top import TopApp
+    from mooncake_cli.top.messages import ViewUpdated
+    from mooncake_core.telemetry import ClusterView, Collector
+
+    app = TopApp(Collector([], timeout_s=0.5), interval_s=60.0)
+    async with app.run_test(size=(80, 24)):
+        pass
+    assert not app.screen_stack
+    app.on_view_updated(ViewUpdated(cast(ClusterView, object())))
