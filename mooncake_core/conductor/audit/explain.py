@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mooncake_core.fmt import seconds, signed_seconds
+from mooncake_core.fmt import byte_rate, seconds, signed_seconds
 from mooncake_core.prediction_error import relative_error, signed_error
 
 from .records import AuditEntry, CandidateRecord
@@ -206,7 +206,7 @@ def _priced(bps: float | None, source: str | None) -> str:
     """The migration's price: ``, priced at 1.23 GB/s (measured ...)`` (empty if unknown)."""
     if not bps:
         return ""
-    rate = f"{bps / 1e9:.3g} GB/s" if bps >= 1e9 else f"{bps / 1e6:.3g} MB/s"
+    rate = byte_rate(bps)
     why = _BANDWIDTH_SOURCE.get(source or "", source or "")
     return f", priced at {rate}" + (f" ({why})" if why else "")
 

@@ -111,5 +111,5 @@ def test_a_measured_fetch_reprices_the_next_migration_and_is_recorded() -> None:
     assert rec.migration_bandwidth_bps == pytest.approx(1e7)
     assert rec.migration_bandwidth_source == "measured"
     text = explain(AuditEntry(1, rec, rows))
-    assert "priced at 10 MB/s (measured on earlier fetches)" in text, text
+    assert "priced at 10.0 MB/s (measured on earlier fetches)" in text, text
     assert first.to_record()[0].migration_bandwidth_source == "default"
