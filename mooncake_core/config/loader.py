@@ -124,7 +124,15 @@ def _format_errors(exc: ValidationError) -> list[str]:
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
-        got = repr(err.get("input"))
+        msg = msg.removeprefix("Value error, ")
+        value = err.get("input")
+        if isinstance(value, dict | list):
+            # A check across keys (a port clash): its message names the keys; quoting
+            # the section it was given would print the config back.
+            head, sep, _ = msg.partition(": ")
+            lines.append(msg if key == "<root>" and sep and " " not in head else f"{key}: {msg}")
+            continue
+        got = repr(value)
         if len(got) > _MAX_SHOWN:
             got = got[: _MAX_SHOWN - 3] + "..."
         lines.append(f"{key}: {msg} (got {got})")

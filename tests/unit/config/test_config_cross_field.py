@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
+from mooncake_core.config.loader import ConfigError, load_config
 from mooncake_core.config.models import StoreNodeConfig
 
 
@@ -42,3 +45,20 @@ def test_removed_conductor_rpc_port_is_named() -> None:
 
     with pytest.raises(ValidationError, match=r"conductor\.rpc_port was removed"):
         ConductorConfig.model_validate({"rpc_port": 50061})
+
+
+def test_a_port_clash_is_one_line_naming_both_keys_not_the_config_back(tmp_path: Path) -> None:
+    p = tmp_path / "mooncake.yaml"
+    p.write_text("master:\n  port: 50051\n  metrics_port: 50051\n  data_dir: /tmp/x\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(p)
+    assert info.value.problems == [
+        "master.metrics_port: port 50051 on host 'local' already used by master.port"
+    ]
+    # A plain bad value still quotes what it got.
+    p.write_text("master:\n  port: 99999999\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(p)
+    assert info.value.problems == [
+        "master.port: Input should be less than or equal to 65535 (got 99999999)"
+    ]
