@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from datetime import UTC, datetime
@@ -28,22 +26,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests/functional/cluster"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cluster_support import make_config, write_config
+from live_cluster import mooncake, must
 
 from mooncake_core.sim.experiments import default_trace
-
-
-def mooncake(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200"}
-    cmd = [sys.executable, "-m", "mooncake_cli", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def must(p: subprocess.CompletedProcess[str], what: str) -> str:
-    if p.returncode != 0:
-        sys.exit(f"{what} failed ({p.returncode}):\n{p.stderr[-4000:]}")
-    return p.stdout
 
 
 def pct(x: float | None) -> str:

@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -38,24 +36,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests/functional/cluster"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cluster_support import kill_recorded, make_config, write_config
+from live_cluster import mooncake, must
 
 ADMISSIONS = ("baseline", "early_reject", "early_reject_predictive")
 WORKLOAD = ["--prefixes", "4", "--prefix-tokens", "512", "--suffix-tokens", "64"]
 MAX_OUTPUT = "16"
-
-
-def mooncake(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200"}
-    cmd = [sys.executable, "-m", "mooncake_cli", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def must(p: subprocess.CompletedProcess[str], what: str) -> str:
-    if p.returncode != 0:
-        sys.exit(f"{what} failed ({p.returncode}):\n{p.stderr[-4000:]}")
-    return p.stdout
 
 
 def run(

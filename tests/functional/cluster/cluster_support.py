@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -91,6 +92,27 @@ def cli(
         timeout=timeout,
         env=env,
     )
+
+
+def replay(c: str, trace: Path, limit: int, *, concurrency: int, max_output: int) -> dict[str, Any]:
+    """``cluster up --detach`` with config ``c``, then ``mooncake loadgen`` of ``trace``;
+    returns loadgen's JSON report (the caller takes the cluster down)."""
+    up = cli("cluster", "up", "-c", c, "--detach", "--ready-timeout", "120", timeout=180)
+    assert up.returncode == 0, up.stderr[-3000:]
+    load = cli(
+        "loadgen", "-c", c, "--trace", str(trace), "--limit", str(limit),
+        "--max-output", str(max_output), "--concurrency", str(concurrency), "--json",
+        timeout=150,
+    )  # fmt: skip
+    assert load.returncode == 0, load.stderr[-3000:]
+    return dict(json.loads(load.stdout))
+
+
+def audit_rows(c: str) -> list[dict[str, Any]]:
+    """Every decision of the cluster's audit (``mooncake audit export``), oldest first."""
+    ex = cli("audit", "export", "-c", c, "--format", "jsonl")
+    assert ex.returncode == 0, ex.stderr
+    return sorted((json.loads(line) for line in ex.stdout.splitlines()), key=lambda r: r["id"])
 
 
 def missing_commands(*paths: tuple[str, ...]) -> list[str]:

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from cluster_support import cli, kill_recorded, make_config
+from cluster_support import audit_rows, cli, kill_recorded, make_config, replay
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -57,20 +57,11 @@ def test_calibrated_ttft_error_is_far_below_the_uncalibrated(tmp_path: Path) -> 
     write_trace(trace, REQUESTS)
     c = str(path)
     try:
-        up = cli("cluster", "up", "-c", c, "--detach", "--ready-timeout", "120", timeout=180)
-        assert up.returncode == 0, up.stderr[-3000:]
-        load = cli(
-            "loadgen", "-c", c, "--trace", str(trace), "--limit", str(REQUESTS),
-            "--max-output", "3", "--concurrency", "8", "--json", timeout=150,
-        )  # fmt: skip
-        assert load.returncode == 0, load.stderr[-3000:]
-        rep = json.loads(load.stdout)
+        rep = replay(c, trace, REQUESTS, concurrency=8, max_output=3)
         assert rep["completed"] >= REQUESTS - 2, rep
 
         # The warm-up boundary: the decision time of the first request after it.
-        ex = cli("audit", "export", "-c", c, "--format", "jsonl")
-        assert ex.returncode == 0, ex.stderr
-        rows = sorted((json.loads(line) for line in ex.stdout.splitlines()), key=lambda r: r["id"])
+        rows = audit_rows(c)
         assert len(rows) == REQUESTS
         since = datetime.fromtimestamp(rows[WARMUP]["time"], UTC).isoformat()
         st = cli("audit", "stats", "-c", c, "--since", since, "--json")

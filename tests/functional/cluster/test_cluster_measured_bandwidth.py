@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_support import _unique_ports, cli, kill_recorded, make_config, write_config
+from cluster_support import (
+    _unique_ports,
+    audit_rows,
+    cli,
+    kill_recorded,
+    make_config,
+    replay,
+    write_config,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -75,16 +83,8 @@ def test_fetches_are_priced_at_the_measured_bandwidth(tmp_path: Path) -> None:
     write_bursts(trace, REQUESTS)
     c = str(path)
     try:
-        up = cli("cluster", "up", "-c", c, "--detach", "--ready-timeout", "120", timeout=180)
-        assert up.returncode == 0, up.stderr[-3000:]
-        load = cli(
-            "loadgen", "-c", c, "--trace", str(trace), "--limit", str(REQUESTS),
-            "--max-output", "2", "--concurrency", "12", "--json", timeout=150,
-        )  # fmt: skip
-        assert load.returncode == 0, load.stderr[-3000:]
-        ex = cli("audit", "export", "-c", c, "--format", "jsonl")
-        assert ex.returncode == 0, ex.stderr
-        rows = sorted((json.loads(line) for line in ex.stdout.splitlines()), key=lambda r: r["id"])
+        replay(c, trace, REQUESTS, concurrency=12, max_output=2)
+        rows = audit_rows(c)
         migrated = [r for r in rows if r["migration_source"]]
         assert migrated, "no request fetched the shared prompt: the burst did not contend"
         first = migrated[0]
