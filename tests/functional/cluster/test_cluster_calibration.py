@@ -4,9 +4,9 @@ uncalibrated models predicted for the same decisions.
 
 The workload is a small trace in the public format written here: prompts from 30 to
 ~1300 tokens (mixed lengths) behind four shared system prompts (prefix reuse). The test
-asserts an error ratio, not a timing: after a warm-up, the calibrated median relative
-error must be well under half the uncalibrated one on the same requests, and the p90
-lower too. Without calibration the two columns are equal, so the test fails.
+asserts errors, not timings: after a warm-up, the calibrated median relative error must
+be within issue 20's 25% (p90 60%) and below the uncalibrated one on the same requests.
+Without calibration the two columns are equal, so the test fails.
 """
 
 from __future__ import annotations
@@ -79,7 +79,10 @@ def test_calibrated_ttft_error_is_far_below_the_uncalibrated(tmp_path: Path) -> 
     raw50, raw90 = stats["model_ttft_rel_p50"], stats["model_ttft_rel_p90"]
     print(f"after {WARMUP} warm-up requests ({time.strftime('%X')}): calibrated median "
           f"{cal50:.1%} p90 {cal90:.1%}; uncalibrated median {raw50:.1%} p90 {raw90:.1%}")  # fmt: skip
-    # The uncalibrated models miss the RPCs, the audit commit and the worker's own speed:
-    # the calibration must remove most of that error.
-    assert cal50 < 0.5 * raw50
-    assert cal90 < raw90
+    # The uncalibrated models miss the RPCs, the audit commit and the worker's own speed.
+    # With the live network model learning fetch bandwidth they miss less (their median
+    # ranged 27-43% in one afternoon's runs), so the test holds the calibrated numbers to
+    # issue 20's targets (median <= 25%, p90 <= 60%) and to beating the uncalibrated
+    # ones on the same decisions; with calibration off both columns are equal and fail.
+    assert cal50 <= 0.25 and cal50 < raw50
+    assert cal90 <= 0.60 and cal90 < raw90
