@@ -155,6 +155,22 @@ class FastControlServer:
                 conn.abort()
             await self._server.wait_closed()
 
+    def track(self, conn: _Conn) -> None:
+        """A connection opened (it is aborted by :meth:`stop`)."""
+        self._conns.add(conn)
+
+    def untrack(self, conn: _Conn) -> None:
+        """A connection closed."""
+        self._conns.discard(conn)
+
+    def note_refused(self) -> None:
+        """A connection sent a wrong token (calls ``on_refused``)."""
+        self._on_refused()
+
+    def handler(self, code: int) -> tuple[Op, Callable[..., Any]] | None:
+        """The op of ``code`` and the servicer method serving it, or None if unknown."""
+        return self._handlers.get(code)
+
     def check_token(self, sent: bytes) -> bool:
         """Whether ``sent`` is this cluster's control token."""
         return hmac.compare_digest(sent, self._token)
@@ -188,10 +204,10 @@ class _Conn(asyncio.Protocol):
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._srv._conns.add(self)
+        self._srv.track(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._srv._conns.discard(self)
+        self._srv.untrack(self)
         self._transport = None
 
     def abort(self) -> None:
@@ -226,7 +242,7 @@ class _Conn(asyncio.Protocol):
             if not self._trusted:
                 if kind != HELLO or not self._srv.check_token(payload):
                     del buf[:]
-                    self._srv._on_refused()
+                    self._srv.note_refused()
                     self._close_with(AUTH_FAILED, call_id, "missing or wrong cluster token")
                     return
                 self._trusted = True
@@ -236,7 +252,7 @@ class _Conn(asyncio.Protocol):
         del buf[:pos]
 
     def _call(self, code: int, call_id: int, payload: bytes) -> None:
-        entry = self._srv._handlers.get(code)
+        entry = self._srv.handler(code)
         if entry is None:
             self._send(BAD, call_id, f"unknown op {code}".encode())
             return

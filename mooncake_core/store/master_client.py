@@ -70,6 +70,9 @@ class MasterClient:
         client_id: identity used for heartbeats, segment ownership and local_first.
         secret: cluster secret; sends the derived bearer token when set.
         timeout_s: deadline of each unary call.
+        resolver: finds the current leader's address (HA); ``None``: ``address`` only.
+        failover_timeout_s: how long a call follows leader changes before failing.
+        owns_resolver: close ``resolver`` (it has a ``close`` coroutine) with the client.
     """
 
     def __init__(
@@ -81,6 +84,7 @@ class MasterClient:
         timeout_s: float = 10.0,
         resolver: Callable[[], Awaitable[str]] | None = None,
         failover_timeout_s: float = 15.0,
+        owns_resolver: bool = False,
     ) -> None:
         self.address = address
         self.client_id = client_id or default_client_id()
@@ -90,7 +94,7 @@ class MasterClient:
         self._failover_timeout = failover_timeout_s
         self._channel = grpc.aio.insecure_channel(address, options=cv.GRPC_OPTIONS)
         self._stub = pb_grpc.MasterServiceStub(self._channel)
-        self._owned_resolver: Any = None
+        self._owned_resolver: Any = resolver if owns_resolver else None
         self.leader_changes = 0
         """How many times this client switched to another master."""
         self.watch_start_seq: int | None = None
@@ -122,9 +126,7 @@ class MasterClient:
         from .ha.discovery import EtcdLeaderResolver
 
         resolver = EtcdLeaderResolver(endpoint, cluster)
-        client = cls(UNRESOLVED_LEADER, resolver=resolver, **kwargs)
-        client._owned_resolver = resolver
-        return client
+        return cls(UNRESOLVED_LEADER, resolver=resolver, owns_resolver=True, **kwargs)
 
     @classmethod
     async def from_etcd(
@@ -159,9 +161,7 @@ class MasterClient:
                     await resolver.close()
                     raise
                 await asyncio.sleep(0.1)
-        client = cls(address, resolver=resolver, **kwargs)  # type: ignore[arg-type]
-        client._owned_resolver = resolver
-        return client
+        return cls(address, resolver=resolver, owns_resolver=True, **kwargs)  # type: ignore[arg-type]
 
     async def close(self) -> None:
         """Close the channel (and the etcd connection of :meth:`from_etcd`)."""

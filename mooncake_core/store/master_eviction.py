@@ -38,10 +38,10 @@ def evict_if_needed(ms: MasterState, now: float) -> int:
 def strategy_for(ms: MasterState, cfg: ReplicateConfig) -> AllocationStrategy:
     """The allocation strategy a write's options ask for."""
     if cfg.preferred_segments:
-        return PreferredStrategy(ms._strategy)
+        return PreferredStrategy(ms.strategy)
     if cfg.local_first:
-        return LocalFirstStrategy(ms._strategy)
-    return ms._strategy
+        return LocalFirstStrategy(ms.strategy)
+    return ms.strategy
 
 
 def allocate(
@@ -83,8 +83,8 @@ def allocate(
 
 def over_watermark(ms: MasterState) -> bool:
     """Whether DRAM use is above the eviction high watermark."""
-    total = ms._segments.capacity()
-    used = ms._segments.used()
+    total = ms.segments.capacity()
+    used = ms.segments.used()
     return total > 0 and used > ms.config.eviction_high_watermark * total
 
 
@@ -92,9 +92,9 @@ def evict_round(
     ms: MasterState, now: float, protected: Collection[str], still_needed: Callable[[], bool]
 ) -> int:
     """Evict one round (``eviction_ratio`` of the DRAM objects, sparing ``protected``); returns how many."""
-    in_dram = len(ms._objects) - len(ms._processing) - len(ms._ssd_only)
+    in_dram = len(ms.objects) - len(ms.objects.processing) - len(ms.ssd_only)
     target = max(1, math.ceil(ms.config.eviction_ratio * in_dram))
-    plan = ms._eviction.plan(
+    plan = ms.eviction.plan(
         victim_order(ms),
         now,
         target,
@@ -111,7 +111,7 @@ def evict_round(
             evict(ms, key, now)
         evicted += len(plan.soft_pinned)
     if evicted:
-        ms._eviction_rounds += 1
+        ms.counters.eviction_rounds += 1
     return evicted
 
 
@@ -119,7 +119,7 @@ def victim_order(ms: MasterState) -> Iterable[tuple[str, ObjectMeta]]:
     """Objects in the order eviction considers them: least recently used first,
     those with an SSD copy (evicting them loses nothing) before the others; SSD-only
     objects hold no DRAM and are left out."""
-    items = ms._objects.items()
+    items = ms.objects.items()
     if not ssd_any(ms):
         return items
     offloaded = ((k, o) for k, o in items if o.ssd and o.replicas)
@@ -129,15 +129,15 @@ def victim_order(ms: MasterState) -> Iterable[tuple[str, ObjectMeta]]:
 
 def ssd_any(ms: MasterState) -> bool:
     """Whether any object has an SSD copy."""
-    return any(s.ssd_keys for s in ms._segments)
+    return any(s.ssd_keys for s in ms.segments)
 
 
 def evict(ms: MasterState, key: str, now: float) -> None:
     """Evict one object: only its DRAM if it has an SSD copy, otherwise the object."""
-    obj = ms._objects[key]
+    obj = ms.objects[key]
     if obj.ssd and obj.replicas:
         tier_ops.evict_to_ssd(ms, key, obj, now)
         return
-    ms._evicted_objects += 1
-    ms._evicted_bytes += obj.size * len(obj.replicas)
+    ms.counters.evicted_objects += 1
+    ms.counters.evicted_bytes += obj.size * len(obj.replicas)
     removal_ops.drop(ms, key, obj, ev.RemoveReason.EVICTED, now)

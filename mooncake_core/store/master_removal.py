@@ -15,9 +15,7 @@ again under the same name is a new allocator; the old hold is dropped with the o
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import events as ev
@@ -33,23 +31,13 @@ if TYPE_CHECKING:
     from .segment import Segment
 
 
-@dataclass(frozen=True, slots=True)
-class Held:
-    """A freed range kept allocated until no reader can be reading it."""
-
-    segment: Segment
-    """The segment object it was taken from (not its name: a remount is another one)."""
-    length: int
-    free_at: float
-
-
 def remove(ms: MasterState, key: str, now: float, *, force: bool = False) -> None:
     """Body of :meth:`MasterState.remove`."""
-    obj = ms._object(key)
+    obj = ms.objects.require(key)
     if not force:
         check_removable(ms, key, obj, now)
     drop(ms, key, obj, ev.RemoveReason.REMOVED, now)
-    ms._removed += 1
+    ms.counters.removed += 1
 
 
 def remove_by_prefix(
@@ -60,7 +48,7 @@ def remove_by_prefix(
         raise InvalidArgumentError(
             ErrorCode.INVALID_PARAMS, "empty prefix would match every key; use remove_all"
         )
-    return remove_many(ms, list(ms._keys.iter_prefix(prefix)), now, force)
+    return remove_many(ms, list(ms.objects.sorted_keys.iter_prefix(prefix)), now, force)
 
 
 def remove_by_regex(
@@ -68,12 +56,14 @@ def remove_by_regex(
 ) -> RemoveManyResult:
     """Body of :meth:`MasterState.remove_by_regex`."""
     rx = compile_pattern(pattern)  # RE2: linear time, a hostile pattern cannot stall the lock
-    return remove_many(ms, [k for k in ms._keys.iter_from() if rx.search(k)], now, force)
+    return remove_many(
+        ms, [k for k in ms.objects.sorted_keys.iter_from() if rx.search(k)], now, force
+    )
 
 
 def remove_all(ms: MasterState, now: float, *, force: bool = False) -> RemoveManyResult:
     """Body of :meth:`MasterState.remove_all`."""
-    return remove_many(ms, list(ms._keys.iter_from()), now, force)
+    return remove_many(ms, list(ms.objects.sorted_keys.iter_from()), now, force)
 
 
 def reader_hold(ms: MasterState, obj: ObjectMeta, now: float) -> float | None:
@@ -93,47 +83,29 @@ def free_range(
     if hold_until is None:
         seg.allocator.release(offset, length)
         return
-    ms._held[(seg.name, offset)] = Held(seg, length, hold_until)
-    ms._held_next = min(ms._held_next, hold_until)
+    ms.held.hold(seg, offset, length, hold_until)
 
 
 def finish_held(ms: MasterState, now: float) -> int:
     """Release the held ranges whose time has come; returns how many."""
-    if now < ms._held_next:
-        return 0
-    freed = 0
-    nxt = math.inf
-    for (name, offset), h in list(ms._held.items()):
-        if h.free_at > now:
-            nxt = min(nxt, h.free_at)
-            continue
-        del ms._held[(name, offset)]
-        if ms._segments.find(name) is h.segment:  # else: gone with its segment
-            h.segment.allocator.release(offset, h.length)
-            freed += 1
-    ms._held_next = nxt
-    return freed
+    return ms.held.finish(now, ms.segments)
 
 
 def take_held(ms: MasterState, segment: str, offset: int, length: int) -> float | None:
     """Take a held range back for an object (an undo reinstalling it): the range stays
     allocated and is no longer held. Returns when its hold would have ended, or None if
     it is not held."""
-    h = ms._held.get((segment, offset))
-    if h is None or h.length != length or ms._segments.find(segment) is not h.segment:
-        return None
-    del ms._held[(segment, offset)]
-    return h.free_at
+    return ms.held.take(segment, offset, length, ms.segments)
 
 
 def carry_holds(old: MasterState, fresh: MasterState, now: float) -> None:
     """Hold in ``fresh`` (a core rebuilt from the journal, which has them free) the
     ranges ``old`` keeps for readers: held ranges and replica drops waiting for a lease."""
     keep: list[tuple[str, int, int, float]] = list(old.held_ranges())
-    for waiting in old._dropping.values():
+    for waiting in old.moves.dropping.values():
         keep.extend((sl.segment, sl.offset, sl.length, at) for at, r in waiting for sl in r)
     for name, offset, length, until in keep:
-        seg = fresh._segments.find(name)
+        seg = fresh.segments.find(name)
         if until > now and seg is not None and seg.allocator.allocate_at(offset, length):
             free_range(fresh, seg, offset, length, until)
 
@@ -151,12 +123,12 @@ def release(
     touched: set[str] = set()
     for replica in replicas:
         for sl in replica:
-            seg = ms._segments.find(sl.segment)
+            seg = ms.segments.find(sl.segment)
             if seg is not None:
                 free_range(ms, seg, sl.offset, sl.length, hold_until)
                 touched.add(sl.segment)
     for name in touched - set(keep):
-        ms._segments.get(name).keys.discard(key)
+        ms.segments.get(name).keys.discard(key)
 
 
 def drop(
@@ -174,23 +146,21 @@ def drop(
     hold = reader_hold(ms, obj, now)
     # The ranges this drop leaves held (its replicas', and a deferred replica drop's)
     # go into its event: the journal keeps them for a restored master.
-    before = set(ms._held) if hold is not None or key in ms._dropping else None
-    if key in ms._adding or key in ms._dropping:
+    before = set(ms.held.ranges) if hold is not None or key in ms.moves.dropping else None
+    if ms.moves.involves(key):
         replica_ops.forget_moves(ms, key, now)
     tier_ops.forget_tier(ms, key, obj)
     release(ms, key, obj.replicas, hold_until=hold)
-    del ms._objects[key]
-    ms._processing.pop(key, None)
-    ms._keys.discard(key)
-    if not keep_pin and ms._pins.clear(key, is_prefix=False) is not None:
-        ms._events.append(ev.ObjectUnpinned(now, key, False, expired=False))
+    ms.objects.remove(key)
+    if not keep_pin and ms.pins.clear(key, is_prefix=False) is not None:
+        ms.events.append(ev.ObjectUnpinned(now, key, False, expired=False))
     held: tuple[Replica, ...] = ()
     if before is not None:
         held = tuple(
-            (Slice(name, off, ms._held[(name, off)].length),)
-            for name, off in sorted(set(ms._held) - before)
+            (Slice(name, off, ms.held.ranges[(name, off)].length),)
+            for name, off in sorted(set(ms.held.ranges) - before)
         )
-    ms._events.append(ev.ObjectRemoved(now, key, reason, obj.complete, held))
+    ms.events.append(ev.ObjectRemoved(now, key, reason, obj.complete, held))
 
 
 def check_removable(ms: MasterState, key: str, obj: ObjectMeta, now: float) -> None:
@@ -211,11 +181,11 @@ def remove_many(ms: MasterState, keys: list[str], now: float, force: bool) -> Re
     """Remove ``keys`` (all known), skipping leased or unfinished ones unless ``force``."""
     removed = skipped = 0
     for key in keys:
-        obj = ms._objects[key]
+        obj = ms.objects[key]
         if not force and (obj.leased(now) or not obj.complete):
             skipped += 1
             continue
         drop(ms, key, obj, ev.RemoveReason.REMOVED, now)
         removed += 1
-    ms._removed += removed
+    ms.counters.removed += removed
     return RemoveManyResult(removed, skipped)

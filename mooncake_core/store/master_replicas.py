@@ -34,10 +34,10 @@ def add_start(
     target_segment: str | None = None,
 ) -> Replica:
     """Body of :meth:`MasterState.add_replica_start`."""
-    obj = ms._object(key)
+    obj = ms.objects.require(key)
     if not obj.complete:
         raise ConflictError(ErrorCode.OBJECT_NOT_READY, f"object {key!r} is still being written")
-    if key in ms._adding:
+    if key in ms.moves.adding:
         raise ConflictError(ErrorCode.INVALID_STATE, f"a replica of {key!r} is already being added")
     if not obj.replicas:
         raise ConflictError(
@@ -46,7 +46,7 @@ def add_start(
         )
     used = {sl.segment for r in obj.replicas for sl in r}
     if target_segment is not None:
-        seg = ms._segments.get(target_segment)
+        seg = ms.segments.get(target_segment)
         if not seg.allocatable:
             raise ConflictError(
                 ErrorCode.INVALID_STATE,
@@ -60,7 +60,7 @@ def add_start(
         segs = [seg]
     else:
         banned = used | set(exclude_segments)
-        segs = [s for s in ms._segments.allocatable() if s.name not in banned]
+        segs = [s for s in ms.segments.allocatable() if s.name not in banned]
     if not segs:
         raise CapacityError(
             ErrorCode.NO_AVAILABLE_SEGMENT,
@@ -68,7 +68,7 @@ def add_start(
             f"(excluded: {sorted(used | set(exclude_segments))})",
         )
     lengths = slice_lengths(obj.size, ms.config.max_slice_size)
-    placed = place_replicas(segs, lengths, 1, ms._strategy, AllocContext(obj.client_id))
+    placed = place_replicas(segs, lengths, 1, ms.strategy, AllocContext(obj.client_id))
     if placed is None:
         raise CapacityError(
             ErrorCode.STORE_FULL,
@@ -76,27 +76,27 @@ def add_start(
             f"{len(segs)} allocatable segment(s)",
         )
     replica = placed[0]
-    ms._adding[key] = (replica, now)
+    ms.moves.adding[key] = (replica, now)
     for sl in replica:
-        ms._segments.get(sl.segment).keys.add(key)
+        ms.segments.get(sl.segment).keys.add(key)
     return replica
 
 
 def add_end(ms: MasterState, key: str, now: float) -> Replica:
     """Body of :meth:`MasterState.add_replica_end`."""
     replica = pending_add(ms, key)[0]
-    del ms._adding[key]
-    obj = ms._objects[key]
+    del ms.moves.adding[key]
+    obj = ms.objects[key]
     obj.replicas = (*obj.replicas, replica)
-    ms._tier_changes += 1
-    ms._events.append(ev.ReplicaAdded(now, key, replica, len(obj.replicas)))
+    ms.tier.changes += 1
+    ms.events.append(ev.ReplicaAdded(now, key, replica, len(obj.replicas)))
     return replica
 
 
 def add_revoke(ms: MasterState, key: str, now: float) -> None:
     """Body of :meth:`MasterState.add_replica_revoke`."""
     replica = pending_add(ms, key)[0]
-    del ms._adding[key]
+    del ms.moves.adding[key]
     free_replica(ms, key, replica, now)
 
 
@@ -104,7 +104,7 @@ def discard_stale_adds(ms: MasterState, now: float) -> list[str]:
     """Body of :meth:`MasterState.discard_stale_adds`."""
     limit = now - ms.config.put_timeout_s
     stale = []
-    for key, (_, started) in ms._adding.items():
+    for key, (_, started) in ms.moves.adding.items():
         if started > limit:
             break  # insertion order is start order
         stale.append(key)
@@ -115,7 +115,7 @@ def discard_stale_adds(ms: MasterState, now: float) -> list[str]:
 
 def drop(ms: MasterState, key: str, segment: str, now: float) -> bool:
     """Body of :meth:`MasterState.drop_replica`."""
-    obj = ms._object(key)
+    obj = ms.objects.require(key)
     if not obj.complete:
         raise ConflictError(ErrorCode.OBJECT_NOT_READY, f"object {key!r} is still being written")
     gone = [r for r in obj.replicas if any(sl.segment == segment for sl in r)]
@@ -130,10 +130,10 @@ def drop(ms: MasterState, key: str, segment: str, now: float) -> bool:
             f"dropping {key!r} from {segment!r} would leave no replica; add one first",
         )
     obj.replicas = keep
-    ms._events.append(ev.ReplicaDropped(now, key, segment, len(keep)))
+    ms.events.append(ev.ReplicaDropped(now, key, segment, len(keep)))
     until = removal_ops.reader_hold(ms, obj, now)
     if until is not None:
-        pending = ms._dropping.setdefault(key, [])
+        pending = ms.moves.dropping.setdefault(key, [])
         pending.extend((until, r) for r in gone)
         return False
     for r in gone:
@@ -144,16 +144,16 @@ def drop(ms: MasterState, key: str, segment: str, now: float) -> bool:
 def finish_drops(ms: MasterState, now: float) -> int:
     """Body of :meth:`MasterState.finish_replica_drops`."""
     freed = 0
-    for key in list(ms._dropping):
-        waiting = ms._dropping[key]
+    for key in list(ms.moves.dropping):
+        waiting = ms.moves.dropping[key]
         due = [r for at, r in waiting if at <= now]
         if not due:
             continue
         rest = [(at, r) for at, r in waiting if at > now]
         if rest:
-            ms._dropping[key] = rest
+            ms.moves.dropping[key] = rest
         else:
-            del ms._dropping[key]
+            del ms.moves.dropping[key]
         for r in due:
             free_replica(ms, key, r, now)
         freed += len(due)
@@ -162,7 +162,7 @@ def finish_drops(ms: MasterState, now: float) -> int:
 
 def pending_add(ms: MasterState, key: str) -> tuple[Replica, float]:
     """The replica being added to ``key`` and its start time; NotFoundError if none."""
-    found = ms._adding.get(key)
+    found = ms.moves.adding.get(key)
     if found is None:
         raise NotFoundError(ErrorCode.OBJECT_NOT_FOUND, f"no replica is being added to {key!r}")
     return found
@@ -172,13 +172,13 @@ def still_on(ms: MasterState, key: str) -> set[str]:
     """Segments that some replica of ``key`` (visible, being added, or waiting to be
     freed) still touches."""
     reps: list[Replica] = []
-    obj = ms._objects.get(key)
+    obj = ms.objects.get(key)
     if obj is not None:
         reps.extend(obj.replicas)
-    if key in ms._adding:
-        reps.append(ms._adding[key][0])
-    reps.extend(r for _, r in ms._dropping.get(key, ()))
-    st = ms._tier.stages.get(key)
+    if key in ms.moves.adding:
+        reps.append(ms.moves.adding[key][0])
+    reps.extend(r for _, r in ms.moves.dropping.get(key, ()))
+    st = ms.tier.stages.get(key)
     if st is not None:
         reps.append(st.replica)
     return {sl.segment for r in reps for sl in r}
@@ -191,7 +191,7 @@ def free_replica(
     ``hold_until``); update segment membership."""
     still = still_on(ms, key)
     for sl in replica:
-        seg = ms._segments.find(sl.segment)
+        seg = ms.segments.find(sl.segment)
         if seg is None:
             continue
         removal_ops.free_range(ms, seg, sl.offset, sl.length, hold_until)
@@ -204,20 +204,20 @@ def forget_moves(ms: MasterState, key: str, now: float, segment: str | None = No
     """Release a key's pending addition and deferred drops (all, or only those that
     touch ``segment``). A deferred drop whose lease has not ended stays held (the key is
     going away, not its readers), unless its segment is the one going."""
-    add = ms._adding.get(key)
+    add = ms.moves.adding.get(key)
     if add is not None and (segment is None or any(s.segment == segment for s in add[0])):
-        del ms._adding[key]
+        del ms.moves.adding[key]
         free_replica(ms, key, add[0], now)
-    waiting = ms._dropping.get(key)
+    waiting = ms.moves.dropping.get(key)
     if waiting:
         hit = [
             (at, r) for at, r in waiting if segment is None or any(s.segment == segment for s in r)
         ]
         rest = [w for w in waiting if w not in hit]
         if rest:
-            ms._dropping[key] = rest
+            ms.moves.dropping[key] = rest
         else:
-            del ms._dropping[key]
+            del ms.moves.dropping[key]
         for at, r in hit:
             hold = at if segment is None and at > now else None
             free_replica(ms, key, r, now, hold)

@@ -81,12 +81,12 @@ def restore_objects(
 ) -> None:
     """Install ``objects`` in ``st`` at exactly their ranges (see
     :meth:`MasterState.restore_objects`)."""
-    table = st._segments
+    table = st.segments
     keys_in = {o[0] for o in objects}
-    if len(keys_in) != len(objects) or not keys_in.isdisjoint(st._objects):
+    if len(keys_in) != len(objects) or not keys_in.isdisjoint(st.objects):
         seen: set[str] = set()
         for key, _, _, _ in objects:
-            if key in st._objects or key in seen:
+            if key in st.objects or key in seen:
                 raise ConflictError(
                     ErrorCode.OBJECT_ALREADY_EXISTS, f"object {key!r} is already restored"
                 )
@@ -107,7 +107,7 @@ def restore_objects(
             for off, length in ranges[name]:
                 segs[name].allocator.release(off, length)
         raise
-    st._tier.next_token = token_base
+    st.tier.next_token = token_base
     _install(st, objects, now, read_hold)
 
 
@@ -115,10 +115,10 @@ def _install(
     st: MasterState, objects: Sequence[RestoredObject], now: float, read_hold: float = 0.0
 ) -> None:
     """Register objects whose ranges are already reserved."""
-    objects_table, processing, keys = st._objects, st._processing, st._keys
+    add = st.objects.add
     complete_state = ObjectState.COMPLETE
-    tier = st._tier
-    segs = st._segments
+    tier = st.tier
+    segs = st.segments
     # Hot loop (promotion time grows with it): plain loops, no generators.
     for key, size, replicas, complete in objects:
         meta = ObjectMeta(size, replicas, "", now)
@@ -126,10 +126,9 @@ def _install(
         if complete:
             meta.state = complete_state
             meta.token = tier.new_token()
+            add(key, meta)
         else:
-            processing[key] = now  # put_timeout_s counts from the restart
-        objects_table[key] = meta
-        keys.add(key)
+            add(key, meta, now)  # put_timeout_s counts from the restart
         for r in replicas:
             for sl in r:
                 segs.get(sl.segment).keys.add(key)
@@ -137,15 +136,15 @@ def _install(
 
 def restore_ssd_copies(ms: MasterState, key: str, segments: Iterable[str]) -> None:
     """Body of :meth:`MasterState.restore_ssd_copies`."""
-    obj = ms._object(key)
+    obj = ms.objects.require(key)
     for name in segments:
-        seg = ms._segments.find(name)
+        seg = ms.segments.find(name)
         if seg is None or name in obj.ssd:
             continue
         obj.ssd = (*obj.ssd, name)
         seg.ssd_keys.add(key)
     if obj.complete and not obj.replicas and obj.ssd:
-        ms._ssd_only.add(key)
+        ms.ssd_only.add(key)
 
 
 def reconcile(
@@ -172,7 +171,7 @@ def reconcile(
             caller then rebuilds the whole state from the journal).
     """
     for key in objects:
-        obj = ms._objects.get(key)
+        obj = ms.objects.get(key)
         if obj is not None:
             removal_ops.drop(ms, key, obj, ev.RemoveReason.REVOKED, now, keep_pin=True)
     back = [o for o in objects.values() if o is not None]
@@ -183,7 +182,7 @@ def reconcile(
         for key, _, replicas, _ in back:
             for r in replicas:
                 for sl in r:
-                    seg = ms._segments.get(sl.segment)  # NotFoundError
+                    seg = ms.segments.get(sl.segment)  # NotFoundError
                     # A range held for readers (the key was dropped under a lease) is
                     # the key's own again, and so is the lease that protected it.
                     was = removal_ops.take_held(ms, sl.segment, sl.offset, sl.length)
@@ -205,10 +204,10 @@ def reconcile(
         raise
     _install(ms, back, now)
     for key, until in leases.items():
-        ms._objects[key].lease_expiry = until
+        ms.objects[key].lease_expiry = until
     for (target, is_prefix), want in pins.items():
         if want is None:
-            ms._pins.clear(target, is_prefix=is_prefix)
+            ms.pins.clear(target, is_prefix=is_prefix)
         else:
-            ms._pins.set(target, is_prefix=is_prefix, hard=want[0], expires_at=want[1])
-    ms._events.clear()
+            ms.pins.set(target, is_prefix=is_prefix, hard=want[0], expires_at=want[1])
+    ms.events.clear()

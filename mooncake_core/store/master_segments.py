@@ -56,7 +56,7 @@ def mount(
             ErrorCode.INVALID_PARAMS,
             f"ssd_capacity must be in 0..{MAX_SSD_CAPACITY} bytes, got {ssd_capacity!r}",
         )
-    seg = ms._segments.find(name)
+    seg = ms.segments.find(name)
     if seg is not None:
         if (
             seg.client_id == client_id
@@ -64,27 +64,27 @@ def mount(
             and seg.ssd_capacity == ssd_capacity
             and seg.state == SegmentState.MOUNTED
         ):
-            ms._segments.touch_client(client_id, now)
+            ms.segments.touch_client(client_id, now)
             return seg.snapshot()
         raise ConflictError(
             ErrorCode.SEGMENT_ALREADY_EXISTS,
             f"segment {name!r} is already mounted by client {seg.client_id!r} "
             f"({seg.state.name}, {seg.capacity} bytes)",
         )
-    if ms._segments.capacity() + capacity > MAX_TOTAL_CAPACITY:
+    if ms.segments.capacity() + capacity > MAX_TOTAL_CAPACITY:
         raise InvalidArgumentError(
             ErrorCode.INVALID_PARAMS,
             f"mounting {capacity} bytes would take the store past {MAX_TOTAL_CAPACITY} bytes",
         )
-    seg = ms._segments.add(name, client_id, capacity, transport_address, location, ssd_capacity)
-    ms._segments.touch_client(client_id, now)
-    ms._events.append(ev.SegmentMounted(now, name, client_id, capacity))
+    seg = ms.segments.add(name, client_id, capacity, transport_address, location, ssd_capacity)
+    ms.segments.touch_client(client_id, now)
+    ms.events.append(ev.SegmentMounted(now, name, client_id, capacity))
     return seg.snapshot()
 
 
 def unmount(ms: MasterState, name: str, now: float, *, client_id: str | None = None) -> None:
     """Body of :meth:`MasterState.unmount_segment`."""
-    seg = ms._segments.get(name)
+    seg = ms.segments.get(name)
     if client_id is not None and seg.client_id != client_id:
         raise ConflictError(
             ErrorCode.INVALID_STATE,
@@ -97,12 +97,12 @@ def unmount(ms: MasterState, name: str, now: float, *, client_id: str | None = N
         return
     seg.state = SegmentState.UNMOUNTING
     seg.unmount_deadline = now + ms.config.unmount_grace_s
-    ms._events.append(ev.SegmentStateChanged(now, name, seg.state.name))
+    ms.events.append(ev.SegmentStateChanged(now, name, seg.state.name))
 
 
 def drain(ms: MasterState, name: str, now: float) -> None:
     """Body of :meth:`MasterState.drain_segment`."""
-    seg = ms._segments.get(name)
+    seg = ms.segments.get(name)
     if seg.state in (SegmentState.DRAINING, SegmentState.DRAINED):
         return
     if seg.state != SegmentState.MOUNTED:
@@ -110,13 +110,13 @@ def drain(ms: MasterState, name: str, now: float) -> None:
             ErrorCode.INVALID_STATE, f"segment {name!r} is {seg.state.name}, cannot drain"
         )
     seg.state = SegmentState.DRAINING
-    ms._events.append(ev.SegmentStateChanged(now, name, seg.state.name))
+    ms.events.append(ev.SegmentStateChanged(now, name, seg.state.name))
     update_drain(ms, seg, now)
 
 
 def undrain(ms: MasterState, name: str, now: float) -> None:
     """Body of :meth:`MasterState.undrain_segment`."""
-    seg = ms._segments.get(name)
+    seg = ms.segments.get(name)
     if seg.state == SegmentState.MOUNTED:
         return
     if seg.state not in (SegmentState.DRAINING, SegmentState.DRAINED):
@@ -124,14 +124,14 @@ def undrain(ms: MasterState, name: str, now: float) -> None:
             ErrorCode.INVALID_STATE, f"segment {name!r} is {seg.state.name}, cannot undrain"
         )
     seg.state = SegmentState.MOUNTED
-    ms._events.append(ev.SegmentStateChanged(now, name, seg.state.name))
+    ms.events.append(ev.SegmentStateChanged(now, name, seg.state.name))
 
 
 def list_objects(
     ms: MasterState, segment: str, start_after: str = "", limit: int = 1000
 ) -> ListKeysResult:
     """Body of :meth:`MasterState.list_segment_objects`."""
-    seg = ms._segments.get(segment)
+    seg = ms.segments.get(segment)
     if not 1 <= limit <= MAX_LIST_LIMIT:
         raise InvalidArgumentError(
             ErrorCode.INVALID_PARAMS, f"limit must be in 1..{MAX_LIST_LIMIT}, got {limit}"
@@ -139,7 +139,7 @@ def list_objects(
     entries: list[KeyEntry] = []
     more = False
     for key in sorted(k for k in seg.keys if k > start_after):
-        obj = ms._objects[key]
+        obj = ms.objects[key]
         if not any(sl.segment == segment for r in obj.replicas for sl in r):
             continue
         if len(entries) == limit:
@@ -154,18 +154,18 @@ def expire_clients(ms: MasterState, now: float) -> list[str]:
     if now < ms.expiry_hold_until:
         return []
     ttl = ms.config.client_ttl_s
-    dead = ms._segments.silent_clients(now, ttl)
+    dead = ms.segments.silent_clients(now, ttl)
     for client in dead:
-        ms._segments.forget_client(client)
-        for seg in ms._segments.owned_by(client):
+        ms.segments.forget_client(client)
+        for seg in ms.segments.owned_by(client):
             remove_segment(ms, seg, ev.UnmountReason.CLIENT_EXPIRED, now)
-        ms._events.append(ev.ClientExpired(now, client))
+        ms.events.append(ev.ClientExpired(now, client))
     return dead
 
 
 def finish_unmounts(ms: MasterState, now: float) -> list[str]:
     """Body of :meth:`MasterState.finish_unmounts`."""
-    done = ms._segments.due_unmounts(now)
+    done = ms.segments.due_unmounts(now)
     for seg in done:
         remove_segment(ms, seg, ev.UnmountReason.UNMOUNTED, now)
     return [s.name for s in done]
@@ -174,29 +174,29 @@ def finish_unmounts(ms: MasterState, now: float) -> list[str]:
 def remove_segment(ms: MasterState, seg: Segment, reason: ev.UnmountReason, now: float) -> None:
     """Remove a segment now: its SSD copies, then its DRAM ranges; objects left with no copy are lost."""
     name = seg.name
-    ms._offload_idle.pop(name, None)
+    ms.tier.offload_idle.pop(name, None)
     # The node and its disk go with the segment: first its SSD copies, then its
     # DRAM ranges (an object keeps living on other SSD copies if it has some).
     for key in sorted(seg.ssd_keys):
-        obj = ms._objects[key]
+        obj = ms.objects[key]
         tier_ops.drop_ssd(ms, key, obj, name, now)
-        st = ms._tier.stages.get(key)
+        st = ms.tier.stages.get(key)
         if st is not None and st.segment == name:
             continue  # the pending stage is failed below, with the segment's ranges
-        if not obj.replicas and not obj.ssd and key not in ms._tier.stages:
+        if not obj.replicas and not obj.ssd and key not in ms.tier.stages:
             removal_ops.drop(ms, key, obj, ev.RemoveReason.SEGMENT_LOST, now)
-            ms._lost += 1
+            ms.counters.lost += 1
     for key in sorted(seg.keys):
-        obj_or_none = ms._objects.get(key)
+        obj_or_none = ms.objects.get(key)
         if obj_or_none is None:
             continue  # removed above (its last SSD copy was here)
         obj = obj_or_none
-        if key in ms._adding or key in ms._dropping:
+        if ms.moves.involves(key):
             replica_ops.forget_moves(ms, key, now, name)
-        ms._tier.clear_offload(key, name)
-        st = ms._tier.stages.get(key)
+        ms.tier.clear_offload(key, name)
+        st = ms.tier.stages.get(key)
         if st is not None and st.segment == name:
-            del ms._tier.stages[key]
+            del ms.tier.stages[key]
             tier_ops.stage_failed(ms, key, obj, st, now)
             continue
         if not any(sl.segment == name for r in obj.replicas for sl in r):
@@ -207,21 +207,21 @@ def remove_segment(ms: MasterState, seg: Segment, reason: ev.UnmountReason, now:
             still = {sl.segment for r in keep for sl in r}
             removal_ops.release(ms, key, lost, keep=still)
             obj.replicas = keep
-            copy = ms._tier.stage_copies.get(key)
+            copy = ms.tier.stage_copies.get(key)
             if copy is not None and copy in lost:
-                del ms._tier.stage_copies[key]
+                del ms.tier.stage_copies[key]
             if not keep:
-                ms._ssd_only.add(key)
-            ms._events.append(ev.ReplicaDropped(now, key, name, len(keep)))
+                ms.ssd_only.add(key)
+            ms.events.append(ev.ReplicaDropped(now, key, name, len(keep)))
         else:
             removal_ops.drop(ms, key, obj, ev.RemoveReason.SEGMENT_LOST, now)
-            ms._lost += 1
-    ms._segments.remove(name)
-    ms._events.append(ev.SegmentUnmounted(now, name, reason))
+            ms.counters.lost += 1
+    ms.segments.remove(name)
+    ms.events.append(ev.SegmentUnmounted(now, name, reason))
 
 
 def update_drain(ms: MasterState, seg: Segment, now: float) -> None:
     """Mark a DRAINING segment DRAINED once it holds no key."""
     if seg.state == SegmentState.DRAINING and not seg.keys:
         seg.state = SegmentState.DRAINED
-        ms._events.append(ev.SegmentStateChanged(now, seg.name, seg.state.name))
+        ms.events.append(ev.SegmentStateChanged(now, seg.name, seg.state.name))

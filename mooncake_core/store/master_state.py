@@ -43,14 +43,14 @@ from .errors import (
     StoreError,
 )
 from .eviction import EvictionPolicy, LruEviction
-from .keyindex import SortedKeys
 from .master_restore import RestoredObject
 from .master_segments import MAX_LIST_LIMIT
 from .master_segments import MAX_SEGMENT_CAPACITY as MAX_SEGMENT_CAPACITY
 from .master_segments import MAX_SSD_CAPACITY as MAX_SSD_CAPACITY
 from .master_segments import MAX_TOTAL_CAPACITY as MAX_TOTAL_CAPACITY
+from .master_tables import HeldRanges, MasterCounters, ObjectTable, ReplicaMoves
 from .master_tier import StagePending, TierBook
-from .objects import ObjectInfo, ObjectMeta, PinLevel, Replica
+from .objects import ObjectInfo, PinLevel, Replica
 from .pins import Pin, PinTable
 from .results import (
     GetResult,
@@ -92,56 +92,37 @@ class MasterState:
         eviction: EvictionPolicy | None = None,
     ) -> None:
         self.config = config or MasterConfig()
-        # The private tables below are shared with the master_*.py rule modules (they
-        # read and write them directly); other code goes through the methods.
-        self._rng = rng if rng is not None else random.Random(0)
-        self._strategy = make_strategy(self.config.allocation_strategy, self._rng)
-        self._eviction: EvictionPolicy = eviction or LruEviction()
-        self._objects: dict[str, ObjectMeta] = {}  # least recently used first
-        self._processing: dict[str, float] = {}  # key -> PutStart time, oldest first
-        # Replica moves (see docs/store.md, "Moving replicas"): a replica being added is
-        # allocated but not in obj.replicas (readers never see it) until add_replica_end;
-        # a dropped replica leaves obj.replicas at once but keeps its space until the
-        # lease that existed at the drop ends, so readers holding that lease stay valid.
-        self._adding: dict[str, tuple[Replica, float]] = {}  # key -> (replica, start time)
-        self._dropping: dict[str, list[tuple[float, Replica]]] = {}  # key -> (free at, rep)
-        # Ranges a reader may still read, freed but held until then (docs/store.md,
-        # "Reads never see reclaimed bytes"): (segment name, offset) -> Held.
-        self._held: dict[tuple[str, int], removal_ops.Held] = {}
-        self._held_next = float("inf")  # earliest free_at in _held
-        self._keys = SortedKeys()
+        # The tables are public: the master_*.py rule modules change them through their
+        # own methods; other code goes through MasterState's methods.
+        self.rng = rng if rng is not None else random.Random(0)
+        self.strategy = make_strategy(self.config.allocation_strategy, self.rng)
+        self.eviction: EvictionPolicy = eviction or LruEviction()
+        self.objects = ObjectTable()
+        """Every object, least recently used first."""
+        self.moves = ReplicaMoves()
+        """Replicas being added, and dropped ones waiting for a lease to end."""
+        self.held = HeldRanges()
+        """Freed ranges kept for readers (docs/store.md, "Reads never see reclaimed bytes")."""
         hb = self.config.heartbeat_interval_s
         # Suspect after missing one heartbeat by half an interval; a reported node only
         # clears itself with a heartbeat sent after the report.
-        self._segments = SegmentTable(alignment, suspect_after_s=1.5 * hb, report_hold_s=hb)
+        self.segments = SegmentTable(alignment, suspect_after_s=1.5 * hb, report_hold_s=hb)
         self.expiry_hold_until = float("-inf")
         """No client is expired before this time of the core's clock (a new HA leader
         gives every client it restored time to find it: :meth:`hold_expiry`)."""
-        self._pins = PinTable()
-        self._events: list[ev.Event] = []
-        self._evicted_objects = 0
-        self._evicted_bytes = 0
-        self._eviction_rounds = 0
-        self._removed = 0
-        self._expired_puts = 0
-        self._lost = 0
-        # SSD tier (see master_tier.py): work in flight, SSD-only keys, counters.
-        self._tier = TierBook()
-        self._ssd_only: set[str] = set()
-        self._tier_changes = 0  # bumped when new offload candidates may exist
-        # seg -> (changes, until): a scan found nothing to ask; skip it until then
-        self._offload_idle: dict[str, tuple[int, float]] = {}
-        self._offloaded_evictions = 0
-        self._ssd_offloads = 0
-        self._ssd_stages = 0
-        self._ssd_stage_failures = 0
-        self._ssd_promotions = 0
-        self._ssd_lost = 0
+        self.pins = PinTable()
+        self.events: list[ev.Event] = []
+        """Emitted since the last :meth:`take_events`, oldest first."""
+        self.counters = MasterCounters()
+        self.tier = TierBook()
+        """SSD tier work in flight (see master_tier.py)."""
+        self.ssd_only: set[str] = set()
+        """Complete objects with no DRAM replica, only SSD copies."""
 
     # ----------------------------------------------------------------- events
     def take_events(self) -> list[ev.Event]:
         """Return and clear the events emitted since the last call, oldest first."""
-        out, self._events = self._events, []
+        out, self.events = self.events, []
         return out
 
     # ---------------------------------------------------------- clients, segments
@@ -153,7 +134,7 @@ class MasterState:
             restarted): the client must mount its segments again.
         """
         check_name("client_id", client_id)
-        return self._segments.touch_client(client_id, now)
+        return self.segments.touch_client(client_id, now)
 
     def mount_segment(
         self,
@@ -250,7 +231,7 @@ class MasterState:
         """
         held = 0
         for name, offset, length in ranges:
-            seg = self._segments.find(name)
+            seg = self.segments.find(name)
             if seg is not None and seg.allocator.allocate_at(offset, length):
                 removal_ops.free_range(self, seg, offset, length, until)
                 held += 1
@@ -259,11 +240,7 @@ class MasterState:
     def held_ranges(self) -> list[tuple[str, int, int, float]]:
         """Freed ranges kept allocated for readers: ``(segment, offset, length, free at)``,
         sorted; holds of segments that are gone are left out."""
-        return sorted(
-            (name, off, h.length, h.free_at)
-            for (name, off), h in self._held.items()
-            if self._segments.find(name) is h.segment
-        )
+        return self.held.live(self.segments)
 
     def expire_clients(self, now: float) -> list[str]:
         """Forget clients silent for ``client_ttl_s``; their segments go at once.
@@ -307,8 +284,8 @@ class MasterState:
         """
         if not avoid:
             return write_ops.put_start(self, key, size, client_id, now, config)
-        self._segments.report_unreachable(avoid, now)
-        with self._segments.avoiding(avoid):
+        self.segments.report_unreachable(avoid, now)
+        with self.segments.avoiding(avoid):
             return write_ops.put_start(self, key, size, client_id, now, config)
 
     def upsert_start(
@@ -332,8 +309,8 @@ class MasterState:
         """
         if not avoid:
             return write_ops.upsert_start(self, key, size, client_id, now, config)
-        self._segments.report_unreachable(avoid, now)
-        with self._segments.avoiding(avoid):
+        self.segments.report_unreachable(avoid, now)
+        with self.segments.avoiding(avoid):
             return write_ops.upsert_start(self, key, size, client_id, now, config)
 
     def put_end(self, key: str, now: float) -> None:
@@ -487,19 +464,19 @@ class MasterState:
             UnavailableError: the nodes of all its SSD copies left a stage unanswered
                 less than ``stage_timeout_s`` ago (retry later).
         """
-        obj = self._object(key)
+        obj = self.objects.require(key)
         if not obj.complete:
             raise ConflictError(
                 ErrorCode.OBJECT_NOT_READY, f"object {key!r} is still being written"
             )
         if not obj.replicas:
-            pending = self._tier.stages.get(key)
+            pending = self.tier.stages.get(key)
             if pending is None:
                 pending = tier_ops.start_stage(self, key, obj, now)
             return StagePending(key, pending.request_id, pending.segment)
         obj.lease_expiry = max(obj.lease_expiry, now + self.config.lease_ttl_s)
         obj.last_access = now
-        self._touch(key, obj)
+        self.objects.touch(key, obj)
         return GetResult(key, obj.size, obj.replicas, obj.lease_expiry - now)
 
     def batch_read(
@@ -510,7 +487,7 @@ class MasterState:
 
     def exist(self, key: str, now: float) -> bool:
         """Whether ``key`` is readable. Neither renews a lease nor counts as an access."""
-        obj = self._objects.get(key)
+        obj = self.objects.get(key)
         return obj is not None and obj.complete
 
     def stat(self, key: str, now: float) -> ObjectInfo:
@@ -519,8 +496,8 @@ class MasterState:
         Raises:
             NotFoundError: no such object.
         """
-        obj = self._object(key)
-        level, until = self._pins.level(key, now)
+        obj = self.objects.require(key)
+        level, until = self.pins.level(key, now)
         return ObjectInfo(
             key=key,
             size=obj.size,
@@ -546,9 +523,9 @@ class MasterState:
                 ErrorCode.INVALID_PARAMS, f"limit must be in 1..{MAX_LIST_LIMIT}, got {limit}"
             )
         if start_after and start_after >= prefix:
-            it = self._keys.iter_from(start_after, exclusive=True)
+            it = self.objects.sorted_keys.iter_from(start_after, exclusive=True)
         else:
-            it = self._keys.iter_from(prefix)
+            it = self.objects.sorted_keys.iter_from(prefix)
         entries: list[KeyEntry] = []
         more = False
         for key in it:
@@ -557,7 +534,7 @@ class MasterState:
             if len(entries) == limit:
                 more = True
                 break
-            obj = self._objects[key]
+            obj = self.objects[key]
             entries.append(KeyEntry(key, obj.size, obj.state))
         return ListKeysResult(tuple(entries), entries[-1].key if more else None)
 
@@ -626,12 +603,12 @@ class MasterState:
                 )
         else:
             check_key(target, self.config.max_key_length)
-            self._object(target)
+            self.objects.require(target)
         expires = pin_expiry(self.config, hard, ttl_s, now)
-        pin = self._pins.set(target, is_prefix=prefix, hard=hard, expires_at=expires)
-        self._events.append(ev.ObjectPinned(now, target, prefix, hard, expires))
+        pin = self.pins.set(target, is_prefix=prefix, hard=hard, expires_at=expires)
+        self.events.append(ev.ObjectPinned(now, target, prefix, hard, expires))
         if not prefix:
-            obj = self._objects[target]
+            obj = self.objects[target]
             if obj.complete:
                 tier_ops.write_through(self, target, obj, now)
         return pin
@@ -645,27 +622,27 @@ class MasterState:
         Raises:
             NotFoundError: PIN_NOT_FOUND, nothing pinned there.
         """
-        existing = self._pins.get(target, is_prefix=prefix)
+        existing = self.pins.get(target, is_prefix=prefix)
         if existing is None or not existing.live(now):
             what = "prefix" if prefix else "key"
             raise NotFoundError(ErrorCode.PIN_NOT_FOUND, f"no pin on {what} {target!r}")
-        self._pins.clear(target, is_prefix=prefix)
-        self._events.append(ev.ObjectUnpinned(now, target, prefix, expired=False))
+        self.pins.clear(target, is_prefix=prefix)
+        self.events.append(ev.ObjectUnpinned(now, target, prefix, expired=False))
         return existing
 
     def list_pins(self, now: float) -> list[Pin]:
         """Live pins: key pins, then prefix pins, each sorted by target."""
-        return self._pins.pins(now)
+        return self.pins.pins(now)
 
     def pin_level(self, key: str, now: float) -> PinLevel:
         """Effective pin level of ``key`` (key pin or any covering prefix pin)."""
-        return self._pins.level(key, now)[0]
+        return self.pins.level(key, now)[0]
 
     def expire_pins(self, now: float) -> list[Pin]:
         """Drop soft pins whose TTL ended; returns them."""
-        gone = self._pins.expire(now)
+        gone = self.pins.expire(now)
         for p in gone:
-            self._events.append(ev.ObjectUnpinned(now, p.target, p.is_prefix, expired=True))
+            self.events.append(ev.ObjectUnpinned(now, p.target, p.is_prefix, expired=True))
         return gone
 
     # --------------------------------------------------------------- eviction
@@ -777,7 +754,7 @@ class MasterState:
     def take_stalled(self) -> list[str]:
         """Keys whose stage timed out with no other SSD copy to try since the last call
         (their waiting readers should read again: they get UNAVAILABLE)."""
-        out, self._tier.stalled = self._tier.stalled, []
+        out, self.tier.stalled = self.tier.stalled, []
         return out
 
     def drop_stage_copies(self, now: float) -> int:
@@ -836,7 +813,7 @@ class MasterState:
 
     def has_object(self, key: str) -> bool:
         """Whether ``key`` is known at all, complete or being written."""
-        return key in self._objects
+        return key in self.objects
 
     def restore_ssd_copies(self, key: str, segments: Iterable[str]) -> None:
         """Record SSD copies of a restored object (master rebuild; emits no event).
@@ -900,7 +877,7 @@ class MasterState:
         expiry, unmount grace, stale puts, stale replica additions, dropped replicas
         whose lease ended, held ranges whose readers are done, pin TTLs, drain completion, SSD tier (stage timeouts, stage
         copies whose lease ended, offloads ahead of eviction), watermark eviction."""
-        self._segments.update_suspects(now)
+        self.segments.update_suspects(now)
         self.expire_clients(now)
         self.finish_unmounts(now)
         self.discard_stale_puts(now)
@@ -908,7 +885,7 @@ class MasterState:
         self.finish_replica_drops(now)
         removal_ops.finish_held(self, now)
         self.expire_pins(now)
-        for seg in self._segments:
+        for seg in self.segments:
             segment_ops.update_drain(self, seg, now)
         tier_ops.expire_stages(self, now)
         tier_ops.drop_stage_copies(self, now)
@@ -917,40 +894,28 @@ class MasterState:
 
     def snapshot(self) -> MasterSnapshot:
         """Immutable read-model; O(segments), never O(objects)."""
-        segs = tuple(s.snapshot() for s in self._segments)
+        segs = tuple(s.snapshot() for s in self.segments)
         return MasterSnapshot(
-            key_count=len(self._objects),
-            complete_count=len(self._objects) - len(self._processing),
-            processing_count=len(self._processing),
+            key_count=len(self.objects),
+            complete_count=len(self.objects) - len(self.objects.processing),
+            processing_count=len(self.objects.processing),
             allocated_bytes=sum(s.used for s in segs),
             total_capacity_bytes=sum(s.capacity for s in segs),
-            client_count=self._segments.client_count,
+            client_count=self.segments.client_count,
             segments=segs,
-            key_pins=self._pins.key_pins,
-            prefix_pins=self._pins.prefix_pins,
-            evicted_objects_total=self._evicted_objects,
-            evicted_bytes_total=self._evicted_bytes,
-            eviction_rounds_total=self._eviction_rounds,
-            removed_objects_total=self._removed,
-            expired_puts_total=self._expired_puts,
-            lost_objects_total=self._lost,
-            offloaded_evictions_total=self._offloaded_evictions,
-            ssd_offloads_total=self._ssd_offloads,
-            ssd_stages_total=self._ssd_stages,
-            ssd_stage_failures_total=self._ssd_stage_failures,
-            ssd_promotions_total=self._ssd_promotions,
-            ssd_only_count=len(self._ssd_only),
-            ssd_lost_objects_total=self._ssd_lost,
+            key_pins=self.pins.key_pins,
+            prefix_pins=self.pins.prefix_pins,
+            evicted_objects_total=self.counters.evicted_objects,
+            evicted_bytes_total=self.counters.evicted_bytes,
+            eviction_rounds_total=self.counters.eviction_rounds,
+            removed_objects_total=self.counters.removed,
+            expired_puts_total=self.counters.expired_puts,
+            lost_objects_total=self.counters.lost,
+            offloaded_evictions_total=self.counters.offloaded_evictions,
+            ssd_offloads_total=self.counters.ssd_offloads,
+            ssd_stages_total=self.counters.ssd_stages,
+            ssd_stage_failures_total=self.counters.ssd_stage_failures,
+            ssd_promotions_total=self.counters.ssd_promotions,
+            ssd_only_count=len(self.ssd_only),
+            ssd_lost_objects_total=self.counters.ssd_lost,
         )
-
-    # --------------------------------------------------------------- private
-    def _object(self, key: str) -> ObjectMeta:
-        obj = self._objects.get(key)
-        if obj is None:
-            raise NotFoundError(ErrorCode.OBJECT_NOT_FOUND, f"no object with key {key!r}")
-        return obj
-
-    def _touch(self, key: str, obj: ObjectMeta) -> None:
-        # Re-inserting moves the key to the end of the dict: most recently used.
-        del self._objects[key]
-        self._objects[key] = obj

@@ -55,8 +55,10 @@ class TierBook:
     """
 
     __slots__ = (
+        "changes",
         "next_request",
         "next_token",
+        "offload_idle",
         "offloads",
         "stage_copies",
         "stages",
@@ -79,6 +81,11 @@ class TierBook:
         them must be told; no event says so)."""
         self.next_token = token_base
         self.next_request = 0
+        self.changes = 0
+        """Bumped when new offload candidates may exist."""
+        self.offload_idle: dict[str, tuple[int, float]] = {}
+        """segment -> (``changes``, until): a scan found nothing to ask there; skip it
+        until then unless ``changes`` moved."""
 
     def new_token(self) -> int:
         """A fresh object version token (never 0)."""

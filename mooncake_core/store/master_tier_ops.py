@@ -70,16 +70,16 @@ def offload_done(
             "delete the file",
         )
     if not ok:
-        ms._tier.note_offload(key, segment, now)  # asked again after the retry time
-        ms._tier_changes += 1
+        ms.tier.note_offload(key, segment, now)  # asked again after the retry time
+        ms.tier.changes += 1
         return
-    ms._tier.clear_offload(key, segment)
+    ms.tier.clear_offload(key, segment)
     if segment in obj.ssd:
         return
     obj.ssd = (*obj.ssd, segment)
     seg.ssd_keys.add(key)
-    ms._ssd_offloads += 1
-    ms._events.append(ev.SsdCopyAdded(now, key, segment, len(obj.ssd), len(obj.replicas)))
+    ms.counters.ssd_offloads += 1
+    ms.events.append(ev.SsdCopyAdded(now, key, segment, len(obj.ssd), len(obj.replicas)))
 
 
 def stage_done(
@@ -95,7 +95,7 @@ def stage_done(
     """Body of :meth:`MasterState.tier_stage_done`."""
     owned_segment(ms, segment, client_id)
     obj = tier_object(ms, key, request_id, "request_id")
-    st = ms._tier.stages.get(key)
+    st = ms.tier.stages.get(key)
     if st is None or st.request_id != request_id or st.segment != segment:
         now_pending = "none" if st is None else f"request {st.request_id} on {st.segment!r}"
         raise ConflictError(
@@ -103,8 +103,8 @@ def stage_done(
             f"no stage of {key!r} on {segment!r} with request {request_id} is pending "
             f"(pending: {now_pending})",
         )
-    del ms._tier.stages[key]
-    ms._tier.settle(key, segment)
+    del ms.tier.stages[key]
+    ms.tier.settle(key, segment)
     if not ok:
         stage_failed(ms, key, obj, st, now)
         return
@@ -112,14 +112,14 @@ def stage_done(
     obj.stages += 1
     # The readers that asked are about to read: protect the copy for them.
     obj.lease_expiry = max(obj.lease_expiry, now + ms.config.lease_ttl_s)
-    ms._ssd_stages += 1
-    ms._ssd_only.discard(key)
+    ms.counters.ssd_stages += 1
+    ms.ssd_only.discard(key)
     if obj.stages >= ms.config.promote_after:
-        ms._ssd_promotions += 1
+        ms.counters.ssd_promotions += 1
     else:
-        ms._tier.stage_copies[key] = st.replica
-    ms._tier_changes += 1
-    ms._events.append(ev.ReplicaAdded(now, key, st.replica, len(obj.replicas)))
+        ms.tier.stage_copies[key] = st.replica
+    ms.tier.changes += 1
+    ms.events.append(ev.ReplicaAdded(now, key, st.replica, len(obj.replicas)))
 
 
 def dropped(
@@ -131,13 +131,13 @@ def dropped(
         check_key(key, ms.config.max_key_length)
     removed = skipped = 0
     for key in keys:
-        obj = ms._objects.get(key)
+        obj = ms.objects.get(key)
         if obj is None or segment not in obj.ssd:
             skipped += 1
             continue
-        st = ms._tier.stages.get(key)
+        st = ms.tier.stages.get(key)
         if st is not None and st.segment == segment:
-            del ms._tier.stages[key]
+            del ms.tier.stages[key]
             gone = stage_failed(ms, key, obj, st, now)
         else:
             drop_ssd(ms, key, obj, segment, now)
@@ -149,28 +149,28 @@ def dropped(
 def expire_stages(ms: MasterState, now: float) -> list[str]:
     """Body of :meth:`MasterState.expire_stages`."""
     limit = ms.config.stage_timeout_s
-    late = [k for k, st in ms._tier.stages.items() if now - st.started >= limit]
+    late = [k for k, st in ms.tier.stages.items() if now - st.started >= limit]
     for key in late:
-        st = ms._tier.stages.pop(key)
-        obj = ms._objects[key]
+        st = ms.tier.stages.pop(key)
+        obj = ms.objects[key]
         replica_ops.free_replica(ms, key, st.replica, now)
-        ms._ssd_stage_failures += 1
-        ms._tier.timed_out.setdefault(key, {})[st.segment] = now
+        ms.counters.ssd_stage_failures += 1
+        ms.tier.timed_out.setdefault(key, {})[st.segment] = now
         try:
             start_stage(ms, key, obj, now)
         except StoreError:
-            ms._tier.stalled.append(key)
+            ms.tier.stalled.append(key)
     return late
 
 
 def drop_stage_copies(ms: MasterState, now: float) -> int:
     """Body of :meth:`MasterState.drop_stage_copies`."""
     dropped = 0
-    for key in list(ms._tier.stage_copies):
-        obj = ms._objects[key]
+    for key in list(ms.tier.stage_copies):
+        obj = ms.objects[key]
         if obj.leased(now):
             continue
-        replica = ms._tier.stage_copies.pop(key)
+        replica = ms.tier.stage_copies.pop(key)
         if replica not in obj.replicas:
             continue
         if not obj.ssd:
@@ -178,8 +178,8 @@ def drop_stage_copies(ms: MasterState, now: float) -> int:
         obj.replicas = tuple(r for r in obj.replicas if r != replica)
         replica_ops.free_replica(ms, key, replica, now)
         if not obj.replicas:
-            ms._ssd_only.add(key)
-        ms._events.append(ev.ReplicaDropped(now, key, replica[0].segment, len(obj.replicas)))
+            ms.ssd_only.add(key)
+        ms.events.append(ev.ReplicaDropped(now, key, replica[0].segment, len(obj.replicas)))
         dropped += 1
     return dropped
 
@@ -189,13 +189,13 @@ def request_offloads(ms: MasterState, now: float) -> int:
     wm = ms.config.effective_offload_watermark
     retry = ms.config.offload_retry_s
     quota: dict[str, int] = {}
-    for seg in ms._segments:
+    for seg in ms.segments:
         if seg.ssd_capacity <= 0 or seg.state != SegmentState.MOUNTED:
             continue
         if seg.used < wm * seg.capacity or not seg.keys:
             continue
-        idle = ms._offload_idle.get(seg.name)
-        if idle is not None and idle[0] == ms._tier_changes and now < idle[1]:
+        idle = ms.tier.offload_idle.get(seg.name)
+        if idle is not None and idle[0] == ms.tier.changes and now < idle[1]:
             continue  # nothing new since a scan found no candidate due
         quota[seg.name] = ms.config.offload_batch
     if not quota:
@@ -203,15 +203,15 @@ def request_offloads(ms: MasterState, now: float) -> int:
     asked = 0
     left = dict(quota)
     next_due = dict.fromkeys(quota, math.inf)  # earliest retry of a skipped candidate
-    for key, obj in ms._objects.items():
+    for key, obj in ms.objects.items():
         if not obj.complete:
             continue
         for r in obj.replicas:
             name = r[0].segment
             if name not in left or name in obj.ssd or not wholly_on(r, name):
                 continue
-            if not ms._tier.offload_due(key, name, now, retry):
-                at = ms._tier.offloads[key][name] + retry
+            if not ms.tier.offload_due(key, name, now, retry):
+                at = ms.tier.offloads[key][name] + retry
                 next_due[name] = min(next_due[name], at)
                 continue
             request_offload(ms, key, obj, name, r, now)
@@ -223,14 +223,14 @@ def request_offloads(ms: MasterState, now: float) -> int:
         if not left:
             break
     for name in left:
-        ms._offload_idle[name] = (ms._tier_changes, next_due[name])
+        ms.tier.offload_idle[name] = (ms.tier.changes, next_due[name])
     return asked
 
 
 def owned_segment(ms: MasterState, name: str, client_id: str) -> Segment:
     """The segment ``name``; ConflictError unless ``client_id`` owns it."""
     check_name("client_id", client_id)
-    seg = ms._segments.get(name)
+    seg = ms.segments.get(name)
     if seg.client_id != client_id:
         raise ConflictError(
             ErrorCode.INVALID_STATE,
@@ -246,13 +246,13 @@ def tier_object(ms: MasterState, key: str, ident: int, what: str) -> ObjectMeta:
         raise InvalidArgumentError(
             ErrorCode.INVALID_PARAMS, f"{what} must be a positive integer, got {ident!r}"
         )
-    return ms._object(key)
+    return ms.objects.require(key)
 
 
 def on_ssd_segment(ms: MasterState, obj: ObjectMeta) -> bool:
     """Whether a replica of the object starts on a segment with an SSD tier."""
     for r in obj.replicas:
-        seg = ms._segments.find(r[0].segment)
+        seg = ms.segments.find(r[0].segment)
         if seg is not None and seg.ssd_capacity > 0:
             return True
     return False
@@ -265,10 +265,10 @@ def write_through(ms: MasterState, key: str, obj: ObjectMeta, now: float) -> Non
     retry = ms.config.offload_retry_s
     for r in obj.replicas:
         name = r[0].segment
-        seg = ms._segments.find(name)
+        seg = ms.segments.find(name)
         if seg is None or seg.ssd_capacity <= 0 or seg.state != SegmentState.MOUNTED:
             continue
-        if not wholly_on(r, name) or not ms._tier.offload_due(key, name, now, retry):
+        if not wholly_on(r, name) or not ms.tier.offload_due(key, name, now, retry):
             continue
         request_offload(ms, key, obj, name, r, now)
         return
@@ -278,8 +278,8 @@ def request_offload(
     ms: MasterState, key: str, obj: ObjectMeta, segment: str, replica: Replica, now: float
 ) -> None:
     """Ask the node of ``segment`` to copy ``replica`` to SSD (``OffloadRequested``)."""
-    ms._tier.note_offload(key, segment, now)
-    ms._events.append(ev.OffloadRequested(now, key, segment, replica, obj.size, obj.token))
+    ms.tier.note_offload(key, segment, now)
+    ms.events.append(ev.OffloadRequested(now, key, segment, replica, obj.size, obj.token))
 
 
 def start_stage(ms: MasterState, key: str, obj: ObjectMeta, now: float) -> PendingStage:
@@ -290,10 +290,10 @@ def start_stage(ms: MasterState, key: str, obj: ObjectMeta, now: float) -> Pendi
     ranked = sorted(
         (s.state != SegmentState.MOUNTED, i, s.name)
         for i, n in enumerate(obj.ssd)
-        if (s := ms._segments.find(n)) is not None and s.state != SegmentState.UNMOUNTING
+        if (s := ms.segments.find(n)) is not None and s.state != SegmentState.UNMOUNTING
     )
     cooldown = ms.config.stage_timeout_s
-    names = [n for _, _, n in ranked if not ms._tier.cooling(key, n, now, cooldown)]
+    names = [n for _, _, n in ranked if not ms.tier.cooling(key, n, now, cooldown)]
     if ranked and not names:
         raise UnavailableError(
             ErrorCode.UNAVAILABLE,
@@ -309,7 +309,7 @@ def start_stage(ms: MasterState, key: str, obj: ObjectMeta, now: float) -> Pendi
     cfg = ReplicateConfig(replica_num=1)
     failure: StoreError = CapacityError(ErrorCode.STORE_FULL, f"no room to stage {key!r}")
     for name in names:
-        seg = ms._segments.get(name)
+        seg = ms.segments.get(name)
         try:
             placed = evict_ops.allocate(
                 ms, [seg], key, obj.size, 1, obj.client_id, cfg, now, (key,)
@@ -319,10 +319,10 @@ def start_stage(ms: MasterState, key: str, obj: ObjectMeta, now: float) -> Pendi
             continue
         replica = placed[0]
         for sl in replica:
-            ms._segments.get(sl.segment).keys.add(key)
-        st = PendingStage(ms._tier.new_request(), name, replica, now)
-        ms._tier.stages[key] = st
-        ms._events.append(ev.StageRequested(now, key, name, replica, obj.size, st.request_id))
+            ms.segments.get(sl.segment).keys.add(key)
+        st = PendingStage(ms.tier.new_request(), name, replica, now)
+        ms.tier.stages[key] = st
+        ms.events.append(ev.StageRequested(now, key, name, replica, obj.size, st.request_id))
         return st
     raise failure
 
@@ -331,7 +331,7 @@ def stage_failed(ms: MasterState, key: str, obj: ObjectMeta, st: PendingStage, n
     """A stage (already out of the pending table) failed: free its range, forget
     the SSD copy it read, stage the next one. Returns True if the object is gone."""
     replica_ops.free_replica(ms, key, st.replica, now)
-    ms._ssd_stage_failures += 1
+    ms.counters.ssd_stage_failures += 1
     if st.segment in obj.ssd:
         drop_ssd(ms, key, obj, st.segment, now)
     if obj.ssd and not obj.replicas:
@@ -344,47 +344,47 @@ def stage_failed(ms: MasterState, key: str, obj: ObjectMeta, st: PendingStage, n
 def drop_ssd(ms: MasterState, key: str, obj: ObjectMeta, segment: str, now: float) -> None:
     """Forget the SSD copy of ``key`` on ``segment`` (``SsdCopyDropped``)."""
     obj.ssd = tuple(s for s in obj.ssd if s != segment)
-    seg = ms._segments.find(segment)
+    seg = ms.segments.find(segment)
     if seg is not None:
         seg.ssd_keys.discard(key)
-    ms._events.append(ev.SsdCopyDropped(now, key, segment, len(obj.ssd), len(obj.replicas)))
+    ms.events.append(ev.SsdCopyDropped(now, key, segment, len(obj.ssd), len(obj.replicas)))
 
 
 def after_ssd_loss(ms: MasterState, key: str, obj: ObjectMeta, now: float) -> bool:
     """Remove an object that has neither a replica nor an SSD copy left."""
-    if obj.replicas or obj.ssd or key in ms._tier.stages:
+    if obj.replicas or obj.ssd or key in ms.tier.stages:
         return False
     removal_ops.drop(ms, key, obj, ev.RemoveReason.SSD_LOST, now)
-    ms._ssd_lost += 1
+    ms.counters.ssd_lost += 1
     return True
 
 
 def evict_to_ssd(ms: MasterState, key: str, obj: ObjectMeta, now: float) -> None:
     """Free the DRAM of an object that has an SSD copy; it stays, SSD-only."""
-    if key in ms._adding or key in ms._dropping:
+    if ms.moves.involves(key):
         replica_ops.forget_moves(ms, key, now)
     replicas = obj.replicas
     obj.replicas = ()
-    ms._tier.stage_copies.pop(key, None)
-    ms._tier.clear_offload(key)
+    ms.tier.stage_copies.pop(key, None)
+    ms.tier.clear_offload(key)
     removal_ops.release(ms, key, replicas, hold_until=removal_ops.reader_hold(ms, obj, now))
     for left, r in enumerate(reversed(replicas)):
-        ms._events.append(ev.ReplicaDropped(now, key, r[0].segment, left))
-    ms._ssd_only.add(key)
-    ms._offloaded_evictions += 1
-    ms._evicted_bytes += obj.size * len(replicas)
+        ms.events.append(ev.ReplicaDropped(now, key, r[0].segment, left))
+    ms.ssd_only.add(key)
+    ms.counters.offloaded_evictions += 1
+    ms.counters.evicted_bytes += obj.size * len(replicas)
 
 
 def forget_tier(ms: MasterState, key: str, obj: ObjectMeta) -> None:
     """Forget an object's SSD copies and in-flight tier work (it is being dropped)."""
-    st = ms._tier.stages.pop(key, None)
+    st = ms.tier.stages.pop(key, None)
     if st is not None:
         removal_ops.release(ms, key, (st.replica,))
-    ms._tier.timed_out.pop(key, None)
-    ms._tier.stage_copies.pop(key, None)
-    ms._tier.clear_offload(key)
+    ms.tier.timed_out.pop(key, None)
+    ms.tier.stage_copies.pop(key, None)
+    ms.tier.clear_offload(key)
     for name in obj.ssd:
-        seg = ms._segments.find(name)
+        seg = ms.segments.find(name)
         if seg is not None:
             seg.ssd_keys.discard(key)
-    ms._ssd_only.discard(key)
+    ms.ssd_only.discard(key)

@@ -23,6 +23,7 @@ writes again; the space is free at once).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -39,20 +40,6 @@ Record = dict[str, Any]
 
 _KEYED = frozenset({"stored", "started", "removed", "replica_dropped", "replica_added"})
 _PINS = frozenset({"pin", "unpin"})
-_COUNTERS = (
-    "_evicted_objects",
-    "_evicted_bytes",
-    "_eviction_rounds",
-    "_removed",
-    "_expired_puts",
-    "_lost",
-    "_offloaded_evictions",
-    "_ssd_offloads",
-    "_ssd_stages",
-    "_ssd_stage_failures",
-    "_ssd_promotions",
-    "_ssd_lost",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +99,7 @@ def undo(
         if types == {"removed"}
         and k in image.processing
         and k not in image.objects
-        and k not in state._objects
+        and k not in state.objects
     }
     if entangled:
         again = ended | kept | {k for r in owed if r.get("t") == "removed" and (k := _about(r))}
@@ -170,7 +157,7 @@ def _revoke(state: MasterState, image: MetadataImage, keys: set[str], now: float
     """Drop the unfinished writes ``keys``; returns the records owed for them."""
     owed: list[Record] = []
     for key in sorted(keys):
-        obj = state._objects.get(key)
+        obj = state.objects.get(key)
         if obj is not None:
             removal_ops.drop(state, key, obj, ev.RemoveReason.REVOKED, now)
         owed.append({"t": "removed", "key": key})
@@ -187,11 +174,11 @@ def _rebuild(
     from .ha.rebuild import build_state
 
     try:
-        fresh = build_state(image, state.config, now, wall, rng=state._rng)
+        fresh = build_state(image, state.config, now, wall, rng=state.rng)
     except (StoreError, master_restore.RebuildError):
         # The image itself is inconsistent: keep serving what we have, refusing the call.
         return Undone(state, [], refused=True, rebuilt=False)
-    for name in _COUNTERS:  # counters are not journaled; they must not go backwards
-        setattr(fresh, name, getattr(state, name))
+    # Counters are not journaled; they must not go backwards.
+    fresh.counters = dataclasses.replace(state.counters)
     removal_ops.carry_holds(state, fresh, now)
     return Undone(fresh, _revoke(fresh, image, unfinished, now), refused=True, rebuilt=True)

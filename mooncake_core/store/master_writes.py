@@ -34,9 +34,9 @@ def put_start(
 ) -> tuple[Replica, ...]:
     """Body of :meth:`MasterState.put_start`."""
     cfg = config or ReplicateConfig()
-    segs = ms._segments.allocatable()
+    segs = ms.segments.allocatable()
     replica_num = validate_put(ms.config, key, size, client_id, cfg, len(segs))
-    existing = ms._objects.get(key)
+    existing = ms.objects.get(key)
     if existing is not None:
         raise ConflictError(
             ErrorCode.OBJECT_ALREADY_EXISTS,
@@ -57,9 +57,9 @@ def upsert_start(
 ) -> tuple[Replica, ...]:
     """Body of :meth:`MasterState.upsert_start`."""
     cfg = config or ReplicateConfig()
-    segs = ms._segments.allocatable()
+    segs = ms.segments.allocatable()
     replica_num = validate_put(ms.config, key, size, client_id, cfg, len(segs))
-    old = ms._objects.get(key)
+    old = ms.objects.get(key)
     if old is None:
         return ms.put_start(key, size, client_id, now, cfg)
     if not old.complete:
@@ -79,25 +79,25 @@ def upsert_start(
 
 def put_end(ms: MasterState, key: str, now: float) -> None:
     """Body of :meth:`MasterState.put_end`."""
-    obj = ms._object(key)
+    obj = ms.objects.require(key)
     if obj.complete:
         raise ConflictError(ErrorCode.INVALID_STATE, f"object {key!r} is already complete")
     obj.state = ObjectState.COMPLETE
     obj.last_access = now
-    obj.token = ms._tier.new_token()
-    del ms._processing[key]
-    ms._touch(key, obj)
-    ms._tier_changes += 1
-    ms._events.append(ev.ObjectStored(now, key, obj.size, obj.replicas))
+    obj.token = ms.tier.new_token()
+    ms.objects.mark_complete(key)
+    ms.objects.touch(key, obj)
+    ms.tier.changes += 1
+    ms.events.append(ev.ObjectStored(now, key, obj.size, obj.replicas))
     # Cheap test first: most stores have no SSD tier, and the pin lookup walks the
     # prefix pins.
-    if tier_ops.on_ssd_segment(ms, obj) and ms._pins.level(key, now)[0] != PinLevel.NONE:
+    if tier_ops.on_ssd_segment(ms, obj) and ms.pins.level(key, now)[0] != PinLevel.NONE:
         tier_ops.write_through(ms, key, obj, now)
 
 
 def put_revoke(ms: MasterState, key: str, now: float) -> None:
     """Body of :meth:`MasterState.put_revoke`."""
-    obj = ms._object(key)
+    obj = ms.objects.require(key)
     if obj.complete:
         raise ConflictError(
             ErrorCode.INVALID_STATE, f"object {key!r} is complete; use remove, not revoke"
@@ -109,13 +109,13 @@ def discard_stale_puts(ms: MasterState, now: float) -> list[str]:
     """Body of :meth:`MasterState.discard_stale_puts`."""
     limit = now - ms.config.put_timeout_s
     stale = []
-    for key, started in ms._processing.items():
+    for key, started in ms.objects.processing.items():
         if started > limit:
             break  # insertion order is start order
         stale.append(key)
     for key in stale:
-        removal_ops.drop(ms, key, ms._objects[key], ev.RemoveReason.EXPIRED, now)
-        ms._expired_puts += 1
+        removal_ops.drop(ms, key, ms.objects[key], ev.RemoveReason.EXPIRED, now)
+        ms.counters.expired_puts += 1
     return stale
 
 
@@ -129,13 +129,11 @@ def install(
     now: float,
 ) -> None:
     """Register a new PROCESSING object at ``replicas`` (and the key pin it asked for)."""
-    ms._objects[key] = ObjectMeta(size, replicas, client_id, now)
-    ms._processing[key] = now
-    ms._keys.add(key)
+    ms.objects.add(key, ObjectMeta(size, replicas, client_id, now), processing_since=now)
     for replica in replicas:
         for sl in replica:
-            ms._segments.get(sl.segment).keys.add(key)
+            ms.segments.get(sl.segment).keys.add(key)
     if cfg.hard_pin or cfg.soft_pin:
         expires = pin_expiry(ms.config, cfg.hard_pin, cfg.soft_pin_ttl_s, now)
-        ms._pins.set(key, is_prefix=False, hard=cfg.hard_pin, expires_at=expires)
-        ms._events.append(ev.ObjectPinned(now, key, False, cfg.hard_pin, expires))
+        ms.pins.set(key, is_prefix=False, hard=cfg.hard_pin, expires_at=expires)
+        ms.events.append(ev.ObjectPinned(now, key, False, cfg.hard_pin, expires))

@@ -352,7 +352,7 @@ def ssd_only(cfg: ClusterConfig) -> Any:
     """k on a, copied to a's SSD, its DRAM replica evicted by a write filling a and b."""
     m = master(cfg, ssd=1 << 20)
     put(m, "k", 4096, 0.0, preferred_segments=("a",), replica_num=1)
-    m.tier_offload_done("ca", "k", "a", m._objects["k"].token, True, 0.5)  # as a node would
+    m.tier_offload_done("ca", "k", "a", m.objects["k"].token, True, 0.5)  # as a node would
     m.put_start("fill", 64 << 10, "w", 1.0, _replicate(replica_num=2))
     m.put_revoke("fill", 1.0)
     m.take_events()

@@ -38,7 +38,7 @@ def _view(st: MasterState, now: float) -> dict[str, object]:
 
 
 def _offload(st: MasterState, key: str, seg: str, client: str, now: float) -> None:
-    st.tier_offload_done(client, key, seg, st._objects[key].token, True, now)
+    st.tier_offload_done(client, key, seg, st.objects[key].token, True, now)
 
 
 def _busy() -> tuple[MasterState, MetadataImage]:

@@ -46,7 +46,7 @@ def of(events: list[ev.Event], kind: type) -> list[Any]:
 
 def offload(m: MasterState, key: str, seg: str, client: str, now: float) -> None:
     """Ask for and confirm an SSD copy of ``key`` on ``seg``."""
-    token = m._objects[key].token
+    token = m.objects[key].token
     m.tier_offload_done(client, key, seg, token, True, now)
 
 
@@ -76,7 +76,7 @@ def test_offloads_least_recently_used_first_at_the_watermark() -> None:
     asked = of(m.take_events(), ev.OffloadRequested)
     assert [(e.key, e.segment, e.size) for e in asked] == [("k2", "a", 200), ("k3", "a", 200)]
     assert asked[0].replica == (Slice("a", 200, 200),)
-    assert asked[0].token == m._objects["k2"].token > 0
+    assert asked[0].token == m.objects["k2"].token > 0
     m.tick(5.1)
     assert [e.key for e in of(m.take_events(), ev.OffloadRequested)] == ["k1"]
     m.tick(5.2)
@@ -147,7 +147,7 @@ def test_offload_done_validates_every_input(
     m = master()
     put(m, "k1", 600, 1.0)
     m.take_events()
-    real = m._objects["k1"].token
+    real = m.objects["k1"].token
     with pytest.raises(exc, match=text) as info:
         m.tier_offload_done(client, key, seg, real if token is None else token, True, 2.0)
     assert info.value.code == code
@@ -158,10 +158,10 @@ def test_offload_done_validates_every_input(
 def test_offload_of_an_old_version_is_stale() -> None:
     m = master()
     put(m, "k1", 600, 1.0)
-    old = m._objects["k1"].token
+    old = m.objects["k1"].token
     m.upsert_start("k1", 300, "w", 2.0, ReplicateConfig(preferred_segments=("a",)))
     m.put_end("k1", 2.0)
-    new = m._objects["k1"].token
+    new = m.objects["k1"].token
     assert new != old
     with pytest.raises(ConflictError, match=f"version {new}.*version {old}") as info:
         m.tier_offload_done("ca", "k1", "a", old, True, 3.0)

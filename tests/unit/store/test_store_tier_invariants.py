@@ -24,7 +24,7 @@ def check(m: MasterState, now: float) -> None:
     ranges: dict[str, list[tuple[int, int]]] = defaultdict(list)
     ssd_on: dict[str, set[str]] = defaultdict(set)
     ssd_only = 0
-    stages = m._tier.stages
+    stages = m.tier.stages
     for e in entries:
         info = m.stat(e.key, now)
         pending = stages.get(e.key)

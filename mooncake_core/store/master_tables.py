@@ -1,0 +1,206 @@
+"""The tables of the master's core that are not segments, pins or SSD tier work. Sans-IO.
+
+Each is a small object that owns its data; the rule modules change them through these
+methods (or the documented public attributes):
+
+- :class:`ObjectTable`: every object, in recency order, with the keys being written and
+  a sorted key index;
+- :class:`ReplicaMoves`: replicas being added and dropped replicas waiting for a lease;
+- :class:`HeldRanges`: freed ranges kept allocated while a reader may still read them;
+- :class:`MasterCounters`: the totals the snapshot reports (not journaled).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import ItemsView, Iterator, KeysView
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .errors import ErrorCode, NotFoundError
+from .keyindex import SortedKeys
+from .objects import ObjectMeta, Replica
+
+if TYPE_CHECKING:
+    from .segment import Segment
+    from .segment_table import SegmentTable
+
+
+class ObjectTable:
+    """Objects by key, least recently used first.
+
+    ``processing`` (key -> PutStart time, oldest first) names the objects being written;
+    ``sorted_keys`` indexes every key in key order. :meth:`add` and :meth:`remove` keep
+    the three in step.
+    """
+
+    __slots__ = ("_by_key", "processing", "sorted_keys")
+
+    def __init__(self) -> None:
+        self._by_key: dict[str, ObjectMeta] = {}
+        self.processing: dict[str, float] = {}
+        """key -> PutStart time of the objects being written, oldest first."""
+        self.sorted_keys = SortedKeys()
+        """Every key, in key order (listing, prefix and regex removal)."""
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._by_key
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_key)
+
+    def __getitem__(self, key: str) -> ObjectMeta:
+        return self._by_key[key]
+
+    def get(self, key: str) -> ObjectMeta | None:
+        """The object of ``key``, or None."""
+        return self._by_key.get(key)
+
+    def require(self, key: str) -> ObjectMeta:
+        """The object of ``key``.
+
+        Raises:
+            NotFoundError: OBJECT_NOT_FOUND.
+        """
+        obj = self._by_key.get(key)
+        if obj is None:
+            raise NotFoundError(ErrorCode.OBJECT_NOT_FOUND, f"no object with key {key!r}")
+        return obj
+
+    def items(self) -> ItemsView[str, ObjectMeta]:
+        """``(key, object)`` least recently used first (a live view)."""
+        return self._by_key.items()
+
+    def keys(self) -> KeysView[str]:
+        """The keys, least recently used first."""
+        return self._by_key.keys()
+
+    def add(self, key: str, obj: ObjectMeta, processing_since: float | None = None) -> None:
+        """Register ``obj`` as the most recently used; ``processing_since``: it is being
+        written, since then."""
+        if processing_since is not None:
+            self.processing[key] = processing_since
+        self._by_key[key] = obj
+        self.sorted_keys.add(key)
+
+    def remove(self, key: str) -> None:
+        """Forget ``key`` (which must be known)."""
+        del self._by_key[key]
+        self.processing.pop(key, None)
+        self.sorted_keys.discard(key)
+
+    def mark_complete(self, key: str) -> None:
+        """``key`` is no longer being written."""
+        del self.processing[key]
+
+    def touch(self, key: str, obj: ObjectMeta) -> None:
+        """Make ``key`` the most recently used."""
+        # Re-inserting moves the key to the end of the dict.
+        del self._by_key[key]
+        self._by_key[key] = obj
+
+
+class ReplicaMoves:
+    """Replica moves in flight (docs/store.md, "Moving replicas").
+
+    A replica being added is allocated but not in ``obj.replicas`` (readers never see it)
+    until AddReplicaEnd; a dropped replica leaves ``obj.replicas`` at once but keeps its
+    space until the lease that existed at the drop ends.
+    """
+
+    __slots__ = ("adding", "dropping")
+
+    def __init__(self) -> None:
+        self.adding: dict[str, tuple[Replica, float]] = {}
+        """key -> (replica being added, start time), oldest first."""
+        self.dropping: dict[str, list[tuple[float, Replica]]] = {}
+        """key -> [(free at, dropped replica)]."""
+
+    def involves(self, key: str) -> bool:
+        """Whether ``key`` has a replica being added or a drop waiting."""
+        return key in self.adding or key in self.dropping
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A freed range kept allocated until no reader can be reading it."""
+
+    segment: Segment
+    """The segment object it was taken from (not its name: a remount is another one)."""
+    length: int
+    free_at: float
+
+
+class HeldRanges:
+    """Freed ranges a reader may still read (docs/store.md, "Reads never see reclaimed
+    bytes"), released into the very segment object they were taken from."""
+
+    __slots__ = ("_next", "ranges")
+
+    def __init__(self) -> None:
+        self.ranges: dict[tuple[str, int], Held] = {}
+        """(segment name, offset) -> the hold."""
+        self._next = math.inf  # earliest free_at in ranges
+
+    def hold(self, seg: Segment, offset: int, length: int, until: float) -> None:
+        """Keep ``seg``'s allocated range at ``offset`` until ``until``."""
+        self.ranges[(seg.name, offset)] = Held(seg, length, until)
+        self._next = min(self._next, until)
+
+    def finish(self, now: float, segments: SegmentTable) -> int:
+        """Release the holds whose time has come; returns how many were released (holds
+        of segments that are gone are dropped without counting)."""
+        if now < self._next:
+            return 0
+        freed = 0
+        nxt = math.inf
+        for (name, offset), h in list(self.ranges.items()):
+            if h.free_at > now:
+                nxt = min(nxt, h.free_at)
+                continue
+            del self.ranges[(name, offset)]
+            if segments.find(name) is h.segment:  # else: gone with its segment
+                h.segment.allocator.release(offset, h.length)
+                freed += 1
+        self._next = nxt
+        return freed
+
+    def take(self, segment: str, offset: int, length: int, segments: SegmentTable) -> float | None:
+        """Take a held range back (it stays allocated, no longer held); returns when its
+        hold would have ended, or None if it is not held."""
+        h = self.ranges.get((segment, offset))
+        if h is None or h.length != length or segments.find(segment) is not h.segment:
+            return None
+        del self.ranges[(segment, offset)]
+        return h.free_at
+
+    def live(self, segments: SegmentTable) -> list[tuple[str, int, int, float]]:
+        """``(segment, offset, length, free at)`` sorted, leaving out holds of segments
+        that are gone."""
+        return sorted(
+            (name, off, h.length, h.free_at)
+            for (name, off), h in self.ranges.items()
+            if segments.find(name) is h.segment
+        )
+
+
+@dataclass(slots=True)
+class MasterCounters:
+    """Totals since the core started (reported by the snapshot; not journaled, so a
+    core rebuilt from the journal takes them over from the old one)."""
+
+    evicted_objects: int = 0
+    evicted_bytes: int = 0
+    eviction_rounds: int = 0
+    removed: int = 0
+    expired_puts: int = 0
+    lost: int = 0
+    offloaded_evictions: int = 0
+    ssd_offloads: int = 0
+    ssd_stages: int = 0
+    ssd_stage_failures: int = 0
+    ssd_promotions: int = 0
+    ssd_lost: int = 0
