@@ -35,7 +35,7 @@ from .events import (
     UnmountReason,
 )
 from .eviction import EVICTION_POLICIES, EvictionPlan, EvictionPolicy, LruEviction
-from .master_state import MasterState
+from .master import MasterState
 from .objects import ObjectInfo, ObjectState, PinLevel, Replica, Slice
 from .pins import Pin
 from .results import (

@@ -57,7 +57,7 @@ class ObjectRemoved:
     """An object disappeared. ``was_complete`` is False for a write that never finished.
 
     ``held``: its replicas when their ranges stay held for readers that may still read
-    them (a forced remove under a lease, see :mod:`.master_removal`); empty when freed."""
+    them (a forced remove under a lease, see :mod:`.master.removal`); empty when freed."""
 
     at: float
     key: str

@@ -45,7 +45,7 @@ from . import events as ev
 from .auth import TokenAuthInterceptor
 from .errors import ErrorCode, StoreError
 from .fast_control import FastControlServer
-from .master_state import MasterState
+from .master import MasterState
 from .metrics_http import serve_http
 from .results import MasterSnapshot
 from .running_clock import RunningClock
@@ -635,7 +635,7 @@ class MasterService:
         return seq if must_wait else 0
 
     def _undo(self, records: list[Record]) -> int:
-        """Take back a change whose records were not written (see :mod:`.master_undo`).
+        """Take back a change whose records were not written (see :mod:`.master.undo`).
 
         Returns:
             -1 when the call must be refused, 0 when only unfinished writes were dropped
@@ -643,9 +643,18 @@ class MasterService:
         """
         if self.image is None:
             return -1
-        from .master_undo import undo
+        from .ha.rebuild import build_state
+        from .master.undo import undo
 
-        done = undo(self.state, self.image, records, self._owed, self._clock(), self._wall())
+        done = undo(
+            self.state,
+            self.image,
+            records,
+            self._owed,
+            self._clock(),
+            self._wall(),
+            rebuild=build_state,
+        )
         if done.rebuilt:
             log.warning(
                 "journal: state rebuilt from the journal after a refused change (%s)",

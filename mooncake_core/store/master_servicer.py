@@ -19,12 +19,12 @@ from . import convert as cv
 from .errors import ErrorCode, StoreError
 from .ha.image import started_record
 from .ha.readiness import Readiness
-from .master_tier import StagePending
+from .master import StagePending
 from .results import GetResult
 
 if TYPE_CHECKING:
+    from .master import MasterState
     from .master_service import MasterService
-    from .master_state import MasterState
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
 

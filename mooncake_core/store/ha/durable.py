@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from mooncake_core.config.models import MasterConfig
 
 from ..journal import Journal, JournalOptions, recover
-from ..master_state import MasterState
+from ..master import MasterState
 from .image import MetadataImage, Record
 from .rebuild import build_state
 

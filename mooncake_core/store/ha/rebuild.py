@@ -14,8 +14,7 @@ import random
 
 from mooncake_core.config.models import MasterConfig
 
-from ..master_restore import RebuildError, RestoredObject
-from ..master_state import MasterState
+from ..master import MasterState, RebuildError, RestoredObject
 from .image import MetadataImage
 
 log = logging.getLogger(__name__)

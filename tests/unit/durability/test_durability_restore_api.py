@@ -6,8 +6,7 @@ import pytest
 
 from mooncake_core.config.models import MasterConfig
 from mooncake_core.store.errors import ConflictError, NotFoundError
-from mooncake_core.store.master_restore import RebuildError
-from mooncake_core.store.master_state import MasterState
+from mooncake_core.store.master import MasterState, RebuildError
 from mooncake_core.store.objects import Slice
 
 

@@ -10,7 +10,7 @@ from mooncake_core.store import MasterState, ReplicateConfig
 from mooncake_core.store import events as ev
 from mooncake_core.store.ha.image import MetadataImage, records_from_events
 from mooncake_core.store.ha.rebuild import build_state
-from mooncake_core.store.master_tier import StagePending
+from mooncake_core.store.master import StagePending
 from mooncake_core.store.segment import SegmentSnapshot
 
 WALL_MINUS_MONO = 1_000_000.0

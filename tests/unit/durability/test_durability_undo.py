@@ -1,4 +1,4 @@
-"""master_undo: a change the journal refused is taken back exactly (sans-IO)."""
+"""master.undo: a change the journal refused is taken back exactly (sans-IO)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from mooncake_core.config.models import MasterConfig
 from mooncake_core.store import MasterState, ReplicateConfig
 from mooncake_core.store.allocator import OffsetAllocator
 from mooncake_core.store.ha.image import MetadataImage, records_from_events, started_record
-from mooncake_core.store.master_undo import undo
+from mooncake_core.store.ha.rebuild import build_state
+from mooncake_core.store.master.undo import undo
 
 CFG = ReplicateConfig()
 
@@ -44,7 +45,7 @@ def test_refused_remove_puts_the_object_back_at_its_range() -> None:
     j.put("a")
     where = j.st.get_replica_list("a", 2.0).replicas
     j.st.remove("a", 100.0)  # lease of the read above has ended
-    done = undo(j.st, j.image, j.records(), [], 100.0, 100.0)
+    done = undo(j.st, j.image, j.records(), [], 100.0, 100.0, rebuild=build_state)
     assert done.refused and not done.rebuilt and done.owed == []
     assert j.st.exist("a", 100.0) and j.st.get_replica_list("a", 100.0).replicas == where
     assert j.used() == 4096
@@ -57,7 +58,15 @@ def test_refused_put_start_releases_its_space() -> None:
     j = Journaled()
     j.put("a")
     reps = j.st.put_start("b", 8192, "c", 2.0, CFG)
-    done = undo(j.st, j.image, j.records([started_record("b", 8192, reps)]), [], 2.0, 2.0)
+    done = undo(
+        j.st,
+        j.image,
+        j.records([started_record("b", 8192, reps)]),
+        [],
+        2.0,
+        2.0,
+        rebuild=build_state,
+    )
     assert done.refused and not j.st.has_object("b") and j.used() == 4096
 
 
@@ -66,7 +75,7 @@ def test_refused_put_end_revokes_the_write_and_owes_its_record() -> None:
     reps = j.st.put_start("a", 4096, "c", 1.0, CFG)
     j.commit([started_record("a", 4096, reps)])
     j.st.put_end("a", 2.0)
-    done = undo(j.st, j.image, j.records(), [], 2.0, 2.0)
+    done = undo(j.st, j.image, j.records(), [], 2.0, 2.0, rebuild=build_state)
     assert done.refused and not j.st.has_object("a") and j.used() == 0
     assert done.owed == [{"t": "removed", "key": "a"}]
 
@@ -77,7 +86,7 @@ def test_revoke_while_refused_is_kept_and_owed() -> None:
     j.commit([started_record("a", 4096, reps)])
     j.st.put_revoke("a", 2.0)
     failed = j.records()
-    done = undo(j.st, j.image, failed, [], 2.0, 2.0)
+    done = undo(j.st, j.image, failed, [], 2.0, 2.0, rebuild=build_state)
     assert not done.refused and not j.st.has_object("a") and j.used() == 0
     assert [r["t"] for r in done.owed] == ["removed"]
 

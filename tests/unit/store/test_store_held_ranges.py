@@ -107,12 +107,12 @@ def test_a_rebuilt_master_holds_every_free_for_lease_ttl() -> None:
 def test_undo_of_a_forced_remove_takes_the_held_range_back_with_its_lease(
     make_master: MakeMaster,
 ) -> None:
-    from mooncake_core.store import master_restore
+    from mooncake_core.store.master import restore
 
     m = leased(make_master)
     replicas = m.stat("k", 1.0).replicas
     m.remove("k", 2.0, force=True)
-    master_restore.reconcile(m, {"k": ("k", 100, replicas, True)}, {}, 2.0)
+    restore.reconcile(m, {"k": ("k", 100, replicas, True)}, {}, 2.0)
     assert m.held_ranges() == []
     assert m.stat("k", 2.0).replicas == replicas
     assert m.stat("k", 2.0).lease_remaining_s == 9.0  # the reader's lease is kept

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mooncake_core.config.models import MasterConfig
-from mooncake_core.store.master_state import MasterState
+from mooncake_core.store.master import MasterState
 from mooncake_core.store.running_clock import RunningClock
 
 

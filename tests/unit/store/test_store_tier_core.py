@@ -19,7 +19,7 @@ from mooncake_core.store.errors import (
     StoreError,
     UnavailableError,
 )
-from mooncake_core.store.master_tier import StagePending
+from mooncake_core.store.master import StagePending
 from mooncake_core.store.objects import Slice
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from mooncake_core.config.models import MasterConfig
 from mooncake_core.store.errors import InvalidArgumentError
-from mooncake_core.store.master_state import MasterState
+from mooncake_core.store.master import MasterState
 
 
 @pytest.mark.parametrize("addr", ["", "127.0.0.1:17001", "node-3.rack:1", "[::1]:65535"])

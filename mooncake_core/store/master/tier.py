@@ -1,9 +1,9 @@
 """The SSD tier rules of the master's core (docs/store.md, "SSD tier (master)"). Sans-IO.
 
-What to offload and when, stages of SSD-only objects into DRAM, stage copies, and what
-a node's reports (TierOffloadDone, TierStageDone, TierDropped) change. Functions take
-the :class:`MasterState` they work on; its public methods of the same names delegate
-here and document the behaviour. What is in flight is kept in :mod:`.master_tier`.
+What to offload and when, stages of SSD-only objects into DRAM, stage copies, and what a
+node's reports (TierOffloadDone, TierStageDone, TierDropped) change. Functions take the
+:class:`~.core.MasterCore` they work on; the operations in :mod:`.tier_api` call them
+and document the behaviour. What is in flight is kept in :mod:`.tier_book`.
 """
 
 from __future__ import annotations
@@ -11,13 +11,9 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from . import events as ev
-from . import master_eviction as evict_ops
-from . import master_removal as removal_ops
-from . import master_replicas as replica_ops
-from .errors import (
+from .. import events as ev
+from ..errors import (
     CapacityError,
     ConflictError,
     ErrorCode,
@@ -25,14 +21,15 @@ from .errors import (
     StoreError,
     UnavailableError,
 )
-from .master_tier import PendingStage
-from .objects import ObjectMeta, Replica
-from .results import RemoveManyResult, ReplicateConfig
-from .segment import Segment, SegmentState
-from .validation import check_key, check_name
-
-if TYPE_CHECKING:
-    from .master_state import MasterState
+from ..objects import ObjectMeta, Replica
+from ..results import RemoveManyResult, ReplicateConfig
+from ..segment import Segment, SegmentState
+from ..validation import check_key, check_name
+from . import eviction as evict_ops
+from . import removal as removal_ops
+from . import space
+from .core import MasterCore
+from .tier_book import PendingStage
 
 
 def wholly_on(replica: Replica, segment: str) -> bool:
@@ -41,7 +38,7 @@ def wholly_on(replica: Replica, segment: str) -> bool:
 
 
 def offload_done(
-    ms: MasterState,
+    ms: MasterCore,
     client_id: str,
     key: str,
     segment: str,
@@ -83,7 +80,7 @@ def offload_done(
 
 
 def stage_done(
-    ms: MasterState,
+    ms: MasterCore,
     client_id: str,
     key: str,
     segment: str,
@@ -123,7 +120,7 @@ def stage_done(
 
 
 def dropped(
-    ms: MasterState, client_id: str, segment: str, keys: Sequence[str], now: float
+    ms: MasterCore, client_id: str, segment: str, keys: Sequence[str], now: float
 ) -> RemoveManyResult:
     """Body of :meth:`MasterState.tier_dropped`."""
     owned_segment(ms, segment, client_id)
@@ -146,14 +143,14 @@ def dropped(
     return RemoveManyResult(removed, skipped)
 
 
-def expire_stages(ms: MasterState, now: float) -> list[str]:
+def expire_stages(ms: MasterCore, now: float) -> list[str]:
     """Body of :meth:`MasterState.expire_stages`."""
     limit = ms.config.stage_timeout_s
     late = [k for k, st in ms.tier.stages.items() if now - st.started >= limit]
     for key in late:
         st = ms.tier.stages.pop(key)
         obj = ms.objects[key]
-        replica_ops.free_replica(ms, key, st.replica, now)
+        space.free_replica(ms, key, st.replica, now)
         ms.counters.ssd_stage_failures += 1
         ms.tier.timed_out.setdefault(key, {})[st.segment] = now
         try:
@@ -163,7 +160,7 @@ def expire_stages(ms: MasterState, now: float) -> list[str]:
     return late
 
 
-def drop_stage_copies(ms: MasterState, now: float) -> int:
+def drop_stage_copies(ms: MasterCore, now: float) -> int:
     """Body of :meth:`MasterState.drop_stage_copies`."""
     dropped = 0
     for key in list(ms.tier.stage_copies):
@@ -176,7 +173,7 @@ def drop_stage_copies(ms: MasterState, now: float) -> int:
         if not obj.ssd:
             continue  # the SSD copies went meanwhile: this is the only copy now
         obj.replicas = tuple(r for r in obj.replicas if r != replica)
-        replica_ops.free_replica(ms, key, replica, now)
+        space.free_replica(ms, key, replica, now)
         if not obj.replicas:
             ms.ssd_only.add(key)
         ms.events.append(ev.ReplicaDropped(now, key, replica[0].segment, len(obj.replicas)))
@@ -184,7 +181,7 @@ def drop_stage_copies(ms: MasterState, now: float) -> int:
     return dropped
 
 
-def request_offloads(ms: MasterState, now: float) -> int:
+def request_offloads(ms: MasterCore, now: float) -> int:
     """Body of :meth:`MasterState.request_offloads`."""
     wm = ms.config.effective_offload_watermark
     retry = ms.config.offload_retry_s
@@ -227,7 +224,7 @@ def request_offloads(ms: MasterState, now: float) -> int:
     return asked
 
 
-def owned_segment(ms: MasterState, name: str, client_id: str) -> Segment:
+def owned_segment(ms: MasterCore, name: str, client_id: str) -> Segment:
     """The segment ``name``; ConflictError unless ``client_id`` owns it."""
     check_name("client_id", client_id)
     seg = ms.segments.get(name)
@@ -239,7 +236,7 @@ def owned_segment(ms: MasterState, name: str, client_id: str) -> Segment:
     return seg
 
 
-def tier_object(ms: MasterState, key: str, ident: int, what: str) -> ObjectMeta:
+def tier_object(ms: MasterCore, key: str, ident: int, what: str) -> ObjectMeta:
     """The object of a node's tier report, after checking the key and the id."""
     check_key(key, ms.config.max_key_length)
     if not isinstance(ident, int) or ident <= 0:
@@ -249,7 +246,7 @@ def tier_object(ms: MasterState, key: str, ident: int, what: str) -> ObjectMeta:
     return ms.objects.require(key)
 
 
-def on_ssd_segment(ms: MasterState, obj: ObjectMeta) -> bool:
+def on_ssd_segment(ms: MasterCore, obj: ObjectMeta) -> bool:
     """Whether a replica of the object starts on a segment with an SSD tier."""
     for r in obj.replicas:
         seg = ms.segments.find(r[0].segment)
@@ -258,7 +255,7 @@ def on_ssd_segment(ms: MasterState, obj: ObjectMeta) -> bool:
     return False
 
 
-def write_through(ms: MasterState, key: str, obj: ObjectMeta, now: float) -> None:
+def write_through(ms: MasterCore, key: str, obj: ObjectMeta, now: float) -> None:
     """Pinned objects are copied to SSD at once (one copy is enough)."""
     if obj.ssd:
         return
@@ -275,14 +272,14 @@ def write_through(ms: MasterState, key: str, obj: ObjectMeta, now: float) -> Non
 
 
 def request_offload(
-    ms: MasterState, key: str, obj: ObjectMeta, segment: str, replica: Replica, now: float
+    ms: MasterCore, key: str, obj: ObjectMeta, segment: str, replica: Replica, now: float
 ) -> None:
     """Ask the node of ``segment`` to copy ``replica`` to SSD (``OffloadRequested``)."""
     ms.tier.note_offload(key, segment, now)
     ms.events.append(ev.OffloadRequested(now, key, segment, replica, obj.size, obj.token))
 
 
-def start_stage(ms: MasterState, key: str, obj: ObjectMeta, now: float) -> PendingStage:
+def start_stage(ms: MasterCore, key: str, obj: ObjectMeta, now: float) -> PendingStage:
     """Allocate a DRAM range on one of the object's SSD segments and ask its node
     to fill it. Tries the SSD segments in order; raises the last failure."""
     # MOUNTED segments first; a DRAINING or DRAINED one still serves reads (its stage
@@ -327,10 +324,10 @@ def start_stage(ms: MasterState, key: str, obj: ObjectMeta, now: float) -> Pendi
     raise failure
 
 
-def stage_failed(ms: MasterState, key: str, obj: ObjectMeta, st: PendingStage, now: float) -> bool:
+def stage_failed(ms: MasterCore, key: str, obj: ObjectMeta, st: PendingStage, now: float) -> bool:
     """A stage (already out of the pending table) failed: free its range, forget
     the SSD copy it read, stage the next one. Returns True if the object is gone."""
-    replica_ops.free_replica(ms, key, st.replica, now)
+    space.free_replica(ms, key, st.replica, now)
     ms.counters.ssd_stage_failures += 1
     if st.segment in obj.ssd:
         drop_ssd(ms, key, obj, st.segment, now)
@@ -341,7 +338,7 @@ def stage_failed(ms: MasterState, key: str, obj: ObjectMeta, st: PendingStage, n
     return after_ssd_loss(ms, key, obj, now)
 
 
-def drop_ssd(ms: MasterState, key: str, obj: ObjectMeta, segment: str, now: float) -> None:
+def drop_ssd(ms: MasterCore, key: str, obj: ObjectMeta, segment: str, now: float) -> None:
     """Forget the SSD copy of ``key`` on ``segment`` (``SsdCopyDropped``)."""
     obj.ssd = tuple(s for s in obj.ssd if s != segment)
     seg = ms.segments.find(segment)
@@ -350,41 +347,10 @@ def drop_ssd(ms: MasterState, key: str, obj: ObjectMeta, segment: str, now: floa
     ms.events.append(ev.SsdCopyDropped(now, key, segment, len(obj.ssd), len(obj.replicas)))
 
 
-def after_ssd_loss(ms: MasterState, key: str, obj: ObjectMeta, now: float) -> bool:
+def after_ssd_loss(ms: MasterCore, key: str, obj: ObjectMeta, now: float) -> bool:
     """Remove an object that has neither a replica nor an SSD copy left."""
     if obj.replicas or obj.ssd or key in ms.tier.stages:
         return False
     removal_ops.drop(ms, key, obj, ev.RemoveReason.SSD_LOST, now)
     ms.counters.ssd_lost += 1
     return True
-
-
-def evict_to_ssd(ms: MasterState, key: str, obj: ObjectMeta, now: float) -> None:
-    """Free the DRAM of an object that has an SSD copy; it stays, SSD-only."""
-    if ms.moves.involves(key):
-        replica_ops.forget_moves(ms, key, now)
-    replicas = obj.replicas
-    obj.replicas = ()
-    ms.tier.stage_copies.pop(key, None)
-    ms.tier.clear_offload(key)
-    removal_ops.release(ms, key, replicas, hold_until=removal_ops.reader_hold(ms, obj, now))
-    for left, r in enumerate(reversed(replicas)):
-        ms.events.append(ev.ReplicaDropped(now, key, r[0].segment, left))
-    ms.ssd_only.add(key)
-    ms.counters.offloaded_evictions += 1
-    ms.counters.evicted_bytes += obj.size * len(replicas)
-
-
-def forget_tier(ms: MasterState, key: str, obj: ObjectMeta) -> None:
-    """Forget an object's SSD copies and in-flight tier work (it is being dropped)."""
-    st = ms.tier.stages.pop(key, None)
-    if st is not None:
-        removal_ops.release(ms, key, (st.replica,))
-    ms.tier.timed_out.pop(key, None)
-    ms.tier.stage_copies.pop(key, None)
-    ms.tier.clear_offload(key)
-    for name in obj.ssd:
-        seg = ms.segments.find(name)
-        if seg is not None:
-            seg.ssd_keys.discard(key)
-    ms.ssd_only.discard(key)

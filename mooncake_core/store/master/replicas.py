@@ -4,29 +4,25 @@ See docs/store.md, "Moving replicas". A replica being added is allocated but not
 object's replica list (readers never see it) until AddReplicaEnd; a dropped replica
 leaves the list at once but keeps its space until the read lease that existed at the
 drop ends, so readers holding that lease stay valid. Functions take the
-:class:`MasterState` they work on; its public methods delegate here and document the
-behaviour.
+:class:`~.core.MasterCore` they work on; the operations of :class:`~.state.MasterState`
+at the end of the module call them and document the behaviour.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import TYPE_CHECKING
 
-from . import events as ev
-from . import master_removal as removal_ops
-from . import master_segments as segment_ops
-from .errors import CapacityError, ConflictError, ErrorCode, NotFoundError
-from .objects import Replica
-from .placement import place_replicas, slice_lengths
-from .strategies import AllocContext
-
-if TYPE_CHECKING:
-    from .master_state import MasterState
+from .. import events as ev
+from ..errors import CapacityError, ConflictError, ErrorCode, NotFoundError
+from ..objects import Replica
+from ..placement import place_replicas, slice_lengths
+from ..strategies import AllocContext
+from . import space
+from .core import MasterCore
 
 
 def add_start(
-    ms: MasterState,
+    ms: MasterCore,
     key: str,
     now: float,
     *,
@@ -82,7 +78,7 @@ def add_start(
     return replica
 
 
-def add_end(ms: MasterState, key: str, now: float) -> Replica:
+def add_end(ms: MasterCore, key: str, now: float) -> Replica:
     """Body of :meth:`MasterState.add_replica_end`."""
     replica = pending_add(ms, key)[0]
     del ms.moves.adding[key]
@@ -93,14 +89,14 @@ def add_end(ms: MasterState, key: str, now: float) -> Replica:
     return replica
 
 
-def add_revoke(ms: MasterState, key: str, now: float) -> None:
+def add_revoke(ms: MasterCore, key: str, now: float) -> None:
     """Body of :meth:`MasterState.add_replica_revoke`."""
     replica = pending_add(ms, key)[0]
     del ms.moves.adding[key]
-    free_replica(ms, key, replica, now)
+    space.free_replica(ms, key, replica, now)
 
 
-def discard_stale_adds(ms: MasterState, now: float) -> list[str]:
+def discard_stale_adds(ms: MasterCore, now: float) -> list[str]:
     """Body of :meth:`MasterState.discard_stale_adds`."""
     limit = now - ms.config.put_timeout_s
     stale = []
@@ -109,11 +105,11 @@ def discard_stale_adds(ms: MasterState, now: float) -> list[str]:
             break  # insertion order is start order
         stale.append(key)
     for key in stale:
-        ms.add_replica_revoke(key, now)
+        add_revoke(ms, key, now)
     return stale
 
 
-def drop(ms: MasterState, key: str, segment: str, now: float) -> bool:
+def drop(ms: MasterCore, key: str, segment: str, now: float) -> bool:
     """Body of :meth:`MasterState.drop_replica`."""
     obj = ms.objects.require(key)
     if not obj.complete:
@@ -131,17 +127,17 @@ def drop(ms: MasterState, key: str, segment: str, now: float) -> bool:
         )
     obj.replicas = keep
     ms.events.append(ev.ReplicaDropped(now, key, segment, len(keep)))
-    until = removal_ops.reader_hold(ms, obj, now)
+    until = space.reader_hold(ms, obj, now)
     if until is not None:
         pending = ms.moves.dropping.setdefault(key, [])
         pending.extend((until, r) for r in gone)
         return False
     for r in gone:
-        free_replica(ms, key, r, now)
+        space.free_replica(ms, key, r, now)
     return True
 
 
-def finish_drops(ms: MasterState, now: float) -> int:
+def finish_drops(ms: MasterCore, now: float) -> int:
     """Body of :meth:`MasterState.finish_replica_drops`."""
     freed = 0
     for key in list(ms.moves.dropping):
@@ -155,12 +151,12 @@ def finish_drops(ms: MasterState, now: float) -> int:
         else:
             del ms.moves.dropping[key]
         for r in due:
-            free_replica(ms, key, r, now)
+            space.free_replica(ms, key, r, now)
         freed += len(due)
     return freed
 
 
-def pending_add(ms: MasterState, key: str) -> tuple[Replica, float]:
+def pending_add(ms: MasterCore, key: str) -> tuple[Replica, float]:
     """The replica being added to ``key`` and its start time; NotFoundError if none."""
     found = ms.moves.adding.get(key)
     if found is None:
@@ -168,46 +164,14 @@ def pending_add(ms: MasterState, key: str) -> tuple[Replica, float]:
     return found
 
 
-def still_on(ms: MasterState, key: str) -> set[str]:
-    """Segments that some replica of ``key`` (visible, being added, or waiting to be
-    freed) still touches."""
-    reps: list[Replica] = []
-    obj = ms.objects.get(key)
-    if obj is not None:
-        reps.extend(obj.replicas)
-    if key in ms.moves.adding:
-        reps.append(ms.moves.adding[key][0])
-    reps.extend(r for _, r in ms.moves.dropping.get(key, ()))
-    st = ms.tier.stages.get(key)
-    if st is not None:
-        reps.append(st.replica)
-    return {sl.segment for r in reps for sl in r}
-
-
-def free_replica(
-    ms: MasterState, key: str, replica: Replica, now: float, hold_until: float | None = None
-) -> None:
-    """Release a replica no table holds any more (or hold its ranges until
-    ``hold_until``); update segment membership."""
-    still = still_on(ms, key)
-    for sl in replica:
-        seg = ms.segments.find(sl.segment)
-        if seg is None:
-            continue
-        removal_ops.free_range(ms, seg, sl.offset, sl.length, hold_until)
-        if sl.segment not in still:
-            seg.keys.discard(key)
-            segment_ops.update_drain(ms, seg, now)
-
-
-def forget_moves(ms: MasterState, key: str, now: float, segment: str | None = None) -> None:
+def forget_moves(ms: MasterCore, key: str, now: float, segment: str | None = None) -> None:
     """Release a key's pending addition and deferred drops (all, or only those that
     touch ``segment``). A deferred drop whose lease has not ended stays held (the key is
     going away, not its readers), unless its segment is the one going."""
     add = ms.moves.adding.get(key)
     if add is not None and (segment is None or any(s.segment == segment for s in add[0])):
         del ms.moves.adding[key]
-        free_replica(ms, key, add[0], now)
+        space.free_replica(ms, key, add[0], now)
     waiting = ms.moves.dropping.get(key)
     if waiting:
         hit = [
@@ -220,4 +184,92 @@ def forget_moves(ms: MasterState, key: str, now: float, segment: str | None = No
             del ms.moves.dropping[key]
         for at, r in hit:
             hold = at if segment is None and at > now else None
-            free_replica(ms, key, r, now, hold)
+            space.free_replica(ms, key, r, now, hold)
+
+
+class ReplicasApi(MasterCore):
+    """Replica moves: add a replica, drop one. Part of :class:`~.state.MasterState`."""
+
+    def add_replica_start(
+        self,
+        key: str,
+        now: float,
+        *,
+        exclude_segments: Collection[str] = (),
+        target_segment: str | None = None,
+    ) -> Replica:
+        """Allocate one more replica for a COMPLETE object; it stays readable meanwhile.
+
+        The new replica is invisible to readers until :meth:`add_replica_end`; it never
+        shares a segment with the object's current replicas. Nothing is evicted for it.
+
+        Args:
+            key: the object.
+            now: master clock.
+            exclude_segments: segments not to use (besides those already holding it).
+            target_segment: place the replica on exactly this segment.
+
+        Returns:
+            The replica to fill (its slices in object order).
+
+        Raises:
+            NotFoundError: no such object or target segment.
+            ConflictError: the object is being written (OBJECT_NOT_READY), a replica is
+                already being added to it, or the target is not allocatable or already
+                holds the object (INVALID_STATE).
+            CapacityError: no allocatable segment left (NO_AVAILABLE_SEGMENT) or no space
+                (STORE_FULL).
+        """
+        return add_start(
+            self, key, now, exclude_segments=exclude_segments, target_segment=target_segment
+        )
+
+    def add_replica_end(self, key: str, now: float) -> Replica:
+        """Make the replica being added to ``key`` readable.
+
+        Returns:
+            The committed replica.
+
+        Raises:
+            NotFoundError: no replica is being added to ``key`` (never started, revoked,
+                timed out, or the object or its target segment went away).
+        """
+        return add_end(self, key, now)
+
+    def add_replica_revoke(self, key: str, now: float) -> None:
+        """Abandon the replica being added to ``key``; its space is released.
+
+        Raises:
+            NotFoundError: no replica is being added to ``key``.
+        """
+        add_revoke(self, key, now)
+
+    def discard_stale_adds(self, now: float) -> list[str]:
+        """Revoke replica additions started more than ``put_timeout_s`` ago.
+
+        Returns:
+            Their keys, oldest first.
+        """
+        return discard_stale_adds(self, now)
+
+    def drop_replica(self, key: str, segment: str, now: float) -> bool:
+        """Remove the replica(s) of ``key`` that touch ``segment``; others must remain.
+
+        The replica leaves the replica list at once (new readers never see it). If a read
+        lease is outstanding, its space stays reserved until that lease ends (readers
+        that were handed the replica keep a valid copy for the whole lease); otherwise it
+        is freed now.
+
+        Returns:
+            True when the space was freed now, False when it waits for the lease.
+
+        Raises:
+            NotFoundError: no such object, or it has no replica on ``segment``.
+            ConflictError: the object is being written (OBJECT_NOT_READY), or the drop
+                would leave it without a replica (INVALID_STATE).
+        """
+        return drop(self, key, segment, now)
+
+    def finish_replica_drops(self, now: float) -> int:
+        """Free dropped replicas whose lease has ended; returns how many."""
+        return finish_drops(self, now)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .objects import Replica
+from ..objects import Replica
 
 
 @dataclass(frozen=True, slots=True)

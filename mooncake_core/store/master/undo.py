@@ -1,11 +1,11 @@
 """Undo a change the journal did not take: the tables go back to what the journal holds.
 
 The core applies a call to its tables first and the service journals the events after
-(:mod:`.master_service`). When that journal write fails (disk full, I/O error) nothing
+(:mod:`..master_service`). When that journal write fails (disk full, I/O error) nothing
 of the call reached the journal, so the tables are ahead of it: an object removed in
 memory is still in the journal, and its ranges, reused by the next write, would hold
 another object's bytes after a restart. :func:`undo` puts the tables back for every key
-and pin the failed records touch (:func:`.master_restore.reconcile`), from the
+and pin the failed records touch (:func:`.restore.reconcile`), from the
 :class:`~.ha.image.MetadataImage` (which folds exactly the records that were written),
 or rebuilds the whole core from the image when the records touch segments or the SSD
 tier. A rebuilt core keeps the ranges the old one held for readers (the image has them
@@ -24,22 +24,41 @@ writes again; the space is free at once).
 from __future__ import annotations
 
 import dataclasses
+import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from . import events as ev
-from . import master_removal as removal_ops
-from . import master_restore
-from .errors import StoreError
+from .. import events as ev
+from ..errors import StoreError
+from . import removal as removal_ops
+from . import restore
+from .restore import RebuildError, RestoredObject
 
 if TYPE_CHECKING:
-    from .ha.image import MetadataImage
-    from .master_state import MasterState
+    from mooncake_core.config.models import MasterConfig
+
+    from ..ha.image import MetadataImage
+    from .state import MasterState
 
 Record = dict[str, Any]
 
 _KEYED = frozenset({"stored", "started", "removed", "replica_dropped", "replica_added"})
 _PINS = frozenset({"pin", "unpin"})
+
+
+class Rebuild(Protocol):
+    """Builds a whole core from a journal image (``ha.rebuild.build_state``; passed in
+    by the service, so that the core does not depend on the HA package)."""
+
+    def __call__(
+        self,
+        image: MetadataImage,
+        config: MasterConfig,
+        now: float,
+        wall: float,
+        *,
+        rng: random.Random | None = None,
+    ) -> MasterState: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +82,8 @@ def undo(
     owed: list[Record],
     now: float,
     wall: float,
+    *,
+    rebuild: Rebuild,
 ) -> Undone:
     """Bring ``state`` back to ``image`` for everything ``failed`` touched.
 
@@ -73,6 +94,8 @@ def undo(
         owed: records already owed from earlier failures (kept unless undone now).
         now: the core's clock.
         wall: the wall clock at ``now`` (pin expiries are journaled on the wall clock).
+        rebuild: builds a whole core from ``image`` when the change cannot be undone
+            piecemeal.
     """
     keys: dict[str, set[str]] = {}
     pins: set[tuple[str, bool]] = set()
@@ -103,21 +126,21 @@ def undo(
     }
     if entangled:
         again = ended | kept | {k for r in owed if r.get("t") == "removed" and (k := _about(r))}
-        return _rebuild(state, image, again, now, wall)
+        return _rebuild(state, image, again, now, wall, rebuild)
     revoked = _revoke(state, image, ended, now)
     kept |= ended
     pins -= {(k, False) for k in kept}
     redo = {k: _journaled(image, k) for k in keys if k not in kept}
     wanted_pins = {p: _journaled_pin(image, p, now, wall) for p in pins}
     try:
-        master_restore.reconcile(state, redo, wanted_pins, now)
+        restore.reconcile(state, redo, wanted_pins, now)
         for key in redo:
             ssd = image.ssd.get(key)
             if ssd and state.exist(key, now):
                 state.restore_ssd_copies(key, ssd)
-    except (StoreError, master_restore.RebuildError):
+    except (StoreError, RebuildError):
         again = ended | kept | {k for r in owed if r.get("t") == "removed" and (k := _about(r))}
-        return _rebuild(state, image, again, now, wall)
+        return _rebuild(state, image, again, now, wall, rebuild)
     state.take_events()
     owe = [r for r in owed if _about(r) not in redo]
     owe += [r for r in failed if _about(r) in kept and _about(r) not in ended] + revoked
@@ -129,7 +152,7 @@ def _about(rec: Record) -> str | None:
     return key if isinstance(key, str) else None
 
 
-def _journaled(image: MetadataImage, key: str) -> master_restore.RestoredObject | None:
+def _journaled(image: MetadataImage, key: str) -> RestoredObject | None:
     # The same choice as a restart (ha.rebuild): a complete version wins.
     if key in image.objects:
         size, replicas = image.objects[key]
@@ -168,14 +191,17 @@ def _revoke(state: MasterState, image: MetadataImage, keys: set[str], now: float
 
 
 def _rebuild(
-    state: MasterState, image: MetadataImage, unfinished: set[str], now: float, wall: float
+    state: MasterState,
+    image: MetadataImage,
+    unfinished: set[str],
+    now: float,
+    wall: float,
+    build_state: Rebuild,
 ) -> Undone:
     """The whole core from the image; the unfinished writes dropped so far stay dropped."""
-    from .ha.rebuild import build_state
-
     try:
         fresh = build_state(image, state.config, now, wall, rng=state.rng)
-    except (StoreError, master_restore.RebuildError):
+    except (StoreError, RebuildError):
         # The image itself is inconsistent: keep serving what we have, refusing the call.
         return Undone(state, [], refused=True, rebuilt=False)
     # Counters are not journaled; they must not go backwards.

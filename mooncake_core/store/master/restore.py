@@ -14,15 +14,16 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from . import events as ev
-from . import master_removal as removal_ops
-from .allocator import OffsetAllocator
-from .errors import ConflictError, ErrorCode, StoreError
-from .objects import ObjectMeta, ObjectState, Replica
+from .. import events as ev
+from ..allocator import OffsetAllocator
+from ..errors import ConflictError, ErrorCode, StoreError
+from ..objects import ObjectMeta, ObjectState, Replica
+from . import removal as removal_ops
+from . import space
+from .core import MasterCore
 
 if TYPE_CHECKING:
-    from .master_state import MasterState
-    from .segment import Segment
+    from ..segment import Segment
 
 RestoredObject = tuple[str, int, tuple[Replica, ...], bool]
 """``(key, size, replicas, complete)`` of one object to restore."""
@@ -73,7 +74,7 @@ def reserve_exact(alloc: OffsetAllocator, ranges: list[tuple[int, int]], segment
 
 
 def restore_objects(
-    st: MasterState,
+    st: MasterCore,
     objects: Sequence[RestoredObject],
     now: float,
     token_base: int,
@@ -112,7 +113,7 @@ def restore_objects(
 
 
 def _install(
-    st: MasterState, objects: Sequence[RestoredObject], now: float, read_hold: float = 0.0
+    st: MasterCore, objects: Sequence[RestoredObject], now: float, read_hold: float = 0.0
 ) -> None:
     """Register objects whose ranges are already reserved."""
     add = st.objects.add
@@ -134,7 +135,7 @@ def _install(
                 segs.get(sl.segment).keys.add(key)
 
 
-def restore_ssd_copies(ms: MasterState, key: str, segments: Iterable[str]) -> None:
+def restore_ssd_copies(ms: MasterCore, key: str, segments: Iterable[str]) -> None:
     """Body of :meth:`MasterState.restore_ssd_copies`."""
     obj = ms.objects.require(key)
     for name in segments:
@@ -148,7 +149,7 @@ def restore_ssd_copies(ms: MasterState, key: str, segments: Iterable[str]) -> No
 
 
 def reconcile(
-    ms: MasterState,
+    ms: MasterCore,
     objects: Mapping[str, RestoredObject | None],
     pins: Mapping[tuple[str, bool], tuple[bool, float | None] | None],
     now: float,
@@ -200,7 +201,7 @@ def reconcile(
         for alloc, off, length in taken:
             alloc.release(off, length)
         for seg, off, length, until in unheld:
-            removal_ops.free_range(ms, seg, off, length, until)
+            space.free_range(ms, seg, off, length, until)
         raise
     _install(ms, back, now)
     for key, until in leases.items():
@@ -211,3 +212,57 @@ def reconcile(
         else:
             ms.pins.set(target, is_prefix=is_prefix, hard=want[0], expires_at=want[1])
     ms.events.clear()
+
+
+class RestoreApi(MasterCore):
+    """Restoring a rebuilt master's objects and SSD copies.
+
+    Part of :class:`~.state.MasterState`.
+    """
+
+    def restore_objects(
+        self,
+        objects: Sequence[RestoredObject],
+        now: float,
+        *,
+        token_base: int,
+        read_hold: float = 0.0,
+    ) -> None:
+        """Install objects rebuilt from a journal image at exactly the ranges their bytes
+        occupy (master rebuild; emits no event).
+
+        Call it on a state whose segments are mounted and hold nothing yet. Nothing is
+        changed when it raises.
+
+        Args:
+            objects: ``(key, size, replicas, complete)`` in recency order (least recently
+                used first); every slice lies on a mounted segment. Incomplete objects
+                become PROCESSING, their ``put_timeout_s`` counting from ``now``.
+            now: master clock.
+            token_base: version tokens of the complete objects count up from here (a
+                rebuilt master starts above any the previous one handed out).
+            read_hold: until when readers of the previous master may still read the
+                restored objects (their leases were not journaled): before then they are
+                not evicted, and a remove or replace holds their ranges until then.
+
+        Raises:
+            NotFoundError: a slice names a segment that is not mounted.
+            ConflictError: a key is already known or repeated.
+            RebuildError: ranges overlap or do not fit their segment.
+        """
+        restore_objects(self, objects, now, token_base, read_hold)
+
+    def has_object(self, key: str) -> bool:
+        """Whether ``key`` is known at all, complete or being written."""
+        return key in self.objects
+
+    def restore_ssd_copies(self, key: str, segments: Iterable[str]) -> None:
+        """Record SSD copies of a restored object (master rebuild; emits no event).
+
+        Segments that are not mounted are ignored. An object left with neither a
+        replica nor an SSD copy is not touched (the caller drops it).
+
+        Raises:
+            NotFoundError: no such object.
+        """
+        restore_ssd_copies(self, key, segments)

@@ -4,7 +4,7 @@ A write that does not fit evicts a round of least recently used objects (the pol
 decides which; pinned ones are spared, soft-pinned ones only when nothing else is left)
 and tries again; ``tick`` evicts a round when usage is above the high watermark. An
 object with an SSD copy only loses its DRAM replicas (it stays, SSD-only), and such
-objects go first. Functions take the :class:`MasterState` they work on.
+objects go first. Functions take the :class:`~.core.MasterCore` they work on.
 """
 
 from __future__ import annotations
@@ -12,30 +12,28 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Collection, Iterable
-from typing import TYPE_CHECKING
 
-from . import events as ev
-from . import master_removal as removal_ops
-from . import master_tier_ops as tier_ops
-from .errors import CapacityError, ErrorCode
-from .objects import ObjectMeta, Replica
-from .placement import place_replicas, slice_lengths
-from .results import ReplicateConfig
-from .segment import Segment
-from .strategies import AllocationStrategy, AllocContext, LocalFirstStrategy, PreferredStrategy
-
-if TYPE_CHECKING:
-    from .master_state import MasterState
+from .. import events as ev
+from ..errors import CapacityError, ErrorCode
+from ..objects import ObjectMeta, Replica
+from ..placement import place_replicas, slice_lengths
+from ..results import ReplicateConfig
+from ..segment import Segment
+from ..strategies import AllocationStrategy, AllocContext, LocalFirstStrategy, PreferredStrategy
+from . import removal as removal_ops
+from . import replicas as replica_ops
+from . import space
+from .core import MasterCore
 
 
-def evict_if_needed(ms: MasterState, now: float) -> int:
+def evict_if_needed(ms: MasterCore, now: float) -> int:
     """Body of :meth:`MasterState.evict_if_needed`."""
     if not over_watermark(ms):
         return 0
     return evict_round(ms, now, (), lambda: over_watermark(ms))
 
 
-def strategy_for(ms: MasterState, cfg: ReplicateConfig) -> AllocationStrategy:
+def strategy_for(ms: MasterCore, cfg: ReplicateConfig) -> AllocationStrategy:
     """The allocation strategy a write's options ask for."""
     if cfg.preferred_segments:
         return PreferredStrategy(ms.strategy)
@@ -45,7 +43,7 @@ def strategy_for(ms: MasterState, cfg: ReplicateConfig) -> AllocationStrategy:
 
 
 def allocate(
-    ms: MasterState,
+    ms: MasterCore,
     segs: list[Segment],
     key: str,
     size: int,
@@ -81,7 +79,7 @@ def allocate(
             )
 
 
-def over_watermark(ms: MasterState) -> bool:
+def over_watermark(ms: MasterCore) -> bool:
     """Whether DRAM use is above the eviction high watermark."""
     total = ms.segments.capacity()
     used = ms.segments.used()
@@ -89,7 +87,7 @@ def over_watermark(ms: MasterState) -> bool:
 
 
 def evict_round(
-    ms: MasterState, now: float, protected: Collection[str], still_needed: Callable[[], bool]
+    ms: MasterCore, now: float, protected: Collection[str], still_needed: Callable[[], bool]
 ) -> int:
     """Evict one round (``eviction_ratio`` of the DRAM objects, sparing ``protected``); returns how many."""
     in_dram = len(ms.objects) - len(ms.objects.processing) - len(ms.ssd_only)
@@ -115,7 +113,7 @@ def evict_round(
     return evicted
 
 
-def victim_order(ms: MasterState) -> Iterable[tuple[str, ObjectMeta]]:
+def victim_order(ms: MasterCore) -> Iterable[tuple[str, ObjectMeta]]:
     """Objects in the order eviction considers them: least recently used first,
     those with an SSD copy (evicting them loses nothing) before the others; SSD-only
     objects hold no DRAM and are left out."""
@@ -127,17 +125,33 @@ def victim_order(ms: MasterState) -> Iterable[tuple[str, ObjectMeta]]:
     return itertools.chain(offloaded, others)
 
 
-def ssd_any(ms: MasterState) -> bool:
+def ssd_any(ms: MasterCore) -> bool:
     """Whether any object has an SSD copy."""
     return any(s.ssd_keys for s in ms.segments)
 
 
-def evict(ms: MasterState, key: str, now: float) -> None:
+def evict(ms: MasterCore, key: str, now: float) -> None:
     """Evict one object: only its DRAM if it has an SSD copy, otherwise the object."""
     obj = ms.objects[key]
     if obj.ssd and obj.replicas:
-        tier_ops.evict_to_ssd(ms, key, obj, now)
+        evict_to_ssd(ms, key, obj, now)
         return
     ms.counters.evicted_objects += 1
     ms.counters.evicted_bytes += obj.size * len(obj.replicas)
     removal_ops.drop(ms, key, obj, ev.RemoveReason.EVICTED, now)
+
+
+def evict_to_ssd(ms: MasterCore, key: str, obj: ObjectMeta, now: float) -> None:
+    """Free the DRAM of an object that has an SSD copy; it stays, SSD-only."""
+    if ms.moves.involves(key):
+        replica_ops.forget_moves(ms, key, now)
+    replicas = obj.replicas
+    obj.replicas = ()
+    ms.tier.stage_copies.pop(key, None)
+    ms.tier.clear_offload(key)
+    space.release(ms, key, replicas, hold_until=space.reader_hold(ms, obj, now))
+    for left, r in enumerate(reversed(replicas)):
+        ms.events.append(ev.ReplicaDropped(now, key, r[0].segment, left))
+    ms.ssd_only.add(key)
+    ms.counters.offloaded_evictions += 1
+    ms.counters.evicted_bytes += obj.size * len(replicas)

@@ -1,26 +1,26 @@
 """Segments in the master's core: mount, unmount, drain, client expiry. Sans-IO.
 
-Segment lifecycle (see :mod:`.segment`): a removed segment takes its DRAM ranges and
-its node's SSD copies with it; objects keep living on their other replicas or SSD
-copies, or are lost. Functions take the :class:`MasterState` they work on; its public
-methods delegate here and document the behaviour.
+Segment lifecycle (see :mod:`.segment`): a removed segment takes its DRAM ranges and its
+node's SSD copies with it; objects keep living on their other replicas or SSD copies, or
+are lost. Functions take the :class:`~.core.MasterCore` they work on; the operations of
+:class:`~.state.MasterState` at the end of the module call them and document the
+behaviour.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
 
-from . import events as ev
-from . import master_removal as removal_ops
-from . import master_replicas as replica_ops
-from . import master_tier_ops as tier_ops
-from .errors import ConflictError, ErrorCode, InvalidArgumentError
-from .results import KeyEntry, ListKeysResult
-from .segment import Segment, SegmentSnapshot, SegmentState
-from .validation import check_name, check_transport_address
-
-if TYPE_CHECKING:
-    from .master_state import MasterState
+from .. import events as ev
+from ..errors import ConflictError, ErrorCode, InvalidArgumentError
+from ..results import KeyEntry, ListKeysResult
+from ..segment import Segment, SegmentSnapshot, SegmentState
+from ..validation import check_name, check_transport_address
+from . import removal as removal_ops
+from . import replicas as replica_ops
+from . import space
+from . import tier as tier_ops
+from .core import MasterCore
 
 MAX_LIST_LIMIT = 100_000
 MAX_SEGMENT_CAPACITY = 1 << 48
@@ -32,7 +32,7 @@ MAX_SSD_CAPACITY = 1 << 56
 
 
 def mount(
-    ms: MasterState,
+    ms: MasterCore,
     name: str,
     client_id: str,
     capacity: int,
@@ -82,7 +82,7 @@ def mount(
     return seg.snapshot()
 
 
-def unmount(ms: MasterState, name: str, now: float, *, client_id: str | None = None) -> None:
+def unmount(ms: MasterCore, name: str, now: float, *, client_id: str | None = None) -> None:
     """Body of :meth:`MasterState.unmount_segment`."""
     seg = ms.segments.get(name)
     if client_id is not None and seg.client_id != client_id:
@@ -100,7 +100,7 @@ def unmount(ms: MasterState, name: str, now: float, *, client_id: str | None = N
     ms.events.append(ev.SegmentStateChanged(now, name, seg.state.name))
 
 
-def drain(ms: MasterState, name: str, now: float) -> None:
+def drain(ms: MasterCore, name: str, now: float) -> None:
     """Body of :meth:`MasterState.drain_segment`."""
     seg = ms.segments.get(name)
     if seg.state in (SegmentState.DRAINING, SegmentState.DRAINED):
@@ -111,10 +111,10 @@ def drain(ms: MasterState, name: str, now: float) -> None:
         )
     seg.state = SegmentState.DRAINING
     ms.events.append(ev.SegmentStateChanged(now, name, seg.state.name))
-    update_drain(ms, seg, now)
+    space.update_drain(ms, seg, now)
 
 
-def undrain(ms: MasterState, name: str, now: float) -> None:
+def undrain(ms: MasterCore, name: str, now: float) -> None:
     """Body of :meth:`MasterState.undrain_segment`."""
     seg = ms.segments.get(name)
     if seg.state == SegmentState.MOUNTED:
@@ -128,7 +128,7 @@ def undrain(ms: MasterState, name: str, now: float) -> None:
 
 
 def list_objects(
-    ms: MasterState, segment: str, start_after: str = "", limit: int = 1000
+    ms: MasterCore, segment: str, start_after: str = "", limit: int = 1000
 ) -> ListKeysResult:
     """Body of :meth:`MasterState.list_segment_objects`."""
     seg = ms.segments.get(segment)
@@ -149,7 +149,7 @@ def list_objects(
     return ListKeysResult(tuple(entries), entries[-1].key if more else None)
 
 
-def expire_clients(ms: MasterState, now: float) -> list[str]:
+def expire_clients(ms: MasterCore, now: float) -> list[str]:
     """Body of :meth:`MasterState.expire_clients`."""
     if now < ms.expiry_hold_until:
         return []
@@ -163,7 +163,7 @@ def expire_clients(ms: MasterState, now: float) -> list[str]:
     return dead
 
 
-def finish_unmounts(ms: MasterState, now: float) -> list[str]:
+def finish_unmounts(ms: MasterCore, now: float) -> list[str]:
     """Body of :meth:`MasterState.finish_unmounts`."""
     done = ms.segments.due_unmounts(now)
     for seg in done:
@@ -171,7 +171,7 @@ def finish_unmounts(ms: MasterState, now: float) -> list[str]:
     return [s.name for s in done]
 
 
-def remove_segment(ms: MasterState, seg: Segment, reason: ev.UnmountReason, now: float) -> None:
+def remove_segment(ms: MasterCore, seg: Segment, reason: ev.UnmountReason, now: float) -> None:
     """Remove a segment now: its SSD copies, then its DRAM ranges; objects left with no copy are lost."""
     name = seg.name
     ms.tier.offload_idle.pop(name, None)
@@ -205,7 +205,7 @@ def remove_segment(ms: MasterState, seg: Segment, reason: ev.UnmountReason, now:
         lost = [r for r in obj.replicas if any(sl.segment == name for sl in r)]
         if keep or obj.ssd:
             still = {sl.segment for r in keep for sl in r}
-            removal_ops.release(ms, key, lost, keep=still)
+            space.release(ms, key, lost, keep=still)
             obj.replicas = keep
             copy = ms.tier.stage_copies.get(key)
             if copy is not None and copy in lost:
@@ -220,8 +220,136 @@ def remove_segment(ms: MasterState, seg: Segment, reason: ev.UnmountReason, now:
     ms.events.append(ev.SegmentUnmounted(now, name, reason))
 
 
-def update_drain(ms: MasterState, seg: Segment, now: float) -> None:
-    """Mark a DRAINING segment DRAINED once it holds no key."""
-    if seg.state == SegmentState.DRAINING and not seg.keys:
-        seg.state = SegmentState.DRAINED
-        ms.events.append(ev.SegmentStateChanged(now, seg.name, seg.state.name))
+class SegmentsApi(MasterCore):
+    """Clients and segments: heartbeats, mount, unmount, drain, expiry.
+
+    Part of :class:`~.state.MasterState`.
+    """
+
+    def heartbeat(self, client_id: str, now: float) -> bool:
+        """Record that ``client_id`` is alive.
+
+        Returns:
+            False when the master did not know the client (it expired, or the master
+            restarted): the client must mount its segments again.
+        """
+        check_name("client_id", client_id)
+        return self.segments.touch_client(client_id, now)
+
+    def mount_segment(
+        self,
+        name: str,
+        client_id: str,
+        capacity: int,
+        now: float,
+        *,
+        transport_address: str = "",
+        location: str = "cpu:0",
+        ssd_capacity: int = 0,
+    ) -> SegmentSnapshot:
+        """Add a segment hosted by ``client_id`` (also counts as its heartbeat).
+
+        Mounting the same segment again from the same client with the same capacities
+        is a no-op (a client re-mounting after a master restart or a lost reply).
+
+        Args:
+            ssd_capacity: bytes of SSD tier the client keeps behind the segment; 0: none.
+                With it, the master offloads objects of this segment to that tier.
+
+        Raises:
+            InvalidArgumentError: empty/long names, a transport address that is not
+                ``host:port`` (empty is allowed: metadata only), capacity not positive,
+                ssd_capacity negative or too large.
+            ConflictError: the name is taken by another client or is still unmounting.
+        """
+        return mount(
+            self,
+            name,
+            client_id,
+            capacity,
+            now,
+            transport_address=transport_address,
+            location=location,
+            ssd_capacity=ssd_capacity,
+        )
+
+    def unmount_segment(self, name: str, now: float, *, client_id: str | None = None) -> None:
+        """Start unmounting: readable for ``unmount_grace_s``, no new allocations, then gone.
+
+        Raises:
+            NotFoundError: no such segment.
+            ConflictError: ``client_id`` given and it does not own the segment.
+        """
+        unmount(self, name, now, client_id=client_id)
+
+    def drain_segment(self, name: str, now: float) -> None:
+        """Stop placing on a segment (DRAINING, still readable); DRAINED once it is empty.
+
+        Moving the data elsewhere is the caller's job (read, re-put, remove here).
+
+        Raises:
+            NotFoundError: no such segment.
+            ConflictError: the segment is unmounting.
+        """
+        drain(self, name, now)
+
+    def undrain_segment(self, name: str, now: float) -> None:
+        """Put a DRAINING or DRAINED segment back into placement (MOUNTED).
+
+        Raises:
+            NotFoundError: no such segment.
+            ConflictError: the segment is unmounting.
+        """
+        undrain(self, name, now)
+
+    def list_segment_objects(
+        self, segment: str, start_after: str = "", limit: int = 1000
+    ) -> ListKeysResult:
+        """One page, in key order, of the objects with a readable replica on ``segment``.
+
+        Replicas being added or waiting for a lease to end before they are freed are not
+        listed (nothing is left to do for them). Costs O(k log k), k = keys on the segment.
+
+        Raises:
+            NotFoundError: no such segment.
+            InvalidArgumentError: limit outside 1..100000.
+        """
+        return list_objects(self, segment, start_after, limit)
+
+    def hold_expiry(self, until: float) -> None:
+        """Expire no client before ``until`` (core clock); placement still avoids the
+        silent ones (suspect), only their forgetting and data loss waits."""
+        self.expiry_hold_until = max(self.expiry_hold_until, until)
+
+    def hold_ranges(self, ranges: Iterable[tuple[str, int, int]], until: float) -> int:
+        """Hold free ``(segment, offset, length)`` ranges for readers until ``until``
+        (core clock): allocated, unused, released by ``tick`` then. A range that is not
+        wholly free in a mounted segment (taken by an object meanwhile) is skipped.
+
+        Returns:
+            How many ranges are held.
+        """
+        held = 0
+        for name, offset, length in ranges:
+            seg = self.segments.find(name)
+            if seg is not None and seg.allocator.allocate_at(offset, length):
+                space.free_range(self, seg, offset, length, until)
+                held += 1
+        return held
+
+    def held_ranges(self) -> list[tuple[str, int, int, float]]:
+        """Freed ranges kept allocated for readers: ``(segment, offset, length, free at)``,
+        sorted; holds of segments that are gone are left out."""
+        return self.held.live(self.segments)
+
+    def expire_clients(self, now: float) -> list[str]:
+        """Forget clients silent for ``client_ttl_s``; their segments go at once.
+
+        Returns:
+            The expired client ids, sorted.
+        """
+        return expire_clients(self, now)
+
+    def finish_unmounts(self, now: float) -> list[str]:
+        """Remove segments whose unmount grace period has ended; returns their names."""
+        return finish_unmounts(self, now)

@@ -17,13 +17,13 @@ from collections.abc import ItemsView, Iterator, KeysView
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .errors import ErrorCode, NotFoundError
-from .keyindex import SortedKeys
-from .objects import ObjectMeta, Replica
+from ..errors import ErrorCode, NotFoundError
+from ..keyindex import SortedKeys
+from ..objects import ObjectMeta, Replica
 
 if TYPE_CHECKING:
-    from .segment import Segment
-    from .segment_table import SegmentTable
+    from ..segment import Segment
+    from ..segment_table import SegmentTable
 
 
 class ObjectTable:
