@@ -115,6 +115,16 @@ class MasterState(SegmentsApi, WritesApi, ReplicasApi, RemovalApi, TierApi, Rest
         """:meth:`read` for each key; each item succeeds or fails alone."""
         return each(keys, lambda k: self.read(k, now))
 
+    def batch_get_replica_list(
+        self, keys: Sequence[str], now: float
+    ) -> list[GetResult | StoreError]:
+        """:meth:`get_replica_list` for each key."""
+        return each(keys, lambda k: self.get_replica_list(k, now))
+
+    def batch_exist(self, keys: Sequence[str], now: float) -> list[bool]:
+        """:meth:`exist` for each key."""
+        return [self.exist(k, now) for k in keys]
+
     def exist(self, key: str, now: float) -> bool:
         """Whether ``key`` is readable. Neither renews a lease nor counts as an access."""
         obj = self.objects.get(key)
@@ -244,16 +254,6 @@ class MasterState(SegmentsApi, WritesApi, ReplicasApi, RemovalApi, TierApi, Rest
             Objects evicted.
         """
         return evict_ops.evict_if_needed(self, now)
-
-    def batch_get_replica_list(
-        self, keys: Sequence[str], now: float
-    ) -> list[GetResult | StoreError]:
-        """:meth:`get_replica_list` for each key."""
-        return each(keys, lambda k: self.get_replica_list(k, now))
-
-    def batch_exist(self, keys: Sequence[str], now: float) -> list[bool]:
-        """:meth:`exist` for each key."""
-        return [self.exist(k, now) for k in keys]
 
     # ------------------------------------------------------------ maintenance
     def tick(self, now: float) -> None:
