@@ -30,7 +30,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from conftest import LEASE_MS, UpstreamMaster
+from compat_master import LEASE_MS, UpstreamMaster
 from store_client_procs import free_port
 
 from mooncake.store import MooncakeDistributedStore, ReplicateConfig

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from conftest import LEASE_MS, UpstreamMaster
+from compat_master import LEASE_MS, UpstreamMaster
 
 from mooncake.store import MooncakeDistributedStore, ReplicateConfig, SoftPinAction
 
