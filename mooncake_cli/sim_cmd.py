@@ -98,12 +98,15 @@ def _run(fn_name: str, opts: ExperimentOptions, as_json: bool, **kw: object) -> 
     err.print(f"wrote {', '.join(str(p) for p in report.files)}", highlight=False)
 
 
-def _command(name: str, **flags: object) -> str:
-    parts = [f"mooncake sim {name}"]
-    for k, v in flags.items():
-        if v is not None:
-            parts.append(f"--{k} {v}")
-    return " ".join(parts)
+def _pairs(settings: list[str] | None) -> list[tuple[str, str]]:
+    """``--set FIELD=VALUE`` items as pairs (exits on a malformed one)."""
+    pairs = []
+    for item in settings or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            fail(f"--set {item!r}: expected FIELD=VALUE")
+        pairs.append((key.strip(), value.strip()))
+    return pairs
 
 
 @app.command("fig5")
@@ -118,7 +121,7 @@ def fig5(
 ) -> None:
     """Average and p90 TTFT of random, load_balance, cache_aware, kvcache_centric, adaptive."""
     opts = _options(trace, speed, sample, seed, out_dir, profile)
-    _run("run_fig5", opts, as_json, command=_command("fig5", speed=speed, sample=sample))
+    _run("run_fig5", opts, as_json)
 
 
 @app.command("rejection")
@@ -134,15 +137,7 @@ def rejection(
 ) -> None:
     """Rejections of baseline, early_reject and early_reject_predictive (8P+8D, 2x replay)."""
     opts = _options(trace, speed, sample, seed, out_dir, profile)
-    pairs = []
-    for item in settings or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            fail(f"--set {item!r}: expected FIELD=VALUE")
-        pairs.append((key.strip(), value.strip()))
-    cmd = _command("rejection", speed=speed, sample=sample)
-    cmd += "".join(f" --set {s}" for s in settings or [])
-    _run("run_rejection", opts, as_json, settings=pairs, command=cmd)
+    _run("run_rejection", opts, as_json, settings=_pairs(settings))
 
 
 @app.command("hitrate")
@@ -173,7 +168,9 @@ def hitrate(
         as_json,
         capacities=caps,
         instances=instances,
-        command=_command("hitrate", sample=sample, capacities=capacities),
+        command=opts.command_line(
+            "hitrate", f"--capacities {capacities}", f"--instances {instances}"
+        ),
     )
 
 
@@ -197,7 +194,6 @@ def pd_ratio(
         opts,
         as_json,
         nodes=nodes,
-        command=_command("pd_ratio", speed=speed, sample=sample, nodes=nodes),
     )
 
 
@@ -248,8 +244,14 @@ def sweep(
         fail("--values needs at least one value")
     opts = _options(trace, speed, sample, seed, out_dir, profile)
     base = _base_config(profile, seed, settings, prefill, decode)
-    cmd = _command("sweep", field=field, values=values, speed=speed, sample=sample)
-    cmd += "".join(f" --set {s}" for s in settings or [])
+    cmd = opts.command_line(
+        "sweep",
+        f"--field {field}",
+        f"--values {values}",
+        f"--prefill {prefill}",
+        f"--decode {decode}",
+        *(f"--set {s}" for s in settings or []),
+    )
     _run("run_sweep", opts, as_json, field=field, values=vals, base=base, command=cmd)
 
 
@@ -274,7 +276,7 @@ def run(
     as_json: JsonOption = False,
 ) -> None:
     """Simulate one config and print its summary."""
-    from mooncake_core.sim import TraceError
+    from mooncake_core.sim import TraceError, lower_bound_avg_ttft
     from mooncake_core.sim.config import set_field
     from mooncake_core.sim.experiments import run_one
 
@@ -298,6 +300,10 @@ def run(
             fail(f"--per-request {per_request}: {e.strerror or e}")
         err.print(f"wrote {per_request}", highlight=False)
     data = summary.as_dict()
+    # Beside the policy's average TTFT: what no policy can beat on this trace and profile.
+    bound = lower_bound_avg_ttft(trace_reqs, cfg)
+    data["lower_bound_avg_ttft_s"] = bound
+    data["vs_bound"] = summary.avg_ttft_s / bound if bound > 0 else float("nan")
     data["wall_s"] = round(res.wall_s, 3)
     data["requests_per_s"] = round(len(trace_reqs) / res.wall_s, 1) if res.wall_s > 0 else None
     if as_json:
@@ -334,6 +340,10 @@ def grid(
         str,
         typer.Option("--policies", help="Comma-separated policies; the first is the reference."),
     ] = "kvcache_centric,adaptive",
+    decode: Annotated[
+        str, typer.Option("--decode", help="Comma-separated decode simulation: off, on or both.")
+    ] = "off,on",
+    settings: SetOpt = None,
     as_json: JsonOption = False,
 ) -> None:
     """Policies over speed x node bandwidth x decode on/off, with the no-queue lower bound."""
@@ -345,15 +355,17 @@ def grid(
     if not sp or not gb or any(not v > 0 for v in sp + gb):
         fail("--speeds and --gbps need positive numbers")
     pols = [p.strip() for p in policies.split(",") if p.strip()]
+    modes = [v.strip() for v in decode.split(",") if v.strip()]
+    if not modes or any(m not in ("on", "off") for m in modes):
+        fail(f"--decode: expected a comma-separated list of on/off, got {decode!r}")
     opts = _options(trace, None, sample, seed, out_dir, profile)
-    cmd = _command(
-        "grid",
-        trace=opts.trace,
-        sample=sample,
-        seed=seed,
-        profile=profile,
-        speeds=speeds,
-        gbps=gbps,
-        policies=policies,
+    _run(
+        "run_grid",
+        opts,
+        as_json,
+        speeds=sp,
+        gbps=gb,
+        decode=[m == "on" for m in modes],
+        policies=pols,
+        settings=_pairs(settings),
     )
-    _run("run_grid", opts, as_json, speeds=sp, gbps=gb, policies=pols, command=cmd)

@@ -7,6 +7,7 @@ calibrated cost model (``load_profile``). Experiments reproducing the paper live
 :mod:`mooncake_core.sim.experiments`.
 """
 
+from mooncake_core.sim.bound import lower_bound_avg_ttft, lower_bound_ttfts
 from mooncake_core.sim.config import SimConfig, set_field
 from mooncake_core.sim.costmodel import (
     CostModel,
@@ -46,6 +47,8 @@ __all__ = [
     "fit_causal_prefill",
     "load_profile",
     "load_trace",
+    "lower_bound_avg_ttft",
+    "lower_bound_ttfts",
     "parse_sample",
     "parse_trace",
     "set_field",

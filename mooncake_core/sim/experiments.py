@@ -9,6 +9,7 @@ has them), ``results.json`` (the same rows, for scripts) and the plots.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -20,18 +21,20 @@ from typing import Any
 import numpy as np
 
 from mooncake_core.sim import plots
+from mooncake_core.sim.bound import lower_bound_avg_ttft
 from mooncake_core.sim.cache import BlockLRU
 from mooncake_core.sim.config import SimConfig, set_field
-from mooncake_core.sim.costmodel import load_profile
 from mooncake_core.sim.engine import simulate
 from mooncake_core.sim.results import SimResult, Summary
-from mooncake_core.sim.trace import TRACE_BLOCK_TOKENS, TraceRequest, load_trace
+from mooncake_core.sim.trace import TraceRequest, load_trace
 
 __all__ = [
     "PAPER",
+    "PAPER_TRACE_SHA256",
     "ExperimentOptions",
     "Report",
     "default_trace",
+    "is_paper_trace",
     "lower_bound_avg_ttft",
     "run_fig5",
     "run_grid",
@@ -53,10 +56,28 @@ PAPER: dict[str, dict[str, float]] = {
     # Rejected requests on 8P+8D at 2x replay (paper section 7 / arXiv Fig. 10 text).
     "rejections": {"baseline": 4183, "early_reject": 3771, "early_reject_predictive": 3589},
 }
-"""Numbers quoted from the paper (DESIGN.md section 2), shown beside ours."""
+"""Numbers quoted from the paper (DESIGN.md section 2), shown beside ours.
+
+Only beside a replay of the trace the paper used, at the paper's setting
+(:func:`is_paper_trace` and each experiment's own check): next to another trace they
+would compare different workloads.
+"""
+
+PAPER_TRACE_SHA256 = "b8cbb061a85206d729d91cdc2981f43c9e0d99209dce588d3af5f7934408b9df"
+"""SHA-256 of the FAST'25 conversation trace (``traces/conversation_trace.jsonl`` of the
+public release, 12,031 requests): the trace the paper's Fig. 5 replayed."""
 
 _POLICIES = ("random", "load_balance", "cache_aware", "kvcache_centric", "adaptive")
 _ADMISSIONS = ("baseline", "early_reject", "early_reject_predictive")
+
+
+def is_paper_trace(path: Path) -> bool:
+    """Whether ``path`` holds the FAST'25 conversation trace, byte for byte."""
+    try:
+        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return False
+    return digest == PAPER_TRACE_SHA256
 
 
 def default_trace() -> Path | None:
@@ -112,6 +133,29 @@ class ExperimentOptions:
     def base(self, **kw: Any) -> SimConfig:
         """A :class:`SimConfig` with this profile and seed, plus ``kw``."""
         return SimConfig(profile=self.profile, seed=self.seed, **kw)
+
+    def command_line(self, name: str, *flags: str) -> str:
+        """The complete ``mooncake sim`` command line that reruns ``name`` with these options.
+
+        Args:
+            name: the experiment (subcommand).
+            flags: the experiment's own flags, already formatted (``"--set a=1"``).
+        """
+        parts = [f"mooncake sim {name}", f"--trace {self.trace}", f"--seed {self.seed}"]
+        parts.append(f"--profile {self.profile}")
+        if self.speed is not None:
+            parts.append(f"--speed {self.speed:g}")
+        if self.sample is not None:
+            parts.append(f"--sample {self.sample}")
+        parts.extend(flags)
+        if self.out is not None:
+            parts.append(f"--out {self.out}")
+        return " ".join(parts)
+
+    def paper_setting(self, default_speed: float) -> bool:
+        """Whether this replays the paper's trace, whole, at ``default_speed``."""
+        speed = self.speed if self.speed is not None else default_speed
+        return self.sample is None and speed == default_speed and is_paper_trace(self.trace)
 
 
 @dataclass(frozen=True)
@@ -187,23 +231,30 @@ def _with(config: SimConfig, **fields: Any) -> SimConfig:
     return config
 
 
-def run_fig5(opts: ExperimentOptions, command: str = "mooncake sim fig5") -> Report:
+def run_fig5(opts: ExperimentOptions, command: str | None = None) -> Report:
     """Fig. 5: average and p90 TTFT of each prefill policy, 16 prefill instances.
 
     TTFT only (decode is not simulated; admission is ``none``, as the paper measures
-    the scheduling policies without rejection).
+    the scheduling policies without rejection). Each policy's row carries the no-queue
+    lower bound and its ratio to it; the paper's numbers only when the trace is the
+    paper's, whole, at 1x.
     """
     trace = opts.load()
     folder = opts.folder("fig5")
     base = opts.base(prefill_instances=16, decode_instances=16, simulate_decode=False)
+    bound = lower_bound_avg_ttft(trace, base)
+    paper = opts.paper_setting(1.0)
     rows = []
     ttfts: dict[str, list[float]] = {}
     for policy in _POLICIES:
         cfg = _with(base, conductor__policy=policy, conductor__admission="none")
         s, res = run_one(trace, cfg)
         ttfts[policy] = [r.ttft_s for r in res.requests if not r.rejected]
-        paper = PAPER["fig5_avg_ttft_s"].get(policy, math.nan)
-        rows.append(_row(policy, s, paper_avg_ttft_s=paper, migrations=res.counters["migrations"]))
+        extra: dict[str, Any] = {"migrations": res.counters["migrations"]}
+        extra.update(_vs_bound(s.avg_ttft_s, bound))
+        if paper:
+            extra["paper_avg_ttft_s"] = PAPER["fig5_avg_ttft_s"].get(policy, math.nan)
+        rows.append(_row(policy, s, **extra))
     labels = [r["run"] for r in rows]
     files = [
         plots.bar_chart(
@@ -222,27 +273,37 @@ def run_fig5(opts: ExperimentOptions, command: str = "mooncake sim fig5") -> Rep
         "fig5",
         folder,
         "Fig. 5: prefill scheduling policies",
-        f"{len(trace)} requests, 16 prefill instances, 3M-token local cache each, admission none.",
+        f"{len(trace)} requests, 16 prefill instances, 3M-token local cache each, admission none. "
+        f"No-queue lower bound of the average TTFT {bound:.3f} s."
+        + ("" if paper else " (The paper's numbers are shown only for its conversation trace.)"),
         rows,
         [
             "run",
             "avg_ttft_s",
+            "lower_bound_s",
+            "vs_bound",
             "p90_ttft_s",
             "p99_ttft_s",
             "hit_rate",
             "local_hit_rate",
             "migrations",
-            "paper_avg_ttft_s",
+            *(["paper_avg_ttft_s"] if paper else []),
         ],
         files,
-        command,
+        command or opts.command_line("fig5"),
     )
+
+
+def _vs_bound(avg_ttft_s: float, bound: float) -> dict[str, float]:
+    """The lower bound and a run's ratio to it, as row fields."""
+    ratio = avg_ttft_s / bound if bound > 0 else math.nan
+    return {"lower_bound_s": bound, "vs_bound": ratio}
 
 
 def run_rejection(
     opts: ExperimentOptions,
     settings: Sequence[tuple[str, str]] = (),
-    command: str = "mooncake sim rejection",
+    command: str | None = None,
 ) -> Report:
     """Rejections of the three admission variants on 8P+8D at 2x replay (paper setting).
 
@@ -250,7 +311,11 @@ def run_rejection(
         opts: trace and output options.
         settings: ``(field, value)`` pairs applied to the base config first (what-ifs,
             e.g. ``("decode_max_batch", "4")``).
-        command: the command line shown in the report.
+        command: the command line shown in the report (default: built from ``opts``
+            and ``settings``).
+
+    The paper's rejection counts are shown only for the paper's trace, whole, at 2x,
+    without what-if settings.
 
     Raises:
         ValueError: a bad setting.
@@ -260,20 +325,22 @@ def run_rejection(
         base = set_field(base, field, value)
     trace = opts.load(default_speed=2.0)
     folder = opts.folder("rejection")
+    paper = not settings and opts.paper_setting(2.0)
     rows = []
     loads = {}
     for adm in _ADMISSIONS:
         cfg = _with(base, conductor__admission=adm)
         s, res = run_one(trace, cfg)
         loads[adm] = res.load
+        extra: dict[str, Any] = {"paper_rejected": PAPER["rejections"][adm]} if paper else {}
         rows.append(
             _row(
                 adm,
                 s,
                 load_correlation=_load_correlation(res, trace),
                 **_overload_stats(res, trace),
-                paper_rejected=PAPER["rejections"][adm],
                 reasons=", ".join(f"{k}={v}" for k, v in s.rejected_by_reason.items()) or "-",
+                **extra,
             )
         )
     speed = opts.speed if opts.speed is not None else 2.0
@@ -318,10 +385,10 @@ def run_rejection(
             "prefill_busy_std",
             "served_prompt_mean",
             "rejected_prompt_mean",
-            "paper_rejected",
+            *(["paper_rejected"] if paper else []),
         ],
         files,
-        command,
+        command or opts.command_line("rejection", *(f"--set {k}={v}" for k, v in settings)),
     )
 
 
@@ -389,7 +456,7 @@ def run_hitrate(
         100_000_000,
     ),
     instances: int = 16,
-    command: str = "mooncake sim hitrate",
+    command: str | None = None,
 ) -> Report:
     """Hit rate vs total cache capacity: one global LRU pool vs the same DRAM split per instance.
 
@@ -458,7 +525,12 @@ def run_hitrate(
             "unlimited",
         ],
         files,
-        command,
+        command
+        or opts.command_line(
+            "hitrate",
+            f"--capacities {','.join(str(c) for c in capacities)}",
+            f"--instances {instances}",
+        ),
     )
 
 
@@ -466,7 +538,7 @@ def run_pd_ratio(
     opts: ExperimentOptions,
     nodes: int = 16,
     prefill_counts: Sequence[int] | None = None,
-    command: str = "mooncake sim pd_ratio",
+    command: str | None = None,
 ) -> Report:
     """Goodput, TTFT and TBT as the prefill:decode split varies at a fixed node count.
 
@@ -522,7 +594,7 @@ def run_pd_ratio(
             "p90_tbt_s",
         ],
         files,
-        command,
+        command or opts.command_line("pd_ratio", f"--nodes {nodes}"),
     )
 
 
@@ -547,7 +619,13 @@ def run_sweep(
     rows = []
     for v, cfg in zip(values, configs, strict=True):
         s, res = run_one(trace, cfg)
-        row = _row(f"{field}={v}", s, value=v, migrations=res.counters["migrations"])
+        row = _row(
+            f"{field}={v}",
+            s,
+            value=v,
+            migrations=res.counters["migrations"],
+            **_vs_bound(s.avg_ttft_s, lower_bound_avg_ttft(trace, cfg)),
+        )
         rows.append(row)
         if on_row is not None:
             on_row(row)
@@ -577,6 +655,8 @@ def run_sweep(
         [
             "run",
             "avg_ttft_s",
+            "lower_bound_s",
+            "vs_bound",
             "p90_ttft_s",
             "hit_rate",
             "migrations",
@@ -585,7 +665,7 @@ def run_sweep(
             "avg_tbt_s",
         ],
         files,
-        command or f"mooncake sim sweep --field {field} --values {','.join(values)}",
+        command or opts.command_line("sweep", f"--field {field}", f"--values {','.join(values)}"),
     )
 
 
@@ -595,26 +675,6 @@ def _is_number(v: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def lower_bound_avg_ttft(trace: Sequence[TraceRequest], profile: str = "llama3_70b_a800") -> float:
-    """No-queue lower bound of the average TTFT of any policy on ``trace``.
-
-    Each request's prefill time with the longest prefix any earlier request wrote
-    (unlimited global cache), free transfers and no queueing. It depends on the trace
-    and the cost profile only, not on replay speed or bandwidth.
-    """
-    cost = load_profile(profile)
-    seen: set[int] = set()
-    total = 0.0
-    for r in trace:
-        keys = r.hash_ids[: r.input_length // TRACE_BLOCK_TOKENS]
-        n = 0
-        while n < len(keys) and keys[n] in seen:
-            n += 1
-        seen.update(keys)
-        total += cost.prefill_time(r.input_length, min(n * TRACE_BLOCK_TOKENS, r.input_length))
-    return total / len(trace) if trace else math.nan
 
 
 GRID_SPEEDS = (1.0, 2.0, 3.0, 4.0)
@@ -628,32 +688,37 @@ def run_grid(
     gbps: Sequence[float] = GRID_GBPS,
     decode: Sequence[bool] = (False, True),
     policies: Sequence[str] = GRID_POLICIES,
-    command: str = "mooncake sim grid",
+    command: str | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
+    settings: Sequence[tuple[str, str]] = (),
 ) -> Report:
     """Each policy over replay speed x node bandwidth x decode simulated on/off.
 
     16 prefill + 16 decode instances, admission ``none``; one link of ``gbps`` Gbit/s
     per node. Each row is one cell: every policy's average TTFT, its ratio to the
     no-queue lower bound (:func:`lower_bound_avg_ttft`), and the relative difference of
-    each policy to the first one (``kvcache_centric`` by default).
+    each policy to the first one (``kvcache_centric`` by default). ``settings`` are
+    ``(field, value)`` pairs applied to every cell's config first (what-ifs).
+
+    Raises:
+        ValueError: no policy or a bad setting (before anything runs).
     """
     if not policies:
         raise ValueError("grid needs at least one policy")
+    shape = opts.base(prefill_instances=16, decode_instances=16)
+    for field, value in settings:
+        shape = set_field(shape, field, value)
     folder = opts.folder("grid")
     trace0 = opts.load(default_speed=1.0 if opts.speed is None else opts.speed)
-    bound = lower_bound_avg_ttft(trace0, opts.profile)
+    bound = lower_bound_avg_ttft(trace0, shape)
     ref = policies[0]
     rows: list[dict[str, Any]] = []
     for speed in speeds:
         trace = load_trace(opts.trace, speed=speed, sample=opts.sample, seed=opts.seed)
         for g in gbps:
             for dec in decode:
-                base = opts.base(
-                    prefill_instances=16,
-                    decode_instances=16,
-                    simulate_decode=dec,
-                    node_bandwidth_bps=g * 1e9 / 8,
+                base = dataclasses.replace(
+                    shape, simulate_decode=dec, node_bandwidth_bps=g * 1e9 / 8
                 )
                 row: dict[str, Any] = {
                     "speed": speed,
@@ -685,4 +750,13 @@ def run_grid(
         f"link per node. No-queue lower bound of the average TTFT {bound:.3f} s. "
         + "".join(f"Worst cell of {p} vs {ref}: {w:+.2f}%. " for p, w in worst.items())
     )
+    if command is None:
+        command = opts.command_line(
+            "grid",
+            f"--speeds {','.join(f'{v:g}' for v in speeds)}",
+            f"--gbps {','.join(f'{v:g}' for v in gbps)}",
+            f"--decode {','.join('on' if d else 'off' for d in decode)}",
+            f"--policies {','.join(policies)}",
+            *(f"--set {k}={v}" for k, v in settings),
+        )
     return _finish("grid", folder, "Policy grid", intro.strip(), rows, columns, [], command)

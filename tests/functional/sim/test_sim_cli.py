@@ -88,7 +88,14 @@ def test_fig5_writes_table_and_plots(trace: Path, tmp_path: Path) -> None:
         assert f"| {policy} |" in md
     assert (tmp_path / "fig5_ttft.png").read_bytes()[:4] == b"\x89PNG"
     rows = json.loads((tmp_path / "results.json").read_text())
-    assert rows[0]["run"] == "random" and rows[0]["paper_avg_ttft_s"] == 19.65
+    assert rows[0]["run"] == "random"
+    # Not the paper's trace: no paper numbers beside ours; the lower bound beside each policy.
+    assert all("paper_avg_ttft_s" not in r for r in rows) and "paper" not in md.split("Command")[1]
+    for r in rows:
+        assert r["avg_ttft_s"] >= r["lower_bound_s"] * 0.999
+        assert r["vs_bound"] == pytest.approx(r["avg_ttft_s"] / r["lower_bound_s"])
+    # A complete, rerunnable command line.
+    assert f"Command: `mooncake sim fig5 --trace {trace} --seed 0 --profile llama3_70b_a800" in md
 
 
 def test_sweep_any_field_and_bad_field(trace: Path, tmp_path: Path) -> None:
@@ -135,9 +142,12 @@ def test_rejection_and_pd_ratio_small(trace: Path, tmp_path: Path) -> None:
     rows = json.loads(res.stdout)
     assert rows[0]["run"] == "baseline" and rows[0]["rejected"] == rows[0]["wasted_prefills"]
     assert all("load_correlation" in r for r in rows)
+    md = (tmp_path / "w" / "rejection.md").read_text()
+    assert "what-if settings {'decode_max_batch': '1'}" in md
+    assert all("paper_rejected" not in r for r in rows)
     assert (
-        "what-if settings {'decode_max_batch': '1'}"
-        in (tmp_path / "w" / "rejection.md").read_text()
+        f"`mooncake sim rejection --trace {trace} --seed 0 --profile llama3_70b_a800 "
+        f"--set decode_max_batch=1 --out {tmp_path / 'w'}`" in md
     )
     res = run("pd_ratio", "--trace", str(trace), "--nodes", "4", "--out", str(tmp_path / "p"))
     assert res.returncode == 0, res.stderr
@@ -218,6 +228,33 @@ def test_grid_one_command_with_lower_bound(trace: Path, tmp_path: Path) -> None:
         assert "adaptive_vs_kvcache_centric_pct" in r
     md = (tmp_path / "grid.md").read_text()
     # A complete, rerunnable command line.
-    assert f"--trace {trace}" in md and "--seed 0" in md and "--profile llama3_70b_a800" in md
+    assert (
+        f"`mooncake sim grid --trace {trace} --seed 0 --profile llama3_70b_a800 --speeds 1,4 "
+        f"--gbps 10 --decode off,on --policies kvcache_centric,adaptive --out {tmp_path}`" in md
+    )
     bad = run("grid", "--trace", str(trace), "--speeds", "fast")
     assert bad.returncode != 0 and "--speeds" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_paper_numbers_only_beside_the_papers_trace(trace: Path, tmp_path: Path) -> None:
+    from mooncake_core.sim.experiments import ExperimentOptions, is_paper_trace
+
+    assert not is_paper_trace(trace)
+    shared = ROOT.parent / "shared/traces/conversation_trace.jsonl"
+    if shared.is_file():
+        assert is_paper_trace(shared)
+        assert ExperimentOptions(shared).paper_setting(1.0)
+        # Sampled or at another speed it is not the paper's setting.
+        assert not ExperimentOptions(shared, sample="first:100").paper_setting(1.0)
+        assert not ExperimentOptions(shared, speed=3.0).paper_setting(2.0)
+    # A copy of another trace under the paper trace's name is still not the paper's trace.
+    fake = tmp_path / "conversation_trace.jsonl"
+    fake.write_bytes(trace.read_bytes())
+    assert not is_paper_trace(fake)
+
+
+def test_run_reports_lower_bound_beside_the_policy(trace: Path) -> None:
+    args = ["run", "--trace", str(trace), "--prefill", "2", "--decode", "2", "--json"]
+    data = json.loads(run(*args, "--set", "simulate_decode=false").stdout)
+    assert 0 < data["lower_bound_avg_ttft_s"] <= data["avg_ttft_s"] * (1 + 1e-9)
+    assert data["vs_bound"] == pytest.approx(data["avg_ttft_s"] / data["lower_bound_avg_ttft_s"])
