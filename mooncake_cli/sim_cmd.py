@@ -80,16 +80,23 @@ def _options(
     return ExperimentOptions(path, speed, sample, seed, out_dir, profile)
 
 
-def _run(fn_name: str, opts: ExperimentOptions, as_json: bool, **kw: object) -> None:
+def _run(
+    fn_name: str, opts: ExperimentOptions, as_json: bool, doc: Path | None = None, **kw: object
+) -> None:
     from mooncake_core.sim import TraceError
     from mooncake_core.sim import experiments as ex
 
     fn = getattr(ex, fn_name)
+    if doc is not None and not doc.is_file():
+        fail(f"--doc {doc}: no such file")
     try:
         report: Report = fn(opts, **kw)
+        if doc is not None:
+            ex.splice_report(doc, report)
+            err.print(f"wrote the table into {doc}", highlight=False)
     except TraceError as e:
         fail(f"bad trace: {e}")
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError) as e:
         fail(str(e))
     if as_json:
         write_stdout(json.dumps(report.rows, indent=2, default=str))
@@ -344,6 +351,15 @@ def grid(
         str, typer.Option("--decode", help="Comma-separated decode simulation: off, on or both.")
     ] = "off,on",
     settings: SetOpt = None,
+    doc: Annotated[
+        Path | None,
+        typer.Option(
+            "--doc",
+            help="Also write the table into this markdown file, between its "
+            "'<!-- report:grid begin -->' and '<!-- report:grid end -->' lines.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Policies over speed x node bandwidth x decode on/off, with the no-queue lower bound."""
@@ -368,4 +384,5 @@ def grid(
         decode=[m == "on" for m in modes],
         policies=pols,
         settings=_pairs(settings),
+        doc=doc,
     )

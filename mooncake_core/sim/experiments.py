@@ -43,6 +43,7 @@ __all__ = [
     "run_pd_ratio",
     "run_rejection",
     "run_sweep",
+    "splice_report",
 ]
 
 PAPER: dict[str, dict[str, float]] = {
@@ -209,6 +210,30 @@ def _finish(
     js = folder / "results.json"
     js.write_text(json.dumps(rows, indent=2, default=str) + "\n", encoding="utf-8")
     return Report(name, folder, md, (md_path, js, *plot_files), rows)
+
+
+def splice_report(doc: Path, report: Report) -> None:
+    """Write ``report``'s command and table into ``doc`` between its markers.
+
+    The markers are the lines ``<!-- report:NAME begin -->`` and
+    ``<!-- report:NAME end -->`` (``NAME`` the experiment); what lies between them is
+    replaced by the report without its title, so a page quotes the table the command
+    produced, not a copy typed by hand.
+
+    Raises:
+        ValueError: ``doc`` lacks the markers.
+        OSError: ``doc`` cannot be read or written.
+    """
+    begin = f"<!-- report:{report.name} begin -->"
+    end = f"<!-- report:{report.name} end -->"
+    text = doc.read_text(encoding="utf-8")
+    i, j = text.find(begin), text.find(end)
+    if i < 0 or j < i:
+        raise ValueError(f"{doc}: no '{begin}' ... '{end}' lines to write the table between")
+    body = (
+        report.markdown.split("\n", 2)[2] if report.markdown.startswith("# ") else report.markdown
+    )
+    doc.write_text(text[: i + len(begin)] + "\n" + body.strip() + "\n" + text[j:], encoding="utf-8")
 
 
 def _row(label: str, s: Summary, **extra: Any) -> dict[str, Any]:

@@ -6,7 +6,11 @@
 
 from __future__ import annotations
 
-from mooncake_core.conductor.policies.adaptive import AdaptiveOptions, AdaptivePolicy
+from mooncake_core.conductor.policies.adaptive import (
+    AdaptiveOptions,
+    AdaptivePolicy,
+    CorrectionSupport,
+)
 from mooncake_core.conductor.policies.base import (
     Policy,
     PolicyChoice,
@@ -22,6 +26,7 @@ from mooncake_core.conductor.policies.simple import RandomPolicy, RoundRobinPoli
 __all__ = [
     "POLICIES",
     "AdaptiveOptions",
+    "CorrectionSupport",
     "AdaptivePolicy",
     "CacheAwarePolicy",
     "KVCacheCentricPolicy",

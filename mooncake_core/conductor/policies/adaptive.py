@@ -49,6 +49,17 @@ moves the threshold towards the ratio where fetching stops paying off.
    from the network has no such loop. With no learning yet (corrections 1, threshold at
    its start) ``A`` is ``K`` and the two policies make the same decisions. No constant
    here is fitted to a trace: the margin is the learned model's measured error.
+
+4. **A correction is applied only while the evidence supports it, with hysteresis.**
+   Each correction also keeps the exponentially weighted mean and variance of the log of
+   its samples (:class:`CorrectionSupport`). It is applied (``prefill_scale``,
+   ``transfer_scale``) only once that mean differs from 0 by more than ``engage_z``
+   standard errors, and stays applied until it falls below ``release_z``; otherwise the
+   model's own prediction stands (factor 1). Noisy ratios around 1 (transfers that are
+   sometimes slower, sometimes faster than predicted under changing contention) then
+   change nothing, instead of moving every decision with the last few samples, and a
+   correction does not flap on and off at the edge. The z values are the usual
+   two-standard-error test, not fitted to a trace.
 """
 
 from __future__ import annotations
@@ -64,7 +75,7 @@ from mooncake_core.conductor.policies.base import (
 )
 from mooncake_core.conductor.policies.kvcache_centric import KVCacheCentricPolicy, fetch_ratio
 
-__all__ = ["AdaptiveOptions", "AdaptivePolicy"]
+__all__ = ["AdaptiveOptions", "AdaptivePolicy", "CorrectionSupport"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +90,9 @@ class AdaptiveOptions:
         ewma: weight of a new sample in the prediction corrections.
         min_ratio: smallest correction factor accepted.
         max_ratio: largest correction factor accepted.
+        engage_z: a correction is applied once the EW mean of its log-ratio samples is
+            this many standard errors from 0.
+        release_z: an applied correction is dropped when that falls below this.
     """
 
     step: float = 0.05
@@ -88,6 +102,8 @@ class AdaptiveOptions:
     ewma: float = 0.1
     min_ratio: float = 0.01
     max_ratio: float = 100.0
+    engage_z: float = 2.0
+    release_z: float = 1.0
 
     def __post_init__(self) -> None:
         if not 0 < self.step <= 1:
@@ -104,6 +120,57 @@ class AdaptiveOptions:
             raise ValueError(
                 f"need 0 < min_ratio <= 1 <= max_ratio, got {self.min_ratio}, {self.max_ratio}"
             )
+        if not 0 <= self.release_z <= self.engage_z:
+            raise ValueError(
+                f"need 0 <= release_z <= engage_z, got {self.release_z}, {self.engage_z}"
+            )
+
+
+@dataclass(slots=True)
+class CorrectionSupport:
+    """Whether a learned correction is supported by its samples (rule 4), with hysteresis.
+
+    Attributes:
+        mean: EW mean of ``log(sample)``.
+        var: EW variance of ``log(sample)``.
+        samples: samples seen.
+        engaged: whether the correction is applied now.
+    """
+
+    mean: float = 0.0
+    var: float = 0.0
+    samples: int = 0
+    engaged: bool = False
+
+    def z(self, weight: float) -> float:
+        """``|mean|`` in standard errors; 0 before two samples.
+
+        The standard error divides the variance by the samples seen less one, at most
+        the effective sample count of the EW average, ``(2 - weight) / weight``.
+        """
+        if self.samples < 2:
+            return 0.0
+        n = min(float(self.samples - 1), (2.0 - weight) / weight)
+        se = math.sqrt(self.var / n)
+        if se == 0.0:
+            return math.inf if self.mean != 0.0 else 0.0
+        return abs(self.mean) / se
+
+    def add(self, ratio: float, weight: float, engage_z: float, release_z: float) -> None:
+        """Fold in one sample (a positive ratio) and update ``engaged``.
+
+        Until ``1 / samples`` falls below ``weight`` this is the plain mean and variance
+        of the samples so far (an EW average started at the first sample would take
+        two samples' spread for the truth); after that, EW with ``weight``.
+        """
+        x = math.log(ratio)
+        self.samples += 1
+        a = max(weight, 1.0 / self.samples)
+        d = x - self.mean
+        self.mean += a * d
+        self.var = (1.0 - a) * (self.var + a * d * d)
+        z = self.z(weight)
+        self.engaged = z > release_z if self.engaged else z > engage_z
 
 
 def _fetched(plan: PrefillPlan) -> int:
@@ -140,16 +207,20 @@ class AdaptivePolicy(KVCacheCentricPolicy):
         self.rho_transfer = 1.0
         self.moves_up = 0
         self.moves_down = 0
+        self.prefill_support = CorrectionSupport()
+        """Support of ``rho_prefill`` (rule 4)."""
+        self.transfer_support = CorrectionSupport()
+        """Support of ``rho_transfer`` (rule 4)."""
 
     @property
     def prefill_scale(self) -> float:
-        """Learned compute correction ``rho_p``."""
-        return self.rho_prefill
+        """Compute correction in force: ``rho_p`` while supported, else 1."""
+        return self.rho_prefill if self.prefill_support.engaged else 1.0
 
     @property
     def transfer_scale(self) -> float:
-        """Learned transfer correction ``rho_x``."""
-        return self.rho_transfer
+        """Transfer correction in force: ``rho_x`` while supported, else 1."""
+        return self.rho_transfer if self.transfer_support.engaged else 1.0
 
     def choose(self, ctx: PolicyContext) -> PolicyChoice:
         """kvcache_centric's choice unless the learned model's differs and wins (see rule 3)."""
@@ -199,9 +270,10 @@ class AdaptivePolicy(KVCacheCentricPolicy):
             chosen, tuple(plans), "ttft", alternative, fetch_ratio(best, winner.local_blocks)
         )
 
-    def _blend(self, old: float, sample: float) -> float:
+    def _blend(self, old: float, sample: float, support: CorrectionSupport) -> float:
         o = self.options
         sample = min(max(sample, o.min_ratio), o.max_ratio)
+        support.add(sample, o.ewma, o.engage_z, o.release_z)
         return (1 - o.ewma) * old + o.ewma * sample
 
     def observe(self, feedback: PrefillFeedback) -> None:
@@ -222,16 +294,24 @@ class AdaptivePolicy(KVCacheCentricPolicy):
                 return
             if fb.actual_transfer_s is not None and fb.raw_transfer_s > 0:
                 self.rho_transfer = self._blend(
-                    self.rho_transfer, fb.actual_transfer_s / fb.raw_transfer_s
+                    self.rho_transfer,
+                    fb.actual_transfer_s / fb.raw_transfer_s,
+                    self.transfer_support,
                 )
                 if fb.raw_prefill_s > 0:
                     compute = max(actual - fb.actual_transfer_s, 0.0)
-                    self.rho_prefill = self._blend(self.rho_prefill, compute / fb.raw_prefill_s)
+                    self.rho_prefill = self._blend(
+                        self.rho_prefill, compute / fb.raw_prefill_s, self.prefill_support
+                    )
             elif fb.raw_transfer_s > 0:
                 transfer = max(actual - self.rho_prefill * fb.raw_prefill_s, 0.0)
-                self.rho_transfer = self._blend(self.rho_transfer, transfer / fb.raw_transfer_s)
+                self.rho_transfer = self._blend(
+                    self.rho_transfer, transfer / fb.raw_transfer_s, self.transfer_support
+                )
         elif fb.raw_prefill_s > 0:
-            self.rho_prefill = self._blend(self.rho_prefill, actual / fb.raw_prefill_s)
+            self.rho_prefill = self._blend(
+                self.rho_prefill, actual / fb.raw_prefill_s, self.prefill_support
+            )
         # Threshold: only borderline choices carry information about it.
         if fb.alternative is None or not math.isfinite(fb.ratio) or fb.ratio <= 0:
             return

@@ -200,6 +200,8 @@ def test_errors_name_the_flag_and_the_line(trace: Path, tmp_path: Path) -> None:
 
 
 def test_grid_one_command_with_lower_bound(trace: Path, tmp_path: Path) -> None:
+    doc = tmp_path / "page.md"
+    doc.write_text("intro\n<!-- report:grid begin -->\nold table\n<!-- report:grid end -->\nrest\n")
     res = run(
         "grid",
         "--trace",
@@ -210,6 +212,8 @@ def test_grid_one_command_with_lower_bound(trace: Path, tmp_path: Path) -> None:
         "10",
         "--out",
         str(tmp_path),
+        "--doc",
+        str(doc),
         "--json",
     )
     assert res.returncode == 0, res.stderr
@@ -232,6 +236,11 @@ def test_grid_one_command_with_lower_bound(trace: Path, tmp_path: Path) -> None:
         f"`mooncake sim grid --trace {trace} --seed 0 --profile llama3_70b_a800 --speeds 1,4 "
         f"--gbps 10 --decode off,on --policies kvcache_centric,adaptive --out {tmp_path}`" in md
     )
+    # --doc wrote the same table into the page, between its markers, nothing else changed.
+    page = doc.read_text()
+    assert "old table" not in page and page.startswith("intro\n<!-- report:grid begin -->\n")
+    assert page.endswith("<!-- report:grid end -->\nrest\n")
+    assert md.split("\n", 2)[2].strip() in page
     bad = run("grid", "--trace", str(trace), "--speeds", "fast")
     assert bad.returncode != 0 and "--speeds" in bad.stderr and "Traceback" not in bad.stderr
 

@@ -9,6 +9,8 @@ fetch would cost 1 ms transfer plus whatever waits on the store's NIC.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from mooncake_core.conductor import (
@@ -20,7 +22,7 @@ from mooncake_core.conductor import (
     ScheduleRequest,
     Tier,
 )
-from mooncake_core.conductor.policies import AdaptivePolicy
+from mooncake_core.conductor.policies import AdaptivePolicy, CorrectionSupport
 from mooncake_core.config.models import ConductorConfig, HashingConfig
 
 
@@ -47,6 +49,7 @@ def adaptive(threshold: float, rho_x: float, error: float, backlog_bytes: int = 
     pol = c.policy
     assert isinstance(pol, AdaptivePolicy)
     pol.threshold, pol.rho_transfer, pol.error = threshold, rho_x, error
+    pol.transfer_support.engaged = True  # a correction supported by its samples (rule 4)
     if backlog_bytes:
         c.network.add_transfer("store-0", "elsewhere", backlog_bytes, 0.0)
     return c
@@ -110,3 +113,55 @@ def test_move_away_from_the_network_needs_only_a_confident_learned_model() -> No
     c = adaptive(threshold=4.0, rho_x=50.0, error=5.0)
     c.index.resync("p0", Tier.HBM, [1])
     assert c.schedule(REQ, 0.0).migration is not None
+
+
+def test_support_engages_on_consistent_samples_only() -> None:
+    # Every transfer took 3x its prediction: log 3 with no spread is supported at once
+    # (two samples are the fewest that have a variance).
+    s = CorrectionSupport()
+    s.add(3.0, 0.1, 2.0, 1.0)
+    assert not s.engaged and s.z(0.1) == 0.0
+    s.add(3.0, 0.1, 2.0, 1.0)
+    assert s.engaged and s.mean == pytest.approx(math.log(3.0))
+    # Ratios alternating 0.5 and 2 (log +-0.69) average out near 0: never supported.
+    n = CorrectionSupport()
+    for i in range(40):
+        n.add(2.0 if i % 2 else 0.5, 0.1, 2.0, 1.0)
+        assert not n.engaged
+
+
+def test_support_has_hysteresis() -> None:
+    # Engaged at z > 2; stays while z > 1; released at z <= 1. mean/var set by hand:
+    # 19 effective samples (weight 0.1), so se = sqrt(var / 19).
+    s = CorrectionSupport(mean=0.0, var=19.0, samples=100, engaged=False)  # se = 1
+    s.mean = 1.5
+    assert s.z(0.1) == pytest.approx(1.5)
+    # Between the two thresholds: the state does not change, whichever it is.
+    s.add(math.exp(1.5), 0.1, 2.0, 1.0)  # the sample equals the mean: mean stays 1.5
+    assert not s.engaged and s.z(0.1) == pytest.approx(1.5 / math.sqrt(0.9))
+    s.engaged = True
+    s.add(math.exp(1.5), 0.1, 2.0, 1.0)
+    assert s.engaged  # z = 1.5/0.9 = 1.67: above release, kept
+    s.mean, s.var = 0.5, 19.0
+    s.add(math.exp(0.5), 0.1, 2.0, 1.0)  # z = 0.5/sqrt(0.9) = 0.53 <= 1: released
+    assert not s.engaged
+
+
+def test_unsupported_correction_is_not_applied() -> None:
+    # Transfer samples alternate 0.2x and 5x their prediction: rho_x (arithmetic mean of
+    # the ratios) drifts to ~2.6, but the log-ratios average 0, so no correction is
+    # applied and adaptive decides as kvcache_centric.
+    c = make("adaptive")
+    pol = c.policy
+    assert isinstance(pol, AdaptivePolicy)
+    for i in range(30):
+        pol._blend(1.0, 5.0 if i % 2 else 0.2, pol.transfer_support)
+        pol.rho_transfer = 2.6
+    assert not pol.transfer_support.engaged
+    assert (pol.transfer_scale, pol.prefill_scale) == (1.0, 1.0)
+    d, ref = c.schedule(REQ, 0.0), make("kvcache_centric").schedule(REQ, 0.0)
+    assert (d.prefill, d.migration, d.predicted_ttft_s) == (
+        ref.prefill,
+        ref.migration,
+        ref.predicted_ttft_s,
+    )
