@@ -26,9 +26,9 @@ from mooncake_core.conductor.policies.simple import RandomPolicy, RoundRobinPoli
 __all__ = [
     "POLICIES",
     "AdaptiveOptions",
-    "CorrectionSupport",
     "AdaptivePolicy",
     "CacheAwarePolicy",
+    "CorrectionSupport",
     "KVCacheCentricPolicy",
     "LoadBalancePolicy",
     "Policy",
