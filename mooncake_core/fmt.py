@@ -106,13 +106,18 @@ def byte_rate(bps: float | None, *, compact: bool = False, missing: str = "-") -
 
 
 def seconds(s: float | None, *, compact: bool = False, missing: str = "-") -> str:
-    """A latency: ``45 ms`` under 0.1 s (as rounded), else ``1.20 s``."""
+    """A latency: ``45 ms`` under 0.1 s (as rounded), else three significant digits
+    (``1.20 s``, ``12.3 s``, ``123 s``; whole seconds from 100 s)."""
     if s is None:
         return missing
     ms = _fixed(s * 1000, 0)
     if abs(float(ms)) < 100:
         return _join(ms, "ms", compact)
-    return _join(_fixed(s, 2), "s", compact)
+    for digits in (2, 1):
+        text = _fixed(s, digits)
+        if abs(float(text)) < 10 ** (3 - digits):  # as rounded: 9.996 is 10.0, not 10.00
+            return _join(text, "s", compact)
+    return _join(_fixed(s, 0), "s", compact)
 
 
 def signed_seconds(s: float | None, *, compact: bool = False, missing: str = "-") -> str:

@@ -22,14 +22,35 @@ class DecisionTable(SortableTable):
         Column("Request", 12, identity=True),
         Column("Prefill", 9, identity=True),
         Column("Decode", 8, identity=True),
-        Column("Pred", 6, descending=True),
+        Column("Pred", 5, descending=True),
         Column("Actual", 6, descending=True),
         Column("Result", 10),
     )
 
+    RESULT_WIDTH = (4, 30)
+    """Narrowest and widest Result column: it takes what the identity columns leave."""
+    SCROLLBAR = 2
+
     def show(self, view: ClusterView) -> None:
         """Rebuild the rows from ``view``."""
-        self.set_rows([_row(d) for d in view.scheduler.last_decisions])
+        rows = [_row(d) for d in view.scheduler.last_decisions]
+        self._fit_result(rows)
+        self.set_rows(rows)
+
+    def _fit_result(self, rows: list[Row]) -> None:
+        """Give the Result column the room the others leave (ids are never cut): at 80
+        columns ``429 deco`` or just ``429``, wide terminals the whole reason; a
+        vertical scrollbar's room is always kept, so no horizontal one appears."""
+        if not self.size.width or "Result" not in self.columns:
+            return
+        used = self.SCROLLBAR + 2 * self.cell_padding * len(self.COLUMNS)
+        for i, c in enumerate(self.COLUMNS[:-1]):
+            if c.identity:
+                used += max([len(c.label)] + [len(_plain(r.cells[i])) for r in rows])
+            else:
+                used += c.width or len(c.label)
+        lo, hi = self.RESULT_WIDTH
+        self.columns["Result"].width = max(lo, min(hi, self.size.width - used))  # type: ignore[index]
 
 
 def _row(d: DecisionView) -> Row:
@@ -60,3 +81,7 @@ def _row(d: DecisionView) -> Row:
         ),
         search=f"{d.request_id} {d.prefill} {d.decode} {d.reject_reason or ''}",
     )
+
+
+def _plain(cell: str | Text) -> str:
+    return cell.plain if isinstance(cell, Text) else cell

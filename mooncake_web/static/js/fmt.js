@@ -1,6 +1,6 @@
 // Numbers for people, by the rules of mooncake_core/fmt.py (the CLI's and `mooncake top`'s):
 // sizes in binary units (16.0 MiB, 512 MiB), byte rates in decimal units with three significant
-// digits (4.70 MB/s), latencies in ms under 0.1 s else seconds (45 ms, 1.20 s), durations
+// digits (4.70 MB/s), latencies in ms under 0.1 s else seconds, three significant digits (45 ms, 1.20 s, 12.3 s), durations
 // and ages in two units (12m03s, 3m05s ago), ratios in percent. Unknown values print "-".
 // tests/unit/web/test_web_fmt_js.py runs this file with node against the Python table.
 "use strict";
@@ -55,7 +55,11 @@ const FMT = (() => {
       if (none(s)) return o.missing ?? "-";
       const ms = fixed(s * 1000, 0);
       if (Math.abs(Number(ms)) < 100) return join(ms, "ms", o.compact);
-      return join(fixed(s, 2), "s", o.compact);
+      for (const digits of [2, 1]) {
+        const text = fixed(s, digits);
+        if (Math.abs(Number(text)) < 10 ** (3 - digits)) return join(text, "s", o.compact);
+      }
+      return join(fixed(s, 0), "s", o.compact);
     },
     signedSeconds(s, opts) {
       const o = opts || {};

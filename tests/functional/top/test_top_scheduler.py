@@ -116,6 +116,12 @@ async def test_scheduler_screen_and_explain(conductor_and_audit):
         await _rows(pilot, decisions, len(admitted))
         await pilot.press("slash", "backspace", "backspace", "enter")
         await _rows(pilot, decisions, 6)
+        # Too short for every row: a vertical scrollbar, and still 80 columns wide with
+        # it (no horizontal scrollbar eating a row; the table was 2 columns too wide).
+        await pilot.resize_terminal(80, 16)
+        await pilot.pause(0.3)
+        assert decisions.max_scroll_y > 0, (decisions.virtual_size, decisions.size)
+        assert decisions.max_scroll_x == 0, (decisions.virtual_size, decisions.size)
 
 
 async def _rows(pilot, table: DecisionTable, n: int) -> None:

@@ -57,7 +57,16 @@ def test_seconds_ms_under_a_tenth() -> None:
         "-", "0 ms", "0 ms", "45 ms", "99 ms", "0.10 s", "0.10 s", "1.23 s",
     ]  # fmt: skip
     assert seconds(-0.05) == "-50 ms" and seconds(-0.0004) == "0 ms"  # never "-0 ms"
-    assert seconds(-2.5) == "-2.50 s" and seconds(86400.0) == "86400.00 s"
+    assert seconds(-2.5) == "-2.50 s" and seconds(86400.0) == "86400 s"
+    # Three significant digits, switching on the rounded value (9.996 s is 10.0 s).
+    assert [seconds(x, compact=True) for x in (9.994, 9.996, 12.34, 99.94, 99.96, 123.4)] == [
+        "9.99s",
+        "10.0s",
+        "12.3s",
+        "99.9s",
+        "100s",
+        "123s",
+    ]
     assert seconds(0.25, compact=True) == "0.25s" and seconds(0.017, compact=True) == "17ms"
     assert [signed_seconds(x) for x in (None, 0.0, 0.017, -0.017, 0.3, -1.5)] == [
         "-", "+0 ms", "+17 ms", "-17 ms", "+0.30 s", "-1.50 s",
