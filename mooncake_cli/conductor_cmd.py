@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from .common import ConfigOption, fail, load
-from .serve import cluster_secret, run_service, say
+from .serve import cluster_secret, say
+from .serve import serve as serve_component
 
 if TYPE_CHECKING:
     from mooncake_core.conductor.service import ConductorServiceOptions
@@ -82,8 +83,7 @@ def serve(
     ] = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM; ready when GET /health answers 200."""
-    from mooncake_core.lifecycle import StartFailed
-    from mooncake_web.frontdoor import serve as run_front
+    from mooncake_web.frontdoor import ConductorProcess
 
     if (prefill_model is None) != (decode_model is None):
         fail("give both --prefill-model and --decode-model, or neither")
@@ -115,15 +115,11 @@ def serve(
         f"(policy {cc.policy}, admission {cc.admission})"
     )
 
-    async def main() -> bool:
-        # The front door's HTTP server (uvicorn) has its own signal handling.
-        try:
-            await run_front(cfg, opts, host=host, port=port, on_ready=lambda: say(ready))
-        except RuntimeError as exc:
-            raise StartFailed(str(exc)) from exc
-        return False
-
-    run_service(main)
+    serve_component(
+        lambda: ConductorProcess(cfg, opts, host=host, port=port),
+        ready=lambda _: ready,
+        stopping="mooncake conductor: stopping",
+    )
     say("mooncake conductor: stopped")
 
 

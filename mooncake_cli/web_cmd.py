@@ -1,7 +1,8 @@
 """``mooncake web``: the admin dashboard in the browser (FastAPI + uvicorn).
 
 A thin layer: builds :class:`mooncake_web.WebOptions` from the flags and serves
-:func:`mooncake_web.create_app` with uvicorn. fastapi and uvicorn load inside.
+:func:`mooncake_web.create_app` through the serve scaffold (``serve.py``) with uvicorn.
+fastapi and uvicorn load inside.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .common import ConfigOption, err, fail, load, write_stdout
+from .common import ConfigOption, fail, load, write_stdout
 
 if TYPE_CHECKING:
     from mooncake_core.config import ClusterConfig
@@ -67,9 +68,10 @@ def web(
             fail(f"no cluster secret at {path}")
         write_stdout(token + "\n")
         return
-    import uvicorn
-
     from mooncake_web import create_app
+    from mooncake_web.http_component import HttpComponent
+
+    from .serve import serve
 
     try:
         host, bind_port, opts = web_settings(
@@ -85,11 +87,12 @@ def web(
         application = create_app(cfg, opts)
     except (OSError, ValueError) as exc:
         fail(str(exc), code=2)
-    err.print(f"dashboard on http://{host}:{bind_port}/ (API docs at /docs)", markup=False)
     # Open SSE streams never end by themselves: bound the graceful shutdown so
     # `mooncake cluster down` does not wait for browsers to go away.
-    uvicorn.run(
-        application, host=host, port=bind_port, log_level="warning", timeout_graceful_shutdown=3
+    serve(
+        lambda: HttpComponent(application, host, bind_port, graceful_s=3, access_log=False),
+        ready=lambda http: f"dashboard on http://{host}:{http.port}/ (API docs at /docs)",
+        stopping="mooncake web: stopping",
     )
 
 

@@ -5,6 +5,6 @@ maps JSON and SSE onto :class:`~mooncake_core.conductor.service.FrontDoor`.
 """
 
 from mooncake_web.frontdoor.app import create_app
-from mooncake_web.frontdoor.server import serve
+from mooncake_web.frontdoor.server import ConductorProcess
 
-__all__ = ["create_app", "serve"]
+__all__ = ["ConductorProcess", "create_app"]
