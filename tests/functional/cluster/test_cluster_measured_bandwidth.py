@@ -1,5 +1,6 @@
 """Live transfer pricing: fetches the prefill workers time teach the Conductor's network
-model, and `mooncake audit explain` shows the bandwidth a migration was priced at.
+model, and `mooncake audit explain` shows the bandwidth a migration was priced at and
+the decode KV the decision used.
 
 Through `mooncake.yaml` and `cluster up` (embedded cluster, tiny model, a second prefill
 worker added): a burst of requests behind one long shared prompt keeps the instance that
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +107,11 @@ def test_fetches_are_priced_at_the_measured_bandwidth(tmp_path: Path) -> None:
     assert first["migration_bandwidth_source"] == "default", first
     assert first["migration_bandwidth_bps"] == pytest.approx(12.5e9)
     assert "priced at 12.5 GB/s (the default: nothing measured yet)" in why_first, why_first
+    # ... and the decode KV it used: what the Conductor counted against the capacity the
+    # decode worker registered, and what that worker last reported in use.
+    kv = re.search(r"\(KV: (\d+) of (\d+) tokens counted by the Conductor, (\d+) in use", why_first)
+    assert kv, why_first
+    assert int(kv.group(2)) > 0 and int(kv.group(1)) <= int(kv.group(2)), kv.group(0)
     # After it, the same-size fetch is priced at the rate measured on loopback through the
     # Store and the Transfer Engine, orders of magnitude slower than 100 Gbps.
     assert later, "no later decision priced a fetch of the same size"
