@@ -73,10 +73,19 @@ def write_config(path: Path, cfg: dict[str, Any]) -> None:
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def _unique_ports(address: str, n: int) -> list[int]:
+    """``n`` free ports, none handed out before by this process: a port is free only
+    until someone binds it, so a second call (a worker added to a config that
+    ``make_config`` filled) could otherwise get a port the first call gave out."""
     ports: set[int] = set()
     while len(ports) < n:
-        ports.add(free_port(address))
+        port = free_port(address)
+        if port not in _HANDED_OUT:
+            ports.add(port)
+            _HANDED_OUT.add(port)
     return sorted(ports)
 
 
