@@ -1,0 +1,80 @@
+"""Latency of one synchronous Transfer Engine request over tcp, and where it goes.
+
+Usage: ``python bench/transfer_latency.py [--block 4096] [--calls 2000] [--profile]``
+
+A target engine (``mooncake bench transfer --mode target``) runs in a second process on
+127.0.0.1; this process reads and writes ``--block`` bytes one request at a time
+(``engine.read`` / ``engine.write``: allocate a batch, submit, wait, free) and prints
+p50/p90 in microseconds. ``--profile`` adds a cProfile of the reads (internal time),
+which shows the cost outside the network round trip.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import mmap
+import pstats
+import subprocess
+import sys
+import time
+
+from mooncake_core.config.models import TransferConfig
+from mooncake_core.transfer import TransferEngine
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    """(p50, p90) of ``samples`` in microseconds."""
+    s = sorted(samples)
+    return s[len(s) // 2] * 1e6, s[len(s) * 9 // 10] * 1e6
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--block", type=int, default=4096)
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args()
+    target = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "mooncake_cli", "bench", "transfer", "--mode", "target"),
+            *("--protocol", "tcp", "--json", "--buffer-size", "64MiB", "--port", "0"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert target.stdout is not None
+        segment = json.loads(target.stdout.readline())["segment"]
+        eng = TransferEngine(TransferConfig(protocol="tcp"), nics=("127.0.0.1",), port=0)
+        eng.start()
+        buf = memoryview(mmap.mmap(-1, 1 << 26, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS))
+        region = eng.register_memory(buf, location="cpu:0")
+        seg = eng.open_segment(segment)
+        for _ in range(200):  # connect and warm up
+            eng.read(region, 0, seg, 0, args.block)
+        for name, op in (("read", eng.read), ("write", eng.write)):
+            lat = []
+            for _ in range(args.calls):
+                t = time.perf_counter()
+                op(region, 0, seg, 0, args.block)
+                lat.append(time.perf_counter() - t)
+            p50, p90 = percentiles(lat)
+            print(f"{name} {args.block} B: p50 {p50:.0f} us, p90 {p90:.0f} us")
+        if args.profile:
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(args.calls):
+                eng.read(region, 0, seg, 0, args.block)
+            prof.disable()
+            pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+        eng.close()
+    finally:
+        target.terminate()
+        target.wait()
+
+
+if __name__ == "__main__":
+    main()
