@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import socket
 import threading
@@ -15,7 +16,7 @@ from mooncake_core.config.models import TransferConfig
 from . import handshake
 from .batch import Outcome, RequestState
 from .directory import split_name
-from .endpoint import Endpoint, EndpointPool, Slice
+from .endpoint import INLINE_MAX, MAX_CHUNK, Endpoint, EndpointPool, Slice
 from .health import NicHealth
 from .protocol import STATUS_REASONS, Op
 from .region import Region
@@ -126,7 +127,15 @@ class TcpInitiator:
         if self._closed:  # close() interrupted these: end them instead of reconnecting
             self._give_up([s for slices in per_path.values() for s in slices], "engine closed")
             return
+        inline = _may_block_here()
         for path, slices in per_path.items():
+            if (
+                inline
+                and len(slices) <= MAX_CHUNK
+                and sum(s.length for s in slices) <= INLINE_MAX
+                and self.pool.get(path).run_inline(slices)
+            ):
+                continue
             while not self.pool.get(path).enqueue(slices):
                 pass  # evicted between get and enqueue: the next get creates a fresh one
 
@@ -273,6 +282,16 @@ class TcpInitiator:
         """Close every endpoint (transfers in flight fail with "engine closed")."""
         self._closed = True
         self.pool.close()
+
+
+def _may_block_here() -> bool:
+    """Whether this thread may run a small transfer itself: not an event loop's thread
+    (a stalled peer would stall every task of the loop for the I/O timeout)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return True
+    return False
 
 
 def _release(slices: list[Slice]) -> None:
