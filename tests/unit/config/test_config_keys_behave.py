@@ -578,11 +578,12 @@ def slices(cfg: ClusterConfig) -> object:
 
 
 def data_threads(cfg: ClusterConfig) -> object:
-    """Data-plane threads the initiator runs for one endpoint after a write."""
+    """Data-plane threads the initiator runs for one endpoint after a write (512 KiB:
+    above the size a lone request runs in the caller's thread, INLINE_MAX)."""
     with engines(cfg, 1) as (me, [(_, name)]):
-        region = me.allocate_memory(64 << 10)
+        region = me.allocate_memory(512 << 10)
         seg = me.open_segment(name)
-        me.write(region, 0, seg, 0, 64 << 10)
+        me.write(region, 0, seg, 0, 512 << 10)
         remote = seg.info.nics[0]
         return len(
             [t for t in threading.enumerate() if t.name.startswith(f"mc-ep-127.0.0.1-{remote}-")]
