@@ -129,15 +129,16 @@ class TcpInitiator:
             return
         inline = _may_block_here()
         for path, slices in per_path.items():
+            ep = self.pool.get(path)
             if (
                 inline
                 and len(slices) <= MAX_CHUNK
                 and sum(s.length for s in slices) <= INLINE_MAX
-                and self.pool.get(path).run_inline(slices)
+                and ep.run_inline(slices)
             ):
                 continue
-            while not self.pool.get(path).enqueue(slices):
-                pass  # evicted between get and enqueue: the next get creates a fresh one
+            while not ep.enqueue(slices):
+                ep = self.pool.get(path)  # evicted meanwhile: the next get creates a fresh one
 
     def _reroute(self, slices: list[Slice], avoid: Path | None = None) -> None:
         """Slices left in a closed endpoint's queue: send them again (not a retry).
