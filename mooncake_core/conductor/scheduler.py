@@ -621,7 +621,11 @@ class Conductor:
         self._now = now
 
     def on_prefill_done(
-        self, request_id: str, now: float, actual_transfer_s: float | None = None
+        self,
+        request_id: str,
+        now: float,
+        actual_transfer_s: float | None = None,
+        fetched_blocks: int | None = None,
     ) -> None:
         """The prefill finished: the instance frees up, caches the prompt, and policies learn.
 
@@ -629,6 +633,13 @@ class Conductor:
             request_id: the request.
             now: current time.
             actual_transfer_s: measured fetch time, when the worker reports it.
+            fetched_blocks: blocks that fetch really moved, when the worker reports it
+                (``None``: all the migration's blocks). A fetch that found blocks already
+                cached (another request put them there first) moved fewer bytes than
+                planned: the network model learns from the bytes moved, and nothing
+                from a fetch that moved none (its time would read as a huge bandwidth);
+                the policy's feedback carries the time only when every planned block
+                moved (otherwise it is not comparable with the prediction).
 
         Raises:
             KeyError: unknown request.
@@ -647,9 +658,15 @@ class Conductor:
         if d.migration is not None and actual_transfer_s is not None:
             # The measured fetch teaches the bandwidth of ends nobody configured.
             mig = d.migration
-            self.network.observe_transfer(
-                mig.source, mig.target, mig.nbytes, actual_transfer_s, now
-            )
+            planned = len(mig.keys)
+            moved = planned if fetched_blocks is None else min(max(fetched_blocks, 0), planned)
+            if moved > 0 and planned > 0:
+                nbytes = mig.nbytes * moved / planned
+                self.network.observe_transfer(
+                    mig.source, mig.target, nbytes, actual_transfer_s, now
+                )
+            if moved < planned:
+                actual_transfer_s = None
         if t.started_at is not None:
             self.policy.observe(
                 PrefillFeedback(

@@ -458,7 +458,10 @@ class FrontDoor:
         fetched = bool(fetch_keys(f.d, f.keys))
         try:
             self.conductor.on_prefill_done(
-                f.rid, now, actual_transfer_s=rep.fetch_s if fetched else None
+                f.rid,
+                now,
+                actual_transfer_s=rep.fetch_s if fetched else None,
+                fetched_blocks=rep.fetched_blocks if fetched else None,
             )
         except KeyError:
             raise ServingError(f"request dropped: {f.d.prefill} was removed") from None

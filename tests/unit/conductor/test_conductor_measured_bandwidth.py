@@ -113,3 +113,33 @@ def test_a_measured_fetch_reprices_the_next_migration_and_is_recorded() -> None:
     text = explain(AuditEntry(1, rec, rows))
     assert "priced at 10.0 MB/s (measured on earlier fetches)" in text, text
     assert first.to_record()[0].migration_bandwidth_source == "default"
+
+
+def _migrated(c: Conductor, keys: tuple[int, ...]) -> None:
+    c.apply(BlockStored("store-0", Tier.DRAM, keys))
+    d = c.schedule(req("a", keys, tokens=20_010), 0.0)
+    assert d.migration is not None and len(d.migration.keys) == len(keys)
+    c.on_prefill_start("a", 0.0)
+
+
+def test_a_fetch_that_moved_nothing_teaches_nothing() -> None:
+    # The worker found the blocks already cached (another request fetched them first):
+    # 50 us for "2 MB" is no bandwidth; taken as one, it priced later fetches into
+    # this instance at the other end's default (a live run saw exactly that).
+    c = make()
+    c.network.min_measured_bytes = 1e6
+    _migrated(c, tuple(range(1, 2001)))
+    c.on_prefill_done("a", 0.5, actual_transfer_s=50e-6, fetched_blocks=0)
+    assert c.network.bandwidth_source("p0") == "default"
+    assert c.network.bandwidth_source("store-0") == "default"
+
+
+def test_a_partial_fetch_teaches_the_bytes_it_moved() -> None:
+    # Half the planned blocks moved (1 MB) in 0.2 s: 5e6 B/s, not the 1e7 the planned
+    # 2 MB would read as.
+    c = make()
+    c.network.min_measured_bytes = 1e6
+    _migrated(c, tuple(range(1, 2001)))
+    c.on_prefill_done("a", 0.5, actual_transfer_s=0.2, fetched_blocks=1000)
+    assert c.network.bandwidth("p0") == pytest.approx(5e6)
+    assert c.network.bandwidth("store-0") == pytest.approx(5e6)
