@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import tempfile
 import time
 from pathlib import Path
 
 from mooncake_core.conductor.audit import AuditWriter, WriterOptions, sample, upgrade
+from mooncake_core.conductor.audit.process_writer import ProcessAuditWriter
 from mooncake_core.config import AuditConfig
 
 
@@ -172,7 +174,7 @@ def decision_loop(
             d.to_record()
         elif mode == "submit":
             writer.submit(*d.to_record())  # type: ignore[union-attr]
-        elif mode == "source":
+        elif mode in ("source", "process"):
             writer.submit_source(d)  # type: ignore[union-attr]
         total += time.perf_counter() - t
         now += 0.01
@@ -188,7 +190,12 @@ def decision_loop(
 
 
 def paced_latency(
-    m: int, rate: float, writer: AuditWriter | None, seed: int, shape: tuple[int, int], mode: str
+    m: int,
+    rate: float,
+    writer: AuditWriter | ProcessAuditWriter | None,
+    seed: int,
+    shape: tuple[int, int],
+    mode: str,
 ) -> list[float]:
     """Per-decision latency (schedule + audit call) with decisions paced at ``rate``/s,
     as in a live conductor that is not saturated: the writer works between decisions."""
@@ -215,7 +222,7 @@ def paced_latency(
         d = c.schedule(req, now)
         if mode == "submit":
             writer.submit(*d.to_record())  # type: ignore[union-attr]
-        elif mode == "source":
+        elif mode in ("source", "process"):
             writer.submit_source(d)  # type: ignore[union-attr]
         lat.append(time.perf_counter() - t)
         now += 1 / rate
@@ -239,11 +246,8 @@ def bench_paced(
     folder: Path, m: int, rate: float, shape: tuple[int, int]
 ) -> dict[str, tuple[float, float]]:
     res: dict[str, tuple[float, float]] = {}
-    for mode in ("none", "submit", "source"):
-        w = None
-        if mode != "none":
-            w = AuditWriter.open(fresh_db(folder, f"paced{shape}{mode}.db"), options())
-            w.start()
+    for mode in ("none", "submit", "source", "process"):
+        w = open_writer(folder, f"paced{shape}{mode}.db", mode)
         lat = paced_latency(m, rate, w, 7, shape, mode)
         if w is not None:
             w.close()
@@ -252,21 +256,38 @@ def bench_paced(
     return res
 
 
-def bench_slowdown(folder: Path, m: int, repeat: int, shape: tuple[int, int]) -> dict[str, float]:
-    best: dict[str, float] = {}
+def open_writer(folder: Path, name: str, mode: str) -> AuditWriter | ProcessAuditWriter | None:
+    """The writer a mode uses, started: none, a thread in this process, or a process."""
+    if mode in ("none", "records"):
+        return None
+    url = fresh_db(folder, name)
+    w = (
+        ProcessAuditWriter(url, options())
+        if mode == "process"
+        else AuditWriter.open(url, options())
+    )
+    w.start()
+    return w
+
+
+MODES = ("none", "records", "submit", "source", "process")
+
+
+def bench_slowdown(
+    folder: Path, m: int, repeat: int, shape: tuple[int, int]
+) -> dict[str, list[float]]:
+    """Seconds per decision of each mode, one value per repeat (modes interleaved)."""
+    runs: dict[str, list[float]] = {mode: [] for mode in MODES}
     for r in range(repeat):
-        # Interleaved, best of `repeat`: this machine is shared, so noise only adds time.
-        for mode in ("none", "records", "submit", "source"):
-            w = None
-            if mode in ("submit", "source"):
-                w = AuditWriter.open(fresh_db(folder, f"loop{shape}{r}{mode}.db"), options())
-                w.start()
-            t = decision_loop(m, w, r, mode, shape)
+        # Interleaved: this machine is shared, so noise hits every mode alike.
+        for mode in MODES:
+            w = open_writer(folder, f"loop{shape}{r}{mode}.db", mode)
+            t = decision_loop(m, w, r, mode, shape)  # type: ignore[arg-type]
             if w is not None:
                 w.close()
                 assert w.snapshot().written == m, w.snapshot()
-            best[mode] = min(best.get(mode, t), t)
-    return {k: v * 1e6 for k, v in best.items()}
+            runs[mode].append(t * 1e6)
+    return runs
 
 
 def main() -> None:
@@ -279,58 +300,83 @@ def main() -> None:
     ap.add_argument("--paced-rate", type=float, default=2000.0, help="decisions/s, paced loop")
     ap.add_argument("--paced-decisions", type=int, default=6000)
     ap.add_argument(
+        "--loops-only", action="store_true", help="only the conductor-loop measurements (4, 5)"
+    )
+    ap.add_argument(
         "--shapes", nargs="+", default=["3x1", "16x16"], help="PREFILLxDECODE instance counts"
     )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        ns = bench_submit(folder, 100_000)
-        print(f"submit() alone                      {ns:10.0f} ns/call")
-        dps, rps, batches = bench_max_rate(folder, args.decisions)
-        print(
-            f"max write rate ({args.decisions} decisions)   {dps:10.0f} decisions/s "
-            f"({rps:.0f} rows/s, {batches} transactions)"
-        )
-        ops = bench_max_rate_outcomes(folder, args.decisions)
-        print(f"max write rate, + record_outcome each   {ops:10.0f} decisions/s")
-        s = bench_sustained(folder, args.rate, args.seconds)
-        print(
-            f"paced {args.rate:.0f}/s for {args.seconds:.0f}s          achieved {s['achieved']:.0f}/s, "
-            f"written {s['written']:.0f}, dropped {s['dropped']:.0f}, peak queue "
-            f"{s['peak_queue']:.0f}, final drain {s['drain_s'] * 1000:.0f} ms"
-        )
-        for shape in args.shapes:
-            p, d = (int(x) for x in shape.split("x"))
-            sl = bench_slowdown(folder, args.loop, args.repeat, (p, d))
-            print(
-                f"conductor loop ({p} prefill + {d} decode: {p + d} candidates/decision, "
-                f"kvcache_centric), best of {args.repeat} x {args.loop} decisions:"
-            )
-            b = sl["none"]
-            for mode, label in (
-                ("none", "schedule only"),
-                ("records", "+ to_record()"),
-                ("submit", "+ submit(*to_record()), writer on"),
-                ("source", "+ submit_source(decision), writer on"),
-            ):
-                print(
-                    f"  {label:<38} {sl[mode]:8.1f} us/decision  {(sl[mode] / b - 1) * 100:+6.1f} %"
-                )
+        if not args.loops_only:
+            write_rates(folder, args)
+        loops(folder, args)
 
-        for shape in args.shapes:
-            p, d = (int(x) for x in shape.split("x"))
-            pr = bench_paced(folder, args.paced_decisions, args.paced_rate, (p, d))
+
+def write_rates(folder: Path, args: argparse.Namespace) -> None:
+    """Measurements 1-3: the writer's own costs and rates."""
+    ns = bench_submit(folder, 100_000)
+    print(f"submit() alone                      {ns:10.0f} ns/call")
+    dps, rps, batches = bench_max_rate(folder, args.decisions)
+    print(
+        f"max write rate ({args.decisions} decisions)   {dps:10.0f} decisions/s "
+        f"({rps:.0f} rows/s, {batches} transactions)"
+    )
+    ops = bench_max_rate_outcomes(folder, args.decisions)
+    print(f"max write rate, + record_outcome each   {ops:10.0f} decisions/s")
+    s = bench_sustained(folder, args.rate, args.seconds)
+    print(
+        f"paced {args.rate:.0f}/s for {args.seconds:.0f}s          achieved {s['achieved']:.0f}/s, "
+        f"written {s['written']:.0f}, dropped {s['dropped']:.0f}, peak queue "
+        f"{s['peak_queue']:.0f}, final drain {s['drain_s'] * 1000:.0f} ms"
+    )
+
+
+def loops(folder: Path, args: argparse.Namespace) -> None:
+    """Measurements 4-5: what the audit costs the conductor's decision loop."""
+    for shape in args.shapes:
+        p, d = (int(x) for x in shape.split("x"))
+        sl = bench_slowdown(folder, args.loop, args.repeat, (p, d))
+        print(
+            f"conductor loop ({p} prefill + {d} decode: {p + d} candidates/decision, "
+            f"kvcache_centric), best of {args.repeat} x {args.loop} decisions:"
+        )
+        best = {k: min(v) for k, v in sl.items()}
+        med = {k: statistics.median(v) for k, v in sl.items()}
+        print(f"  {'':<38} {'best':>8}            {'median':>8}")
+        for mode, label in (
+            ("none", "schedule only"),
+            ("records", "+ to_record()"),
+            ("submit", "+ submit(*to_record()), writer on"),
+            ("source", "+ submit_source(decision), writer on"),
+            ("process", "+ submit_source, writer process"),
+        ):
             print(
-                f"paced conductor ({p}P+{d}D, {args.paced_rate:.0f} decisions/s, "
-                f"{args.paced_decisions} decisions): latency of schedule + audit call"
+                f"  {label:<38} {best[mode]:8.1f} us {(best[mode] / best['none'] - 1) * 100:+6.1f} %"
+                f"  {med[mode]:8.1f} us {(med[mode] / med['none'] - 1) * 100:+6.1f} %"
             )
-            for mode, label in (
-                ("none", "no audit"),
-                ("submit", "submit(*to_record()), writer on"),
-                ("source", "submit_source(decision), writer on"),
-            ):
-                p50, p99 = pr[mode]
-                print(f"  {label:<38} p50 {p50:8.1f} us   p99 {p99:8.1f} us")
+        ratios = [x / n - 1 for x, n in zip(sl["process"], sl["none"], strict=True)]
+        print(
+            "  writer process, per repeat: "
+            + ", ".join(f"{r * 100:+.1f}%" for r in ratios)
+            + f"; median {statistics.median(ratios) * 100:+.1f}%"
+        )
+
+    for shape in args.shapes:
+        p, d = (int(x) for x in shape.split("x"))
+        pr = bench_paced(folder, args.paced_decisions, args.paced_rate, (p, d))
+        print(
+            f"paced conductor ({p}P+{d}D, {args.paced_rate:.0f} decisions/s, "
+            f"{args.paced_decisions} decisions): latency of schedule + audit call"
+        )
+        for mode, label in (
+            ("none", "no audit"),
+            ("submit", "submit(*to_record()), writer on"),
+            ("source", "submit_source(decision), writer on"),
+            ("process", "submit_source, writer process"),
+        ):
+            p50, p99 = pr[mode]
+            print(f"  {label:<38} p50 {p50:8.1f} us   p99 {p99:8.1f} us")
 
 
 if __name__ == "__main__":

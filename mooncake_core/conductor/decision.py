@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 from mooncake_core.conductor.events import Tier
 
@@ -185,23 +185,49 @@ class CandidateTable(Sequence[Candidate]):
         rows: the rows, or a zero-argument function producing them.
     """
 
-    __slots__ = ("_build", "_rows")
+    __slots__ = ("_build", "_lazy", "_rows", "inputs")
 
     def __init__(self, rows: Iterable[Candidate] | Callable[[], Iterable[Candidate]]) -> None:
         self._rows: tuple[Candidate, ...] | None = None
         self._build: Callable[[], Iterable[Candidate]] | None = None
+        self._lazy: Callable[[tuple[Any, ...]], Iterable[Candidate]] | None = None
+        # The plain inputs of a table made by ``lazy`` (what the audit ships to its
+        # writer process instead of the rows); ``None`` otherwise.
+        self.inputs: tuple[Any, ...] | None = None
         if callable(rows):
             self._build = rows
         else:
             self._rows = tuple(rows)
 
+    @classmethod
+    def lazy(
+        cls, build: Callable[[tuple[Any, ...]], Iterable[Candidate]], inputs: tuple[Any, ...]
+    ) -> CandidateTable:
+        """A table whose rows are ``build(inputs)``, made on first read.
+
+        ``inputs`` must not change afterwards (tuples, numbers, strings, lists nobody
+        touches again): the audit ships them to its writer process and builds the rows
+        there (:mod:`mooncake_core.conductor.candidates`).
+        """
+        t = cls.__new__(cls)
+        t._rows = None
+        t._build = None
+        t._lazy = build
+        t.inputs = inputs
+        return t
+
     def rows(self) -> tuple[Candidate, ...]:
         """All rows as a tuple (prefill rows in instance order, then decode rows)."""
         rows = self._rows
         if rows is None:
-            build = self._build
-            rows = self._rows = tuple(build()) if build is not None else ()
-            self._build = None
+            if self._lazy is not None and self.inputs is not None:
+                rows = tuple(self._lazy(self.inputs))
+            elif self._build is not None:
+                rows = tuple(self._build())
+            else:
+                rows = ()
+            self._rows = rows
+            self._build = self._lazy = None
         return rows
 
     @overload

@@ -26,9 +26,9 @@ from mooncake_core.conductor.calibration import (
     CalibrationOptions,
     PrefillTimings,
 )
+from mooncake_core.conductor.candidates import candidate_rows
 from mooncake_core.conductor.decision import (
     AdmissionResult,
-    Candidate,
     CandidateTable,
     Decision,
     JoinResult,
@@ -515,65 +515,17 @@ class Conductor:
             for d in self._decode
         ]
         fits = [d.fits_expected(new) for d in self._decode]
-        slo = self.config.tbt_slo_s
-
-        def rows() -> list[Candidate]:
-            why_not = choice.why_not()
-            out = [
-                Candidate(
-                    "prefill",
-                    p.instance,
-                    p.local_blocks,
-                    p.used_blocks,
-                    p.used_blocks - p.local_blocks if p.source is not None else 0,
-                    p.source[0] if p.source is not None else None,
-                    p.queue_s,
-                    p.transfer_s,
-                    p.prefill_s,
-                    p.ttft_s,
-                    None,
-                    i == choice.chosen,
-                    why_not[i],
-                    p.overhead_s,
-                )
-                for i, p in enumerate(choice.plans)
-            ]
-            win = tbts[d_idx]
-            for i, (name, batch, max_batch, context, kv_cap, kv_rep) in enumerate(loads):
-                t = tbts[i]
-                if i == d_idx:
-                    why = ""
-                elif batch >= max_batch:
-                    why = f"full ({batch}/{max_batch})"
-                elif not fits[i]:
-                    why = f"KV full ({context} + {new} > {kv_cap} tokens)"
-                elif t > slo:
-                    why = f"predicted TBT {t * 1000:.1f}ms > SLO {slo * 1000:.1f}ms"
-                else:
-                    why = f"predicted TBT {t * 1000:.1f}ms >= {win * 1000:.1f}ms"
-                out.append(
-                    Candidate(
-                        "decode",
-                        name,
-                        0,
-                        0,
-                        0,
-                        None,
-                        0.0,
-                        0.0,
-                        0.0,
-                        0.0,
-                        t,
-                        i == d_idx,
-                        why,
-                        0.0,
-                        context,
-                        kv_cap,
-                        kv_rep,
-                    )
-                )
-            return out
-
+        inputs = (
+            choice.plans,
+            choice.chosen,
+            choice.basis,
+            d_idx,
+            tbts,
+            loads,
+            fits,
+            self.config.tbt_slo_s,
+            new,
+        )
         return Decision(
             time=now,
             request_id=request.request_id,
@@ -594,7 +546,7 @@ class Conductor:
             predicted_tbt_s=tbts[d_idx],
             admission=verdict,
             migration=migration,
-            candidates=CandidateTable(rows),
+            candidates=CandidateTable.lazy(candidate_rows, inputs),
             predicted_overhead_s=plan.overhead_s,
             model_ttft_s=model_ttft_s,
         )

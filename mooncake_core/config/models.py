@@ -379,6 +379,10 @@ class AuditConfig(_Strict):
     """Decisions older than this are deleted."""
     retention_rows: Annotated[int, Field(ge=1000, le=10**10)] = 10_000_000
     """At most this many decisions are kept (oldest deleted first)."""
+    writer: Literal["thread", "process"] = "thread"
+    """Where the records are built and written: ``thread``, a thread of the conductor's
+    process; ``process``, a child process of the conductor (restarted, with nothing
+    lost, if it dies), so the decision loop keeps its GIL and core."""
 
 
 class WorkerConfig(_Strict):

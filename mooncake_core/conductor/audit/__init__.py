@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         schema_status,
         upgrade,
     )
+    from .process_writer import AuditSink, ProcessAuditWriter, open_audit_writer
     from .queries import AuditReader, AuditStats, DecisionFilter, ListedDecision, StatsBucket
     from .retention import RetentionResult, apply_retention
     from .writer import AuditWriter, RecordSource, WriterOptions, WriterSnapshot
@@ -63,6 +64,7 @@ _LAZY: dict[str, str] = {
     ),
     **dict.fromkeys(("RetentionResult", "apply_retention"), ".retention"),
     **dict.fromkeys(("AuditWriter", "RecordSource", "WriterOptions", "WriterSnapshot"), ".writer"),
+    **dict.fromkeys(("AuditSink", "ProcessAuditWriter", "open_audit_writer"), ".process_writer"),
 }
 
 
@@ -81,6 +83,7 @@ __all__ = [
     "ROLES",
     "AuditEntry",
     "AuditReader",
+    "AuditSink",
     "AuditStats",
     "AuditWriter",
     "CandidateRecord",
@@ -88,6 +91,7 @@ __all__ = [
     "DecisionRecord",
     "ListedDecision",
     "Outcome",
+    "ProcessAuditWriter",
     "RecordSource",
     "RetentionResult",
     "SchemaError",
@@ -101,6 +105,7 @@ __all__ = [
     "head_revision",
     "make_engine",
     "migrations_dir",
+    "open_audit_writer",
     "parse_duration",
     "parse_when",
     "require_current_schema",

@@ -165,6 +165,16 @@ _ROWS_PER_STATEMENT = 256
 bound-parameter limit)."""
 
 
+def decision_stored(conn: Connection, request_id: str, time: float) -> bool:
+    """Whether a decision for ``request_id`` made at ``time`` is stored."""
+    q = (
+        select(decisions.c.id)
+        .where(decisions.c.request_id == request_id, decisions.c.time == time)
+        .limit(1)
+    )
+    return conn.execute(q).first() is not None
+
+
 def _multirow_values(conn: Connection) -> bool:
     """Whether to use the multi-row VALUES fast path (SQLite) or SQLAlchemy Core."""
     return conn.dialect.name == "sqlite"

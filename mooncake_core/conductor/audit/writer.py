@@ -38,7 +38,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sqlalchemy import Engine
 
 from .db import make_engine, require_current_schema
-from .inserts import GilPacer, OutcomeUpdate, Update, apply_updates, insert_batch
+from .inserts import (
+    GilPacer,
+    OutcomeUpdate,
+    Update,
+    apply_updates,
+    decision_stored,
+    insert_batch,
+)
 from .records import OUTCOME_DETAIL_MAX, OUTCOMES, CandidateRecord, DecisionRecord, Outcome
 from .retention import RetentionResult, apply_retention
 
@@ -312,6 +319,19 @@ class AuditWriter:
             return
         self._q.append(_Barrier(callback))
         self._wake.set()
+
+    def stored(self, request_id: str, time: float) -> bool:
+        """Whether a decision for ``request_id`` made at ``time`` is in the database.
+
+        (What the writer process checks for decisions sent again after a restart.)
+        """
+        with self._io_lock, self._engine.connect() as conn:
+            return decision_stored(conn, request_id, time)
+
+    def note_failure(self, error: str) -> None:
+        """Count a decision that could not even be read as failed, with its error."""
+        self._failed += 1
+        self._last_error = error
 
     # -- lifecycle -------------------------------------------------------------------
 

@@ -67,8 +67,8 @@ from mooncake_core.worker.bpe_tokenizer import TextTokenizer
 from mooncake_core.worker.tokenizer import VOCAB_SIZE, ByteTokenizer
 
 if TYPE_CHECKING:
+    from mooncake_core.conductor.audit.process_writer import AuditSink
     from mooncake_core.conductor.audit.records import Outcome
-    from mooncake_core.conductor.audit.writer import AuditWriter
 
 __all__ = [
     "ChunkBuilder",
@@ -159,7 +159,7 @@ class FrontDoor:
         links: dict[str, WorkerLink],
         hasher: BlockHasher,
         *,
-        audit: AuditWriter | None = None,
+        audit: AuditSink | None = None,
         store_kv: bool = True,
         rpc_timeout_s: float = 60.0,
         model_name: str = "mooncake-tiny",

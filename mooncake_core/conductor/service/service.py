@@ -39,7 +39,8 @@ from mooncake_core.worker.bpe_tokenizer import tokenizer_for
 from mooncake_core.worker.checkpoint import checkpoint_config
 
 if TYPE_CHECKING:
-    from mooncake_core.conductor.audit.writer import AuditWriter, WriterSnapshot
+    from mooncake_core.conductor.audit.process_writer import AuditSink
+    from mooncake_core.conductor.audit.writer import WriterSnapshot
 
 __all__ = ["ConductorService", "ConductorServiceOptions", "kv_bytes_per_token"]
 
@@ -133,7 +134,7 @@ class ConductorService:
         self.cluster = cluster.model_copy(update={"model": checkpoint_config(cluster.model)})
         self.options = options
         self.conductor: Conductor | None = None
-        self.audit: AuditWriter | None = None
+        self.audit: AuditSink | None = None
         self.links: dict[str, WorkerLink] = {}
         self.front: FrontDoor | None = None
         self.started_at = 0.0
@@ -284,16 +285,16 @@ class ConductorService:
             raise RuntimeError("audit writer not open")
         return self.audit.snapshot()
 
-    def _open_audit(self) -> AuditWriter:
-        from mooncake_core.conductor.audit import AuditWriter, WriterOptions, upgrade
+    def _open_audit(self) -> AuditSink:
+        from mooncake_core.conductor.audit import open_audit_writer, upgrade
 
         url = str(self.cluster.audit_url)
         try:
             upgrade(url, "head")  # creates a new database; upgrades an old one in place
-            writer = AuditWriter.open(url, WriterOptions.from_config(self.cluster.audit))
+            writer = open_audit_writer(url, self.cluster.audit)
+            writer.start()
         except Exception as exc:
             raise RuntimeError(f"audit database {url}: {exc}") from exc
-        writer.start()
         return writer
 
     async def _hello(self, link: WorkerLink) -> None:

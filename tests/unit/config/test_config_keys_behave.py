@@ -447,6 +447,18 @@ def audit_writer(cfg: ClusterConfig) -> object:
     return WriterOptions.from_config(cfg.audit)
 
 
+def audit_writer_kind(cfg: ClusterConfig) -> object:
+    """The writer the conductor opens (``ConductorService._open_audit``), not started."""
+    from mooncake_core.conductor.audit import open_audit_writer, upgrade
+
+    with tempfile.TemporaryDirectory() as tmp:
+        url = f"sqlite:///{tmp}/audit.db"
+        upgrade(url, "head")
+        w = open_audit_writer(url, cfg.audit)
+        w.close()
+        return type(w).__name__
+
+
 def conductor_service(cfg: ClusterConfig) -> object:
     """The conductor's telemetry sources and the database it would open."""
     from mooncake_cli.conductor_cmd import conductor_settings
@@ -889,6 +901,7 @@ PROBES: dict[str, Probe] = {
     "audit.flush_interval_s": Probe({"audit.flush_interval_s": 2.0}, audit_writer),
     "audit.retention_days": Probe({"audit.retention_days": 7.0}, audit_writer),
     "audit.retention_rows": Probe({"audit.retention_rows": 5000}, audit_writer),
+    "audit.writer": Probe({"audit.writer": "process"}, audit_writer_kind),
     # workers
     **_workers("prefill_workers"),
     **_workers("decode_workers"),

@@ -1,0 +1,199 @@
+"""The audit writer in its own process (``audit.writer: process``), against a real SQLite
+database and its real child process: faults of the writer process lose no decision and
+write none twice; the conductor's death does not leave it behind.
+
+Decisions come from the real sans-IO Conductor (16 prefill + 16 decode instances: 32
+candidates each), so the candidate inputs, not rows, cross the pipe.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from mooncake_core.conductor import (
+    BlockStored,
+    Conductor,
+    ConductorOptions,
+    Decision,
+    ScheduleRequest,
+    Tier,
+)
+from mooncake_core.conductor.audit import ProcessAuditWriter, WriterOptions, upgrade
+from mooncake_core.config.models import ConductorConfig, HashingConfig
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+def decisions(n: int, prefix: str = "r") -> list[Decision]:
+    prefill = [f"prefill-{i}" for i in range(16)]
+    c = Conductor(
+        ConductorConfig(policy="kvcache_centric", admission="none"),
+        prefill,
+        {f"decode-{i}": 64 for i in range(16)},
+        hashing=HashingConfig(block_size=512),
+        options=ConductorOptions(seed=1),
+    )
+    for i, inst in enumerate(prefill):
+        c.apply(BlockStored(inst, Tier.HBM, tuple(range(100 * i, 100 * i + 1 + i))))
+    return [
+        c.schedule(ScheduleRequest(f"{prefix}{k}", (100 * (k % 16), 10**6 + k), 1100, 8), 1.8e9 + k)
+        for k in range(n)
+    ]
+
+
+def counts(url: str) -> tuple[int, int, int, int]:
+    """(decisions, distinct request ids, candidates, decisions with an outcome)."""
+    with create_engine(url).connect() as conn:
+        row = conn.execute(
+            text(
+                "select count(*), count(distinct request_id), "
+                "(select count(*) from candidates), count(outcome) from decisions"
+            )
+        ).one()
+    return row[0], row[1], row[2], row[3]
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    u = f"sqlite:///{tmp_path / 'audit.db'}"
+    upgrade(u, "head")
+    return u
+
+
+def test_a_killed_writer_process_is_replaced_and_nothing_is_lost_or_doubled(url: str) -> None:
+    ds = decisions(3000)
+    w = ProcessAuditWriter(url, WriterOptions(batch_size=128, flush_interval_s=0.05))
+    w.start()
+    first = w.pid
+    assert first is not None
+    for k, d in enumerate(ds):
+        assert w.submit_source(d)
+        w.record_outcome(d.request_id, "completed")
+        if k == 1500:
+            os.kill(first, signal.SIGKILL)  # mid-stream: some frames committed, not acked
+    assert w.flush(60)
+    snap = w.snapshot()
+    w.close()
+    assert w.restarts == 1 and snap.written == 3000 and snap.updates_applied == 3000, snap
+    assert "exited (-9)" in (snap.last_error or ""), snap
+    assert counts(url) == (3000, 3000, 3000 * 32, 3000)
+
+
+def test_a_paused_writer_process_never_blocks_the_decision_path(url: str) -> None:
+    ds = decisions(600)
+    w = ProcessAuditWriter(url, WriterOptions(batch_size=64, flush_interval_s=0.05))
+    w.start()
+    pid = w.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        done = threading.Event()
+        t0 = time.perf_counter()
+        for d in ds:
+            assert w.submit_source(d)  # the pipe fills up; submitting must not wait
+        w.when_written(lambda ok: done.set())
+        took = time.perf_counter() - t0
+        assert took < 1.0, took
+        assert not done.wait(1.0), "committed while the writer process was stopped"
+        assert w.snapshot().queue_depth == 601  # 600 decisions and the barrier
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert done.wait(30)
+    w.close()
+    assert w.restarts == 0
+    assert counts(url)[:3] == (600, 600, 600 * 32)
+
+
+def test_the_writer_process_commits_what_it_read_and_exits_when_the_conductor_dies(
+    url: str, tmp_path: Path
+) -> None:
+    # A stand-in conductor: a process that writes 500 decisions through the process
+    # writer, waits until they are committed, says so, then sleeps until killed.
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_audit_process_writer import decisions
+        from mooncake_core.conductor.audit import ProcessAuditWriter, WriterOptions
+        w = ProcessAuditWriter({url!r}, WriterOptions(flush_interval_s=0.05))
+        w.start()
+        for d in decisions(500):
+            w.submit_source(d)
+        assert w.flush(60)
+        print(w.pid, flush=True)
+        time.sleep(120)
+        """
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+        # Reap it if it is ours (it is the dead parent's; init reaps it otherwise).
+        time.sleep(0.05)
+    assert not Path(f"/proc/{child}").exists(), "writer process outlived its conductor"
+    assert counts(url)[:2] == (500, 500)
+
+
+def test_a_database_the_writer_process_cannot_open_fails_start_with_its_error(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'never-upgraded.db'}"
+    w = ProcessAuditWriter(url)
+    with pytest.raises(RuntimeError, match=r"never-upgraded\.db"):
+        w.start()
+
+
+def test_decisions_sent_again_after_a_restart_are_not_written_twice(url: str) -> None:
+    # What a new writer process does with the frames of one that died after committing
+    # them but before acknowledging: the same decisions arrive marked as sent again.
+    import io
+    import pickle
+
+    from mooncake_core.conductor.audit.process_writer import read_frame, write_frame
+    from mooncake_core.conductor.audit.writer_child import serve
+    from mooncake_core.conductor.candidates import decision_to_wire
+
+    ds = decisions(11)
+    items = [("d", k + 1, decision_to_wire(d)) for k, d in enumerate(ds)]
+    opts = {"batch_size": 512, "flush_interval_s": 0.05, "retention_days": 30.0,
+            "retention_rows": 10_000_000, "queue_max": 1000, "retention_interval_s": 60.0}  # fmt: skip
+
+    def run(*frames: object) -> list[Any]:
+        inp, out = io.BytesIO(), io.BytesIO()
+        for f in ((url, opts), *frames):
+            write_frame(inp, f)
+        inp.seek(0)
+        assert serve(inp, out) == 0
+        out.seek(0)
+        replies = []
+        while True:
+            try:
+                replies.append(read_frame(out))
+            except EOFError:
+                return replies
+
+    def frame(resend: bool, its: list[Any]) -> tuple[bool, bytes]:
+        return resend, pickle.dumps(its)
+
+    assert run(frame(False, items[:10]))[-1][:2] == (10, True)
+    assert counts(url)[:2] == (10, 10)
+    # Sent again, with one more: only the new one is written; all are acknowledged.
+    assert run(frame(True, items))[-1][:2] == (11, True)
+    assert counts(url)[:2] == (11, 11)
+    # Not marked as sent again: the writer trusts the conductor and writes them.
+    run(frame(False, items[10:]))
+    assert counts(url)[:2] == (12, 11)
