@@ -25,7 +25,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import grpc
 
@@ -36,6 +36,7 @@ from . import convert as cv
 from .auth import auth_metadata
 from .errors import AuthError, ErrorCode, StoreError, UnavailableError
 from .fast_control import OP_BY_NAME, FastChannels, FastLost, FastRefused, FastUnsent
+from .ha.follow import Failover, leader_address, leader_hint
 from .objects import ObjectInfo, Replica
 from .pins import Pin
 from .results import GetResult, ListKeysResult, MasterSnapshot, RemoveManyResult, ReplicateConfig
@@ -102,7 +103,10 @@ class SyncLeaderResolver:
         kvs = data.get("kvs") or []
         if not kvs:
             raise UnavailableError(ErrorCode.UNAVAILABLE, "no master leader elected (yet)")
-        return str(json.loads(base64.b64decode(kvs[0]["value"]))["address"])
+        try:
+            return leader_address(base64.b64decode(kvs[0]["value"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UnavailableError(ErrorCode.UNAVAILABLE, f"leader lookup: {exc}") from None
 
 
 class SyncMaster:
@@ -190,8 +194,7 @@ class SyncMaster:
             reply = self._call_fast(name, req)
             if reply is not None:
                 return reply  # type: ignore[return-value]
-        deadline: float | None = None
-        delay = 0.05
+        failover = Failover(self._timeout, can_resolve=self._resolver is not None)
         while True:
             try:
                 return fn(req, metadata=self._md, timeout=self._timeout)
@@ -201,15 +204,14 @@ class SyncMaster:
                 text = f"master at {self.address}: {getattr(code, 'name', 'ERROR')}: {details}"
                 if code == grpc.StatusCode.UNAUTHENTICATED:
                     raise AuthError(ErrorCode.UNAUTHENTICATED, text) from None
-                hint = _leader_hint(exc)
-                if code != grpc.StatusCode.UNAVAILABLE or (self._resolver is None and not hint):
+                trailing = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
+                hint = leader_hint(trailing)
+                wait = None
+                if code == grpc.StatusCode.UNAVAILABLE:
+                    wait = failover.after_unavailable(hint, time.monotonic())
+                if wait is None:
                     raise UnavailableError(ErrorCode.UNAVAILABLE, text) from None
-                now = time.monotonic()
-                deadline = deadline or now + self._timeout
-                if now >= deadline:
-                    raise UnavailableError(ErrorCode.UNAVAILABLE, text) from None
-            time.sleep(delay)
-            delay = min(delay * 2, 0.5)
+            time.sleep(wait)
             address = hint
             if address is None and self._resolver is not None:
                 try:
@@ -495,15 +497,6 @@ class SyncMaster:
     def snapshot(self) -> MasterSnapshot:
         """The master's read-model (segments with their transport addresses)."""
         return cv.snapshot_from_pb(self._call(self._stub.GetSnapshot, pb.SnapshotRequest()))
-
-
-def _leader_hint(exc: grpc.RpcError) -> str | None:
-    # A follower's NOT_LEADER refusal carries the leader's address in trailing metadata.
-    trailing: Any = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
-    for key, value in trailing or ():
-        if key == "mooncake-leader" and value:
-            return value if isinstance(value, str) else bytes(value).decode()
-    return None
 
 
 def _many(r: pb.RemoveManyResponse) -> RemoveManyResult:

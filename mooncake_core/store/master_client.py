@@ -35,6 +35,7 @@ from . import convert as cv
 from . import events as ev
 from .auth import auth_metadata
 from .errors import AuthError, ErrorCode, StoreError, UnavailableError
+from .ha.follow import Failover, leader_hint
 from .ha.readiness import Readiness
 from .objects import ObjectInfo, Replica
 from .pins import Pin
@@ -179,8 +180,7 @@ class MasterClient:
         reply lost): PutEnd can then answer INVALID_STATE (already complete) and
         PutStart OBJECT_ALREADY_EXISTS; callers treat those as "done before".
         """
-        deadline: float | None = None
-        delay = 0.05
+        failover = Failover(self._failover_timeout, can_resolve=self._resolver is not None)
         while True:
             channel = self._channel
             try:
@@ -196,15 +196,11 @@ class MasterClient:
                 err = self._transport_error(exc)
                 if exc.code() != grpc.StatusCode.UNAVAILABLE:
                     raise err from None
-                hint = _leader_hint(exc)
-                if self._resolver is None and hint is None:
+                hint = leader_hint(exc.trailing_metadata())
+                wait = failover.after_unavailable(hint, time.monotonic())
+                if wait is None:
                     raise err from None
-                now = time.monotonic()
-                deadline = deadline or now + self._failover_timeout
-                if now >= deadline:
-                    raise err from None
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.5)
+            await asyncio.sleep(wait)
             address = hint
             if address is None and self._resolver is not None:
                 try:
@@ -686,15 +682,6 @@ class MasterClient:
             raise self._transport_error(exc) from None
         finally:
             call.cancel()
-
-
-def _leader_hint(exc: grpc.aio.AioRpcError) -> str | None:
-    # A follower's NOT_LEADER refusal carries the leader's address in trailing metadata.
-    md: Any = exc.trailing_metadata() or ()
-    for key, value in md:
-        if key == "mooncake-leader":
-            return value if isinstance(value, str) else bytes(value).decode()
-    return None
 
 
 def _many(r: pb.RemoveManyResponse) -> RemoveManyResult:

@@ -45,6 +45,7 @@ from . import events as ev
 from .auth import TokenAuthInterceptor
 from .errors import ErrorCode, StoreError
 from .fast_control import FastControlServer
+from .ha.follow import LEADER_METADATA
 from .master import MasterState
 from .metrics_http import serve_http
 from .results import MasterSnapshot
@@ -810,7 +811,6 @@ PROMOTION_GRACE_FACTOR = 2.0
 """A new leader expires no client for this many client_ttl_s after taking over: a
 restored client that stays silent is forgotten 2 x client_ttl_s after the promotion
 (not client_ttl_s, the time it may need to notice the failover and find the leader)."""
-LEADER_METADATA = "mooncake-leader"
 
 
 class RoleGate(grpc.aio.ServerInterceptor):

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 from ..errors import ErrorCode, UnavailableError
 from .etcd import EtcdClient, EtcdError
+from .follow import leader_address
 from .replication import HaKeys
 
 
@@ -35,7 +34,10 @@ class EtcdLeaderResolver:
             raise UnavailableError(ErrorCode.UNAVAILABLE, f"leader lookup: {exc}") from None
         if kv is None:
             raise UnavailableError(ErrorCode.UNAVAILABLE, "no master leader elected (yet)")
-        return str(json.loads(kv.value)["address"])
+        try:
+            return leader_address(kv.value)
+        except ValueError as exc:
+            raise UnavailableError(ErrorCode.UNAVAILABLE, f"leader lookup: {exc}") from None
 
     async def close(self) -> None:
         """Close the etcd connection."""
