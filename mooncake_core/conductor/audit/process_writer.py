@@ -48,7 +48,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from mooncake_core.conductor.candidates import decision_to_wire
 
-from .records import OUTCOME_DETAIL_MAX, OUTCOMES, Outcome
+from .records import Outcome, checked_outcome
 from .writer import AuditWriter, RecordSource, WriterOptions, WriterSnapshot
 
 if TYPE_CHECKING:
@@ -180,13 +180,10 @@ class ProcessAuditWriter:
         Raises:
             ValueError: an unknown outcome (nothing is queued).
         """
-        if outcome not in OUTCOMES:
-            raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}; got {outcome!r}")
+        detail = checked_outcome(outcome, detail)
         if not self._room():
             self._updates_dropped += 1
             return False
-        if detail is not None and len(detail) > OUTCOME_DETAIL_MAX:
-            detail = detail[: OUTCOME_DETAIL_MAX - 3] + "..."
         self._q.append(("o", request_id, outcome, detail))
         return True
 

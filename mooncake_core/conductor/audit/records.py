@@ -30,6 +30,19 @@ OUTCOME_DETAIL_MAX = 512
 """Longest ``outcome_detail`` stored (the column's length); longer texts are cut."""
 
 
+def checked_outcome(outcome: str, detail: str | None) -> str | None:
+    """``detail`` cut to :data:`OUTCOME_DETAIL_MAX` characters (ending in ``...``).
+
+    Raises:
+        ValueError: ``outcome`` is not one of :data:`OUTCOMES`.
+    """
+    if outcome not in OUTCOMES:
+        raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}; got {outcome!r}")
+    if detail is not None and len(detail) > OUTCOME_DETAIL_MAX:
+        return detail[: OUTCOME_DETAIL_MAX - 3] + "..."
+    return detail
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DecisionRecord:
     """One scheduling decision: which prefill/decode pair, what was predicted, admitted?

@@ -46,7 +46,7 @@ from .inserts import (
     decision_stored,
     insert_batch,
 )
-from .records import OUTCOME_DETAIL_MAX, OUTCOMES, CandidateRecord, DecisionRecord, Outcome
+from .records import CandidateRecord, DecisionRecord, Outcome, checked_outcome
 from .retention import RetentionResult, apply_retention
 
 if TYPE_CHECKING:
@@ -292,13 +292,10 @@ class AuditWriter:
         Raises:
             ValueError: ``outcome`` is not one of the codes above (nothing is queued).
         """
-        if outcome not in OUTCOMES:
-            raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}; got {outcome!r}")
+        detail = checked_outcome(outcome, detail)
         if len(self._q) >= self._limit:
             self._updates_dropped += 1
             return False
-        if detail is not None and len(detail) > OUTCOME_DETAIL_MAX:
-            detail = detail[: OUTCOME_DETAIL_MAX - 3] + "..."
         self._q.append(OutcomeUpdate(request_id, outcome, detail))
         return True
 
