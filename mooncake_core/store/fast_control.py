@@ -369,7 +369,13 @@ class FastConnection:
         except OSError as exc:
             raise FastUnsent(f"fast control {address}: {exc}") from None
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._sock.settimeout(timeout_s)
+        # The deadline is the kernel's (SO_RCVTIMEO/SO_SNDTIMEO on a blocking socket): a
+        # Python-level timeout would poll() before every send and recv.
+        self._sock.settimeout(None)
+        tv = struct.pack("ll", int(timeout_s), int((timeout_s % 1) * 1e6))
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+        self._buf = bytearray(64 << 10)
         token = control_token(secret).encode() if secret is not None else b""
         try:
             kind, text = self._roundtrip(HELLO, token)
@@ -410,24 +416,33 @@ class FastConnection:
         except OSError as exc:
             raise FastUnsent(f"fast control {self.address}: {exc}") from None
         try:
-            length, status, got = HEADER.unpack(self._recv(HEADER.size))
+            # One recv usually holds the whole reply (header and body).
+            have = self._recv_into(0, HEADER.size)
+            length, status, got = HEADER.unpack_from(self._buf)
             if length > MAX_FRAME:
                 raise FastLost(f"fast control {self.address}: reply of {length} bytes")
-            body = self._recv(length)
+            end = HEADER.size + length
+            if end > len(self._buf):
+                self._buf.extend(bytes(end - len(self._buf)))
+            if have < end:
+                have = self._recv_into(have, end)
+            if have > end:  # one call at a time: the master sent more than one reply
+                raise FastLost(f"fast control {self.address}: {have - end} bytes after a reply")
         except OSError as exc:
             raise FastLost(f"fast control {self.address}: {exc}") from None
         if got != call_id:
             raise FastLost(f"fast control {self.address}: reply to call {got}, not {call_id}")
-        return status, body
+        return status, bytes(memoryview(self._buf)[HEADER.size : end])
 
-    def _recv(self, n: int) -> bytes:
-        out = bytearray()
-        while len(out) < n:
-            chunk = self._sock.recv(n - len(out))
-            if not chunk:
+    def _recv_into(self, have: int, need: int) -> int:
+        """Receive into ``self._buf`` from ``have`` until at least ``need`` bytes are there."""
+        view = memoryview(self._buf)
+        while have < need:
+            n = self._sock.recv_into(view[have:])
+            if not n:
                 raise FastLost(f"fast control {self.address}: connection closed")
-            out += chunk
-        return bytes(out)
+            have += n
+        return have
 
 
 class FastChannels:

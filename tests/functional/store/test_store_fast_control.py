@@ -12,6 +12,7 @@ import asyncio
 import json
 import socket
 import struct
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from mooncake_core.store.fast_control import (
     OK,
     FastConnection,
     FastRefused,
+    FastUnsent,
 )
 from mooncake_core.store.master_client import MasterClient
 
@@ -239,3 +241,17 @@ def test_a_restarted_master_is_found_again_and_no_write_is_lost_or_doubled(
         assert c.fast_calls >= before + 3  # back on the fast channel
     finally:
         c.close()
+
+
+def test_a_master_that_never_answers_costs_one_deadline_not_a_hang() -> None:
+    # A peer that accepts and then says nothing (a paused master's kernel still
+    # completes the handshake): the HELLO must give up at the deadline.
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        address = f"127.0.0.1:{srv.getsockname()[1]}"
+        t0 = time.monotonic()
+        with pytest.raises(FastUnsent, match=address):
+            FastConnection(address, None, timeout_s=0.4)
+        took = time.monotonic() - t0
+    assert 0.35 <= took < 2.0, took
