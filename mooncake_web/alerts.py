@@ -41,7 +41,9 @@ def alerts(view: ClusterView) -> list[Alert]:
     out: list[Alert] = []
     for n in view.nodes:
         if not n.up:
-            out.append(Alert("critical", n.name, f"{n.role} is down ({n.error or 'no answer'})"))
+            out.append(
+                Alert("critical", n.name, f"{n.role} is unreachable ({n.error or 'no answer'})")
+            )
     if not view.store.available:
         out.append(Alert("critical", "store", "no master answered; store figures unknown"))
     for nic in view.nics:

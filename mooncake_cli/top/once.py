@@ -47,14 +47,14 @@ def render_view(
         return fit(table, keep, width, console)
 
     nodes = _table(
-        f"Nodes ({view.nodes_up}/{len(view.nodes)} up)",
+        f"Nodes ({view.nodes_up}/{len(view.nodes)} healthy)",
         ("Name", "Role", "Health", "Version", "Uptime", "Seen", "Detail"),
     )
     for n in view.nodes:
         nodes.add_row(
             n.name,
             n.role,
-            Text("up", style="green") if n.up else Text("DOWN", style="bold red"),
+            Text("healthy", style="green") if n.up else Text("unreachable", style="bold red"),
             (n.version or "-").removeprefix("mooncake-py "),
             duration(n.uptime_s),
             "now" if n.last_seen == view.taken_at else ago(n.last_seen, view.taken_at),

@@ -13,17 +13,18 @@ __all__ = ["NodeTable"]
 
 
 class NodeTable(SortableTable):
-    """One row per polled component; down ones in red with the reason."""
+    """One row per polled component; unreachable ones in red with the reason."""
 
     COLUMNS = (
+        # 80 columns: the widths and 2 of padding per column; "unreachable" whole.
         Column("Name", 10, identity=True),
         Column("Role", 9),
-        Column("Health", 6),
+        Column("Health", 11),
         Column("Version", 7),
         Column("Uptime", 6, descending=True),
-        Column("Seen", 7),
+        Column("Seen", 5),
         Column("Poll", 5, descending=True),
-        Column("Detail", 12),
+        Column("Detail", 9),
     )
 
     def show(self, view: ClusterView) -> None:
@@ -32,7 +33,7 @@ class NodeTable(SortableTable):
 
 
 def _row(n: NodeView, now: float) -> Row:
-    state = Text("up", style="bold green") if n.up else Text("DOWN", style="bold red")
+    state = Text("healthy", style="bold green") if n.up else Text("unreachable", style="bold red")
     detail = n.endpoint if n.up else (n.error or "")
     return Row(
         key=n.name,
@@ -51,5 +52,5 @@ def _row(n: NodeView, now: float) -> Row:
             Text(detail, style="" if n.up else "red"),
         ),
         sort=(n.name, n.role, n.up, n.version, n.uptime_s, n.last_seen, n.latency_s, detail),
-        search=f"{n.name} {n.role} {'up' if n.up else 'down'} {n.url}",
+        search=f"{n.name} {n.role} {'healthy' if n.up else 'unreachable'} {n.url}",
     )

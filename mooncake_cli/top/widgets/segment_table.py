@@ -2,7 +2,8 @@
 
 Words as everywhere else: a segment's *state* is MOUNTED/DRAINING/DRAINED, its *client*
 the client id that mounted it (`node ls` prints the node name beside it), and a
-component's *health* is up/DOWN (the Nodes screen).
+component's *health* is healthy/unreachable (the Nodes screen: whether its
+telemetry answered the last poll).
 """
 
 from __future__ import annotations

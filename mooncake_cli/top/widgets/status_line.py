@@ -26,7 +26,7 @@ class StatusLine(Static):
         """
         t = Text()
         style = "bold green" if up == total and total else "bold red"
-        t.append(f" {up}/{total} up ", style=style)
+        t.append(f" {up}/{total} healthy ", style=style)
         t.append(" waiting for first poll" if age_s is None else f" refreshed {age_s:.0f}s ago")
         if paused:
             t.append("  PAUSED", style="bold yellow")

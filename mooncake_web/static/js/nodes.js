@@ -76,7 +76,7 @@ async function loadNodes() {
     MC.el("button", { class: "undrain", "data-node": s.node,
       disabled: s.segments.every((g) => g.state === "MOUNTED") ? "" : null,
       onclick: () => confirmUndrain(s.node) }, "Undrain…"))] }));
-  const comps = n.components.map((c) => ({ key: c.name, cells: [c.name, c.role, MC.badge(c.up, "up", "down"), c.hostname || "-", c.pid ?? "-", c.url] }));
+  const comps = n.components.map((c) => ({ key: c.name, cells: [c.name, c.role, MC.badge(c.up, "healthy", "unreachable"), c.hostname || "-", c.pid ?? "-", c.url] }));
   document.getElementById("content").replaceChildren(
     MC.el("h2", {}, "Store nodes"), MC.table(["node", "segments", "used", "capacity", "usage", "objects", "drain", ""], rows, { id: "store-nodes", num: [2, 3, 5] }),
     MC.el("h2", {}, "Components"), MC.table(["name", "role", "health", "host", "pid", "url"], comps, { id: "components" }));

@@ -10,7 +10,7 @@ function renderOverview(o) {
   const c = document.getElementById("content");
   const st = o.store, sc = o.scheduler;
   const cards = MC.el("div", { class: "cards" },
-    card("components up", `${o.nodes_up} / ${o.nodes.length}`, null, "card-up"),
+    card("components healthy", `${o.nodes_up} / ${o.nodes.length}`, null, "card-up"),
     card("store used", st.available ? MC.bytes(st.used) : "-", st.available ? `of ${MC.bytes(st.capacity)} · ${st.keys} objects` : "no master", "card-store"),
     card("pins", st.available ? `${st.key_pins + st.prefix_pins}` : "-", `${st.key_pins} keys, ${st.prefix_pins} prefixes`),
     card("decisions/s", FMT.perS(sc.decisions_per_s, 2), sc.decisions_total === null ? sc.source : `${sc.decisions_total} total · ${sc.rejected_total} rejected`, "card-sched"),
@@ -20,7 +20,7 @@ function renderOverview(o) {
     ? MC.el("ul", { class: "alerts", id: "alerts" }, o.alerts.map((a) => MC.el("li", { class: a.level }, `${a.level}: ${a.subject} — ${a.text}`)))
     : MC.el("p", { class: "muted", id: "alerts" }, "No alerts.");
   const rows = o.nodes.map((n) => ({ key: n.name, cells: [
-    n.name, n.role, MC.badge(n.up, "up", "down"), n.url, n.version || "-",
+    n.name, n.role, MC.badge(n.up, "healthy", "unreachable"), n.url, n.version || "-",
     FMT.duration(n.uptime_s),
     MC.secs(n.latency_s), n.error || "" ] }));
   c.replaceChildren(cards, MC.el("h2", {}, "Alerts"), alerts, MC.el("h2", {}, "Components"),

@@ -2,7 +2,7 @@
 # Regenerate docs/tui-capture-80x24.txt and docs/tui-capture-200x50.txt (docs/tui.md,
 # "Checked by hand"): the demo cluster of top_demo.py, `mooncake top` in tmux at 80x24 and
 # 200x50 (a tmux server of its own), every screen, the explain modal, filter while paused,
-# resume, and store-b killed with SIGKILL turning DOWN.
+# resume, and store-b killed with SIGKILL turning unreachable.
 #
 #     bash tests/functional/top/top_captures.sh
 set -euo pipefail
