@@ -35,7 +35,8 @@ from mooncake_core.rpc import store_pb2_grpc as pb_grpc
 from . import convert as cv
 from .auth import auth_metadata
 from .errors import AuthError, ErrorCode, StoreError, UnavailableError
-from .fast_control import OP_BY_NAME, FastChannels, FastLost, FastRefused, FastUnsent
+from .fast_control import OP_BY_NAME, FastLost, FastRefused, FastUnsent
+from .fast_control_client import FastChannels
 from .ha.follow import Failover, leader_address, leader_hint
 from .objects import ObjectInfo, Replica
 from .pins import Pin

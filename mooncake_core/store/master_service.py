@@ -44,7 +44,7 @@ from . import convert
 from . import events as ev
 from .auth import TokenAuthInterceptor
 from .errors import ErrorCode, StoreError
-from .fast_control import FastControlServer
+from .fast_control_server import FastControlServer
 from .ha.follow import LEADER_METADATA
 from .master import MasterState
 from .metrics_http import serve_http

@@ -29,10 +29,10 @@ from mooncake_core.store.fast_control import (
     HELLO,
     MAX_FRAME,
     OK,
-    FastConnection,
     FastRefused,
     FastUnsent,
 )
+from mooncake_core.store.fast_control_client import FastConnection
 from mooncake_core.store.master_client import MasterClient
 
 pytestmark = pytest.mark.integration
