@@ -50,4 +50,4 @@ def test_nic_row_flags_slow_and_paused():
 def test_node_row_down_shows_reason():
     n = NodeView("s", "store", "http://x", False, 10.0, "refused", "", None, None, "", "-", 0.01)
     cells = [str(c) for c in node_row(n, now=25.0).cells]
-    assert cells[2] == "DOWN" and cells[5] == "15s" and cells[7] == "refused"
+    assert cells[2] == "unreachable" and cells[5] == "15s" and cells[7] == "refused"
