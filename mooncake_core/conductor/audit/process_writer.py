@@ -114,7 +114,7 @@ class ProcessAuditWriter:
         # Held while a frame is written and while a new child is started and sent the
         # unacknowledged items, so the two never interleave on the pipe.
         self._send_lock = threading.Lock()
-        self._ack = threading.Condition()
+        self._ack = threading.Lock()  # the frames and barriers awaiting an acknowledgement
         # Frames sent and not yet acknowledged, in order: (last seq, pickled items,
         # item count, decisions, updates); ``_unacked_items`` counts their items. Kept
         # pickled: bytes are not tracked by the garbage collector, thousands of nested
@@ -123,7 +123,6 @@ class ProcessAuditWriter:
         self._unacked_items = 0
         self._barriers: deque[tuple[int, Callable[[bool], None]]] = deque()
         self._seq = 0
-        self._acked = 0
         self._proc: subprocess.Popen[bytes] | None = None
         self._sender: threading.Thread | None = None
         self._reader: threading.Thread | None = None
@@ -332,7 +331,7 @@ class ProcessAuditWriter:
         """A writer process died: start another and send it everything unacknowledged."""
         for k in _CHILD_COUNTERS:
             self._base[k] += int(self._child.get(k, 0))
-        self._child = dict.fromkeys(_CHILD_COUNTERS, 0)
+        self._child = dict.fromkeys(_CHILD_COUNTERS, 0)  # counted in _base now
         delay = 0.05
         while not self._closed:
             try:
@@ -448,8 +447,6 @@ class ProcessAuditWriter:
             b = self._barriers
             while b and b[0][0] <= seq:
                 due.append(b.popleft()[1])
-            self._acked = max(self._acked, seq)
-            self._ack.notify_all()
         for cb in due:
             _call(cb, ok)
 
