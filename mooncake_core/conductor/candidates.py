@@ -97,12 +97,12 @@ def decision_to_wire(d: Decision) -> tuple[Any, ...]:
     """``d`` as nested tuples of numbers, strings and :class:`Tier` values.
 
     Only the number of block keys and the first one travel (all the audit stores). A
-    table whose rows were already built travels as rows.
+    table made from rows (not :meth:`CandidateTable.lazy`) travels as rows.
     """
     a, m, table = d.admission, d.migration, d.candidates
     keys = d.block_keys
     inputs = table.inputs
-    if inputs is not None and table._rows is None:
+    if inputs is not None:  # the inputs, even if the rows were read: fewer objects
         plans, *rest = inputs
         cands: tuple[Any, ...] = (True, list(map(tuple, plans)), *rest)
     else:

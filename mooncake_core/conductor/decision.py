@@ -182,22 +182,17 @@ class CandidateTable(Sequence[Candidate]):
     formats the rows once, when first read; after that it is a plain tuple.
 
     Args:
-        rows: the rows, or a zero-argument function producing them.
+        rows: the rows (:meth:`lazy` makes a table built on first read).
     """
 
-    __slots__ = ("_build", "_lazy", "_rows", "inputs")
+    __slots__ = ("_build", "_rows", "inputs")
 
-    def __init__(self, rows: Iterable[Candidate] | Callable[[], Iterable[Candidate]]) -> None:
-        self._rows: tuple[Candidate, ...] | None = None
-        self._build: Callable[[], Iterable[Candidate]] | None = None
-        self._lazy: Callable[[tuple[Any, ...]], Iterable[Candidate]] | None = None
+    def __init__(self, rows: Iterable[Candidate]) -> None:
+        self._rows: tuple[Candidate, ...] | None = tuple(rows)
+        self._build: Callable[[tuple[Any, ...]], Iterable[Candidate]] | None = None
         # The plain inputs of a table made by ``lazy`` (what the audit ships to its
         # writer process instead of the rows); ``None`` otherwise.
         self.inputs: tuple[Any, ...] | None = None
-        if callable(rows):
-            self._build = rows
-        else:
-            self._rows = tuple(rows)
 
     @classmethod
     def lazy(
@@ -211,8 +206,7 @@ class CandidateTable(Sequence[Candidate]):
         """
         t = cls.__new__(cls)
         t._rows = None
-        t._build = None
-        t._lazy = build
+        t._build = build
         t.inputs = inputs
         return t
 
@@ -220,14 +214,9 @@ class CandidateTable(Sequence[Candidate]):
         """All rows as a tuple (prefill rows in instance order, then decode rows)."""
         rows = self._rows
         if rows is None:
-            if self._lazy is not None and self.inputs is not None:
-                rows = tuple(self._lazy(self.inputs))
-            elif self._build is not None:
-                rows = tuple(self._build())
-            else:
-                rows = ()
-            self._rows = rows
-            self._build = self._lazy = None
+            assert self._build is not None and self.inputs is not None
+            rows = self._rows = tuple(self._build(self.inputs))
+            self._build = None
         return rows
 
     @overload

@@ -53,7 +53,20 @@ def test_a_rejection_and_a_table_already_read_survive_the_trip() -> None:
         if not d.admitted:
             break
     assert not d.admitted and d.reason
-    rows = d.candidates.rows()  # read: the rows themselves travel
+    rows = d.candidates.rows()  # read before the trip: the inputs still travel
     back = through_the_pipe(d)
     assert back.to_record() == d.to_record()  # type: ignore[attr-defined]
     assert tuple(back.candidates) == rows  # type: ignore[attr-defined]
+
+
+def test_a_table_made_from_rows_travels_as_rows() -> None:
+    import dataclasses
+
+    from mooncake_core.conductor import CandidateTable
+
+    c = conductor()
+    d = c.schedule(ScheduleRequest("a", (1, 2), 30, 5), 0.0)
+    plain = dataclasses.replace(d, candidates=CandidateTable(d.candidates.rows()))
+    assert plain.candidates.inputs is None
+    back = through_the_pipe(plain)
+    assert back.to_record() == d.to_record()  # type: ignore[attr-defined]
