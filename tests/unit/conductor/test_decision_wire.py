@@ -62,7 +62,7 @@ def test_a_rejection_and_a_table_already_read_survive_the_trip() -> None:
 def test_a_table_made_from_rows_travels_as_rows() -> None:
     import dataclasses
 
-    from mooncake_core.conductor import CandidateTable
+    from mooncake_core.conductor.decision import CandidateTable
 
     c = conductor()
     d = c.schedule(ScheduleRequest("a", (1, 2), 30, 5), 0.0)
