@@ -387,6 +387,7 @@ class Decision:
                 kv_tokens=c.kv_tokens,
                 kv_capacity_tokens=c.kv_capacity_tokens,
                 kv_reported_tokens=c.kv_reported_tokens,
+                transfer_source=c.fetch_source if c.fetch_blocks else None,
             )
             for c in self.candidates
         )

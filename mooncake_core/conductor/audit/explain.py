@@ -80,7 +80,8 @@ def _kv(c: CandidateRecord) -> str:
 def _costs_runner_up(c: CandidateRecord) -> str:
     fetch = ""
     if c.transfer_blocks or c.transfer_time_s > 0:
-        fetch = f"fetch {c.transfer_blocks} blocks ({_s(c.transfer_time_s)}), "
+        src = f" from {c.transfer_source}" if c.transfer_source else ""
+        fetch = f"fetch {c.transfer_blocks} blocks{src} ({_s(c.transfer_time_s)}), "
     return (
         f"would have needed to {fetch}queue {_s(c.queue_time_s)} "
         f"and prefill for {_s(c.prefill_time_s)}"

@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_REVISION = "0005"
+SCHEMA_REVISION = "0006"
 """Alembic revision these models correspond to (a test keeps it equal to the head)."""
 
 NAMING = {
@@ -110,6 +110,8 @@ class CandidateRow(Base):
     kv_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
     kv_capacity_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
     kv_reported_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Added by revision 0006: the location a candidate's fetch would come from.
+    transfer_source: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 metadata = Base.metadata
@@ -163,5 +165,6 @@ CANDIDATE_COLUMNS: tuple[str, ...] = (
     "kv_tokens",
     "kv_capacity_tokens",
     "kv_reported_tokens",
+    "transfer_source",
 )
 """Candidate columns in :class:`.records.CandidateRecord` field order (keys excluded)."""

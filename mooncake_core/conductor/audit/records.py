@@ -145,6 +145,9 @@ class CandidateRecord:
         kv_capacity_tokens: KV tokens the instance holds (decode; ``None``: not known).
         kv_reported_tokens: KV tokens in use as the worker last reported (decode;
             ``None``: no report, e.g. in the simulator).
+        transfer_source: Location the ``transfer_blocks`` would come from (a prefill
+            instance or a store node); ``None`` when the candidate fetches nothing,
+            and in rows written before revision 0006.
     """
 
     instance: str
@@ -162,6 +165,7 @@ class CandidateRecord:
     kv_tokens: int | None = None
     kv_capacity_tokens: int | None = None
     kv_reported_tokens: int | None = None
+    transfer_source: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -103,7 +103,7 @@ def test_explain_paragraph(cli: CliRunner, audit_db: str) -> None:
     out = _ok(cli, "audit", "explain", "req-a", "--url", audit_db)
     assert "prefill-2 was chosen for prefill because it held 12 of 14 prefix blocks" in out
     assert "The runner-up prefill-0 (predicted TTFT 1.51 s, 0.31 s slower)" in out
-    assert "fetch 10 blocks (0.31 s), queue 0.80 s" in out
+    assert "fetch 10 blocks from prefill-2 (0.31 s), queue 0.80 s" in out
     assert len(out.strip().splitlines()) == 1  # one paragraph
 
 

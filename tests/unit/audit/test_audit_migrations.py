@@ -27,7 +27,7 @@ def _url(tmp_path: Path, name: str = "audit.db") -> str:
 
 
 def test_models_revision_constant_is_the_migrations_head() -> None:
-    assert head_revision() == SCHEMA_REVISION == "0005"
+    assert head_revision() == SCHEMA_REVISION == "0006"
 
 
 def test_upgrade_empty_database_creates_schema(tmp_path: Path) -> None:
@@ -75,6 +75,7 @@ def test_autogenerate_comparison_sees_a_difference_at_revision_0001(tmp_path: Pa
         "outcome_detail",
         "overhead_time_s",
         "predicted_overhead_s",
+        "transfer_source",
     ]
 
 

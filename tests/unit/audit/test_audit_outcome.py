@@ -85,7 +85,7 @@ def test_upgrade_from_0002_keeps_rows_with_unknown_outcome_and_downgrade_drops_c
     con.commit()
     con.close()
 
-    assert upgrade(url).current == "0005"
+    assert upgrade(url).current == "0006"
     # Every column of the old rows is kept; nothing recorded how they ended: NULL (and
     # NULL prediction inputs, revision 0004; NULL migration bandwidth, revision 0005).
     assert _sql(db, "SELECT * FROM decisions ORDER BY id") == [
@@ -95,6 +95,10 @@ def test_upgrade_from_0002_keeps_rows_with_unknown_outcome_and_downgrade_drops_c
          0, "decode_full: no slot", 1.0, None, 0, None, None, None, None, None, None, None, None),
     ]  # fmt: skip
     assert _sql(db, "SELECT count(*) FROM candidates") == [(1,)]
+    # Revision 0006: nothing recorded where an old row's fetch would come from.
+    assert _sql(db, "SELECT instance, transfer_blocks, transfer_source FROM candidates") == [
+        ("prefill-0", 0, None)
+    ]
     assert ("ix_decisions_outcome",) in _sql(
         db, "SELECT name FROM sqlite_master WHERE type = 'index'"
     )

@@ -85,7 +85,7 @@ def test_explain_chosen_pair_and_runner_up(reader: AuditReader) -> None:
         "prefill-2 was chosen for prefill because it held 12 of 14 prefix blocks, "
         "queues 0.10 s and prefills in 1.10 s: predicted TTFT 1.20 s. "
         "The runner-up prefill-0 (predicted TTFT 1.51 s, 0.31 s slower) held 2 of 14 prefix "
-        "blocks and would have needed to fetch 10 blocks (0.31 s), queue 0.80 s and prefill "
+        "blocks and would have needed to fetch 10 blocks from prefill-2 (0.31 s), queue 0.80 s and prefill "
         "for 0.40 s (not chosen: predicted TTFT 0.31 s higher). "
         "decode-0 was chosen for decode with predicted TBT 45 ms; the runner-up decode-1 "
         "predicted 60 ms (not chosen: predicted TBT 15 ms higher). "
