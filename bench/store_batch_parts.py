@@ -1,0 +1,156 @@
+"""Where a 64-key batch of 4 KiB puts and gets spends its time, part by part.
+
+Usage: ``python bench/store_batch_parts.py [--transport auto|tcp] [--batches 100]``
+
+Starts our master and one store node (``mooncake master``, ``mooncake store node``,
+127.0.0.1, a 1 GiB segment) and, in this process, a client that puts 64 keys of 4 KiB
+with ``batch_put_from`` and reads them back with ``batch_get_into``, ``--batches`` times
+each after a warm-up. It prints the time per batch of each whole call and of its parts:
+the master calls (``BatchPutStart``, ``BatchPutEnd``, ``BatchGetReplicaList``: round
+trip and the master's work) and the data path (``start``: the copies submitted, over
+shm the copies themselves; ``finish``: waiting for them), summed over puts and gets.
+Every value read back is checked. ``--profile DIR`` also writes cProfile files of the
+client and the master there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import ctypes
+import json
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+KEYS, SIZE = 64, 4096
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _spawn(cmd: list[str], ready: str, logf: Path) -> subprocess.Popen[bytes]:
+    f = open(logf, "wb")  # noqa: SIM115 - the child keeps writing after we return
+    p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
+    t0 = time.time()
+    while ready not in logf.read_text(errors="replace"):
+        if p.poll() is not None or time.time() - t0 > 60:
+            p.kill()
+            raise SystemExit(f"{cmd[:5]} did not start; see {logf}")
+        time.sleep(0.1)
+    return p
+
+
+def _timed(obj: Any, name: str, acc: dict[str, float]) -> None:
+    f: Callable[..., Any] = getattr(obj, name)
+
+    def timed(*a: Any, **k: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return f(*a, **k)
+        finally:
+            acc[name] += time.perf_counter() - t0
+
+    setattr(obj, name, timed)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--transport", default="auto", choices=["auto", "tcp"])
+    ap.add_argument("--batches", type=int, default=100)
+    ap.add_argument("--profile", type=Path, default=None)
+    args = ap.parse_args()
+    out = Path(tempfile.mkdtemp(prefix="batch_parts_"))
+    cfg = out / "c.yaml"
+    cfg.write_text(json.dumps({"state_dir": str(out), "master": {}}))
+    port, py = _free_port(), sys.executable
+    prof = ["-m", "cProfile", "-o", str(args.profile / "master.prof")] if args.profile else []
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    master = _spawn(
+        [py, *prof, "-m", "mooncake_cli", "master", "--config", str(cfg), "--port", str(port),
+         "--metrics-port", "0"],
+        "serving on", out / "master.log",
+    )  # fmt: skip
+    node = None
+    try:
+        node = _spawn(
+            [py, "-m", "mooncake_cli", "store", "node", "--name", "A", "--size", str(1 << 30),
+             "--master", f"127.0.0.1:{port}", "--config", str(cfg)],
+            "serving segment", out / "node.log",
+        )  # fmt: skip
+        print(json.dumps(_measure(f"127.0.0.1:{port}", args), indent=1))
+    finally:
+        for p in (node, master):
+            if p is not None:
+                p.send_signal(signal.SIGTERM)
+                p.wait(30)
+
+
+def _measure(master: str, args: argparse.Namespace) -> dict[str, Any]:
+    from mooncake_core.store.client import Client
+    from mooncake_core.store.client_options import ClientOptions
+
+    c = Client(ClientOptions(master=master, transport=args.transport)).setup()
+    buf = ctypes.create_string_buffer(2 * KEYS * SIZE)
+    base = ctypes.addressof(buf)
+    for i in range(KEYS):
+        ctypes.memset(base + i * SIZE, i + 1, SIZE)
+    c.register_buffer(base, 2 * KEYS * SIZE)
+    src = [base + i * SIZE for i in range(KEYS)]
+    dst = [base + (KEYS + i) * SIZE for i in range(KEYS)]
+    sizes = [SIZE] * KEYS
+    acc: dict[str, float] = collections.defaultdict(float)
+    for name in ("batch_put_start", "batch_put_end", "batch_get_replica_list"):
+        _timed(c._m, name, acc)
+    for name in ("start", "finish"):
+        _timed(c._dp, name, acc)
+
+    def run(tag: str, n: int) -> dict[str, float]:
+        t0 = time.perf_counter()
+        for r in range(n):
+            res = c.batch_put_from([f"{tag}-{r}-{i}" for i in range(KEYS)], src, sizes)
+            assert all(x is None for x in res), res[:2]
+        put = (time.perf_counter() - t0) / n
+        t0 = time.perf_counter()
+        for r in range(n):
+            got = c.batch_get_into([f"{tag}-{r}-{i}" for i in range(KEYS)], dst, sizes)
+            assert all(x == SIZE for x in got), got[:2]
+        get = (time.perf_counter() - t0) / n
+        assert buf.raw[KEYS * SIZE :] == buf.raw[: KEYS * SIZE], "read back other bytes"
+        return {"batch_put_from_us": put * 1e6, "batch_get_into_us": get * 1e6}
+
+    run("warm", max(args.batches // 5, 1))
+    acc.clear()
+    if args.profile:
+        import cProfile
+
+        pr = cProfile.Profile()
+        pr.enable()
+    whole = run("timed", args.batches)
+    if args.profile:
+        pr.disable()
+        pr.dump_stats(str(args.profile / "client.prof"))
+    c.close()
+    parts = {k: round(v / args.batches * 1e6) for k, v in sorted(acc.items())}
+    return {
+        "transport": args.transport,
+        "keys_per_batch": KEYS,
+        "value_bytes": SIZE,
+        "per_batch_us": {k: round(v) for k, v in whole.items()},
+        "parts_per_batch_us": parts,
+        "note": "start/finish are summed over the put and the get batch",
+    }
+
+
+if __name__ == "__main__":
+    main()
