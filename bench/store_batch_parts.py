@@ -19,9 +19,6 @@ import argparse
 import collections
 import ctypes
 import json
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,25 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from store_bench import _spawn, _stop, free_port
+
 KEYS, SIZE = 64, 4096
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _spawn(cmd: list[str], ready: str, logf: Path) -> subprocess.Popen[bytes]:
-    f = open(logf, "wb")  # noqa: SIM115 - the child keeps writing after we return
-    p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
-    t0 = time.time()
-    while ready not in logf.read_text(errors="replace"):
-        if p.poll() is not None or time.time() - t0 > 60:
-            p.kill()
-            raise SystemExit(f"{cmd[:5]} did not start; see {logf}")
-        time.sleep(0.1)
-    return p
 
 
 def _timed(obj: Any, name: str, acc: dict[str, float]) -> None:
@@ -72,7 +53,7 @@ def main() -> None:
     out = Path(tempfile.mkdtemp(prefix="batch_parts_"))
     cfg = out / "c.yaml"
     cfg.write_text(json.dumps({"state_dir": str(out), "master": {}}))
-    port, py = _free_port(), sys.executable
+    port, py = free_port(), sys.executable
     prof = ["-m", "cProfile", "-o", str(args.profile / "master.prof")] if args.profile else []
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
@@ -90,10 +71,9 @@ def main() -> None:
         )  # fmt: skip
         print(json.dumps(_measure(f"127.0.0.1:{port}", args), indent=1))
     finally:
-        for p in (node, master):
-            if p is not None:
-                p.send_signal(signal.SIGTERM)
-                p.wait(30)
+        if node is not None:
+            _stop(node)
+        _stop(master)
 
 
 def _measure(master: str, args: argparse.Namespace) -> dict[str, Any]:
