@@ -35,14 +35,16 @@ from mooncake_core.rpc import store_pb2_grpc as pb_grpc
 from . import convert as cv
 from .auth import auth_metadata
 from .errors import AuthError, ErrorCode, StoreError, UnavailableError
-from .fast_control import OP_BY_NAME, FastLost, FastRefused, FastUnsent
+from .fast_control import OP_BY_NAME, FastLost, FastRefused, FastUnknownOp, FastUnsent
 from .fast_control_client import FastChannels
+from .fast_packed import unpack_placements, unpack_reads
 from .ha.follow import Failover, leader_address, leader_hint
 from .objects import ObjectInfo, Replica
 from .pins import Pin
 from .results import GetResult, ListKeysResult, MasterSnapshot, RemoveManyResult, ReplicateConfig
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +156,8 @@ class SyncMaster:
         self._fast_off: dict[str, float] = {}
         """gRPC address -> monotonic time before which its fast channel is not tried."""
         self.fast_calls = 0
+        self._unpacked: set[str] = set()
+        """Fast-channel addresses whose master lacks the packed ops (an older master)."""
         """Calls answered over the fast channel."""
         if self._resolver is None:
             self._open(address)
@@ -182,15 +186,37 @@ class SyncMaster:
         if old is not None:
             old.close()
 
-    def _call(self, fn: Callable[..., T], req: object) -> T:
+    def _call_packed(self, name: str, req: object, decode: Callable[[bytes], U]) -> U | None:
+        """``name``, a packed op, over the fast channel, its reply decoded; ``None``: ask
+        gRPC instead (then ``_tls.retried`` says whether the call may have been applied)."""
+        self._tls.retried = False
+        if self._fast is None:
+            return None
+        target = self._fast_address(self.address)
+        if target is None or target in self._unpacked:
+            return None
+        raw = self._call_fast(name, req)
+        if raw is None:
+            return None
+        if not isinstance(raw, bytes):  # unreachable: packed ops answer bytes
+            raise TypeError(f"{name}: the fast channel answered {type(raw).__name__}")
+        try:
+            return decode(raw)
+        except ValueError as exc:
+            log.warning("store client %s: %s: %s; asking gRPC", self.client_id, name, exc)
+            self._tls.retried = True  # the master may have applied it
+            return None
+
+    def _call(self, fn: Callable[..., T], req: object, *, resent: bool = False) -> T:
         """One unary call; on UNAVAILABLE follow the leader (the NOT_LEADER hint, else
         etcd) with backoff until ``timeout_s`` has passed. A fixed address does not retry.
 
         ``fn`` is a method of the current stub; after a switch the same method of the new
-        stub is used. ``self._tls.retried`` tells the caller whether a retry happened.
+        stub is used. ``self._tls.retried`` tells the caller whether a retry happened
+        (``resent``: this call already resends one whose outcome is unknown).
         """
         name = next((n for n, v in vars(self._stub).items() if v is fn), "")
-        self._tls.retried = False
+        self._tls.retried = resent
         if self._fast is not None and name in OP_BY_NAME:
             reply = self._call_fast(name, req)
             if reply is not None:
@@ -244,6 +270,9 @@ class SyncMaster:
             return None
         try:
             reply = conn.call(name, req)  # type: ignore[arg-type]
+        except FastUnknownOp:
+            self._unpacked.add(target)  # nothing was done; an older master
+            return None
         except FastRefused:
             # Not serving (a follower, an unconfirmed lease): gRPC follows the leader.
             self._fast_at.pop(address, None)
@@ -368,8 +397,12 @@ class SyncMaster:
             items=[pb.BatchPutStartRequest.Item(key=k, size=s) for k, s in items],
             config=cv.config_to_pb(config),
         )
+        packed = "BatchUpsertPacked" if upsert else "BatchPutStartPacked"
+        got = self._call_packed(packed, req, lambda b: unpack_placements(len(items), b))
+        if got is not None:
+            return got
         fn = self._stub.BatchUpsert if upsert else self._stub.BatchPutStart
-        r = self._call(fn, req)
+        r = self._call(fn, req, resent=self._tls.retried)
         out: list[tuple[Replica, ...] | StoreError] = []
         for x in r.results:
             e = cv.error_from_pb(x.error)
@@ -421,7 +454,10 @@ class SyncMaster:
     def batch_get_replica_list(self, keys: Sequence[str]) -> list[GetResult | StoreError]:
         """BatchGetReplicaList; one result or error per key."""
         req = pb.BatchKeysRequest(client_id=self.client_id, keys=list(keys))
-        r = self._call(self._stub.BatchGetReplicaList, req)
+        got = self._call_packed("BatchGetReplicaListPacked", req, lambda b: unpack_reads(keys, b))
+        if got is not None:
+            return got
+        r = self._call(self._stub.BatchGetReplicaList, req, resent=self._tls.retried)
         out: list[GetResult | StoreError] = []
         for k, x in zip(keys, r.results, strict=True):
             e = cv.error_from_pb(x.error)

@@ -19,6 +19,9 @@ id), then the payload.
   answers ``OK``, or ``AUTH_FAILED`` and closes. Nothing else is read before it.
 * A request's kind is its op code (:data:`OPS`), its payload the serialized request.
   The call id is the caller's; the reply carries it back, so calls may be pipelined.
+  The reply's payload is the serialized response, except for the packed ops (batch
+  replica lookups and batch put starts), whose replies are :mod:`.fast_packed`'s flat
+  layout: per-key protobuf objects cost more than the master's work for the key.
 * A reply's kind is a status: ``OK`` (payload: the serialized response), ``REFUSED``
   (the master does not serve now: an HA follower, a leader whose lease is not
   confirmed; payload: why, in words; nothing was done, the client asks gRPC, which
@@ -56,12 +59,22 @@ OK, REFUSED, BAD, AUTH_FAILED = 0, 1, 2, 3
 
 @dataclass(frozen=True, slots=True)
 class Op:
-    """One call of the fast channel: its gRPC method name and message types."""
+    """One call of the fast channel: its handler's name and message types.
+
+    ``response`` is ``None`` for a packed op: its handler returns the reply's bytes
+    (:mod:`.fast_packed`), and the client decodes them.
+    """
 
     code: int
     name: str
     request: type[Message]
-    response: type[Message]
+    response: type[Message] | None
+
+    @property
+    def rpc(self) -> str:
+        """The RPC this op serves (a packed op's is its protobuf twin's): the name its
+        calls are counted under."""
+        return self.name.removesuffix("Packed")
 
 
 OPS: tuple[Op, ...] = (
@@ -79,6 +92,11 @@ OPS: tuple[Op, ...] = (
     Op(12, "BatchPutRevoke", pb.BatchKeysRequest, pb.BatchKeyResponse),
     Op(13, "Remove", pb.RemoveRequest, pb.KeyResponse),
     Op(14, "BatchRemove", pb.BatchKeysRequest, pb.BatchKeyResponse),
+    # Packed replies (no protobuf object per key; a master without them answers BAD
+    # "unknown op", and the client then uses the ops above).
+    Op(15, "BatchGetReplicaListPacked", pb.BatchKeysRequest, None),
+    Op(16, "BatchPutStartPacked", pb.BatchPutStartRequest, None),
+    Op(17, "BatchUpsertPacked", pb.BatchPutStartRequest, None),
 )
 """The hot calls, the one description both ends are driven from."""
 OP_BY_CODE = {op.code: op for op in OPS}
@@ -97,6 +115,10 @@ class FastRefused(Exception):
 
 class FastUnsent(Exception):
     """The call never reached the master (no connection): nothing was done."""
+
+
+class FastUnknownOp(Exception):
+    """The master does not know this op (an older master); nothing was done."""
 
 
 class FastLost(Exception):

@@ -11,6 +11,7 @@ from google.protobuf.message import Message
 
 from .auth import control_token
 from .fast_control import (
+    BAD,
     HEADER,
     HELLO,
     MAX_FRAME,
@@ -19,6 +20,7 @@ from .fast_control import (
     REFUSED,
     FastLost,
     FastRefused,
+    FastUnknownOp,
     FastUnsent,
     frame,
 )
@@ -68,21 +70,24 @@ class FastConnection:
         with contextlib.suppress(OSError):
             self._sock.close()
 
-    def call(self, name: str, request: Message) -> Message:
-        """Send one request and wait for its reply.
+    def call(self, name: str, request: Message) -> Message | bytes:
+        """Send one request and wait for its reply (a packed op's: its bytes).
 
         Raises:
             FastRefused: the master does not serve now (nothing was done).
+            FastUnknownOp: the master does not know the op (nothing was done).
             FastLost: the connection broke after the request went out (outcome unknown).
             FastUnsent: the request could not be sent at all.
         """
         op = OP_BY_NAME[name]
         kind, payload = self._roundtrip(op.code, request.SerializeToString())
         if kind == OK:
-            return op.response.FromString(payload)
+            return payload if op.response is None else op.response.FromString(payload)
         text = payload.decode(errors="replace")
         if kind == REFUSED:
             raise FastRefused(text)
+        if kind == BAD and text == f"unknown op {op.code}":
+            raise FastUnknownOp(text)
         raise FastLost(f"fast control {self.address}: {op.name}: {text}")
 
     def _roundtrip(self, kind: int, payload: bytes) -> tuple[int, bytes]:

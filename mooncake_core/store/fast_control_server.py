@@ -196,7 +196,7 @@ class _Conn(asyncio.Protocol):
         except DecodeError as exc:
             self._send(BAD, call_id, f"{op.name}: undecodable request: {exc}".encode())
             return
-        self._srv.service.metrics.fast_calls.labels(op.name).inc()
+        self._srv.service.metrics.fast_calls.labels(op.rpc).inc()
         # Run the handler at once, in this callback: most calls finish without waiting
         # (the lock is free, no journal to wait for) and are answered here, without a
         # task and the extra loop turns it costs. One that must wait goes on as a task.
@@ -230,7 +230,7 @@ class _Conn(asyncio.Protocol):
             log.error("fast control %s failed", op.name, exc_info=exc)
             self._send(BAD, call_id, f"{op.name}: {type(exc).__name__}: {exc}".encode())
             return
-        self._send(OK, call_id, result.SerializeToString())
+        self._send(OK, call_id, result if op.response is None else result.SerializeToString())
 
 
 async def _finish(coro: Coroutine[Any, Any, Any], pending: Any) -> Any:

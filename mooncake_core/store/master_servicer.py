@@ -17,9 +17,11 @@ from mooncake_core.rpc import store_pb2_grpc as pb_grpc
 
 from . import convert as cv
 from .errors import ErrorCode, StoreError
+from .fast_packed import pack_placements, pack_reads
 from .ha.image import started_record
 from .ha.readiness import Readiness
 from .master import StagePending
+from .objects import Replica
 from .results import GetResult
 
 if TYPE_CHECKING:
@@ -223,9 +225,23 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
     ) -> pb.BatchPutStartResponse:
         return await self._batch_put("BatchUpsert", request, upsert=True)
 
+    async def BatchPutStartPacked(self, request: pb.BatchPutStartRequest, context: Ctx) -> bytes:
+        """BatchPutStart with a packed reply (fast channel only, :mod:`.fast_packed`)."""
+        return pack_placements(await self._batch_put_results("BatchPutStart", request, False))
+
+    async def BatchUpsertPacked(self, request: pb.BatchPutStartRequest, context: Ctx) -> bytes:
+        """BatchUpsert with a packed reply (fast channel only)."""
+        return pack_placements(await self._batch_put_results("BatchUpsert", request, True))
+
     async def _batch_put(
         self, rpc: str, request: pb.BatchPutStartRequest, *, upsert: bool
     ) -> pb.BatchPutStartResponse:
+        r = await self._batch_put_results(rpc, request, upsert)
+        return pb.BatchPutStartResponse(results=[_put_response(x) for x in r])
+
+    async def _batch_put_results(
+        self, rpc: str, request: pb.BatchPutStartRequest, upsert: bool
+    ) -> list[tuple[Replica, ...] | StoreError]:
         cfg = cv.config_from_pb(request.config)
         items = [(i.key, i.size) for i in request.items]
         fn = self._st.batch_upsert_start if upsert else self._st.batch_put_start
@@ -239,11 +255,9 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
             ],
         )
         if isinstance(r, StoreError):  # not expected: batch calls report per item
-            return pb.BatchPutStartResponse(
-                results=[pb.PutStartResponse(error=cv.error_to_pb(r)) for _ in items]
-            )
+            return [r for _ in items]
         self._svc.count_item_failures(rpc, r)
-        return pb.BatchPutStartResponse(results=[_put_response(x) for x in r])
+        return list(r)
 
     async def BatchPutEnd(self, request: pb.BatchKeysRequest, context: Ctx) -> pb.BatchKeyResponse:
         keys = list(request.keys)
@@ -281,6 +295,13 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
         r = await self._read("BatchGetReplicaList", keys)
         self._svc.count_item_failures("BatchGetReplicaList", r)
         return pb.BatchGetReplicaListResponse(results=[_get_response(x) for x in r])
+
+    async def BatchGetReplicaListPacked(self, request: pb.BatchKeysRequest, context: Ctx) -> bytes:
+        """BatchGetReplicaList with a packed reply (fast channel only, :mod:`.fast_packed`)."""
+        keys = list(request.keys)
+        r = await self._read("BatchGetReplicaList", keys)
+        self._svc.count_item_failures("BatchGetReplicaList", r)
+        return pack_reads(r)
 
     async def _read(self, rpc: str, keys: list[str]) -> list[GetResult | StoreError]:
         """Replica lists of ``keys``, waiting for SSD-only objects to be staged.

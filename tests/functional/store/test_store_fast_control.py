@@ -12,6 +12,7 @@ import asyncio
 import json
 import socket
 import struct
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,18 +23,22 @@ from store_proc_support import MasterProc, http_get
 
 from mooncake_core.rpc import store_pb2 as pb
 from mooncake_core.store.client_master import SyncMaster
-from mooncake_core.store.errors import AuthError, ConflictError, NotFoundError
+from mooncake_core.store.errors import AuthError, ConflictError, NotFoundError, StoreError
 from mooncake_core.store.fast_control import (
     AUTH_FAILED,
     BAD,
     HELLO,
     MAX_FRAME,
     OK,
+    OP_BY_NAME,
     FastRefused,
+    FastUnknownOp,
     FastUnsent,
 )
 from mooncake_core.store.fast_control_client import FastConnection
+from mooncake_core.store.fast_packed import unpack_reads
 from mooncake_core.store.master_client import MasterClient
+from mooncake_core.store.results import ReplicateConfig
 
 pytestmark = pytest.mark.integration
 
@@ -146,6 +151,57 @@ def test_hot_calls_over_the_fast_channel_answer_what_grpc_answers(
         slow.close()
 
 
+def test_packed_batch_replies_carry_what_grpc_carries(start_master: StartMaster) -> None:
+    """Batch put starts and replica lookups answer in the packed layout over the fast
+    channel; the client reads back exactly what the protobuf replies over gRPC say,
+    with two replicas a key, errors in between, and keys the master refuses."""
+    m = start_master()
+    _mount(m, None)
+
+    async def second() -> None:
+        async with MasterClient(m.address, client_id="node-2") as mc:
+            await mc.mount_segment("seg-2", 1 << 30, transport_address="127.0.0.1:2")
+
+    asyncio.run(second())
+    fast = SyncMaster(m.address, "writer", None, timeout_s=5)
+    slow = SyncMaster(m.address, "reader", None, timeout_s=5, fast=False)
+    try:
+        two = ReplicateConfig(replica_num=2)
+        placed = fast.batch_put_start([("p", 5000), ("q", 1), ("p", 7)], two)
+        assert isinstance(placed[2], ConflictError)  # "p" twice in one batch
+        for reps in placed[:2]:
+            assert isinstance(reps, tuple) and len(reps) == 2
+            assert {s.segment for r in reps for s in r} == {"seg", "seg-2"}
+        assert fast.batch_put_end(["p", "q"]) == [None, None]
+        keys = ["p", "missing", "q", ""]
+        got, want = fast.batch_get_replica_list(keys), slow.batch_get_replica_list(keys)
+        assert [type(x) for x in got] == [type(x) for x in want]
+        assert got[0] == want[0] and got[2] == want[2]
+        assert [x.replicas for x in got[::2]] == placed[:2]  # type: ignore[union-attr]
+        for a, b in ((got[1], want[1]), (got[3], want[3])):
+            assert isinstance(a, StoreError) and isinstance(b, StoreError)
+            assert (a.code, a.message) == (b.code, b.message)
+        assert isinstance(got[1], NotFoundError)
+        assert fast.fast_calls == 3 and slow.fast_calls == 0
+        # Counted under the RPC they serve, beside its gRPC calls.
+        assert _metric(m, "master_fast_calls_total", rpc="BatchGetReplicaList") == 1
+        assert _metric(m, "master_fast_calls_total", rpc="BatchPutStart") == 1
+    finally:
+        fast.close()
+        slow.close()
+    # The bytes on the wire are the packed layout.
+    s = _raw(_fast_port(m))
+    s.sendall(HEADER.pack(0, HELLO, 1))
+    assert _read_frame(s) == (OK, 1, b"")
+    body = pb.BatchKeysRequest(client_id="raw", keys=["q"]).SerializeToString()
+    code = OP_BY_NAME["BatchGetReplicaListPacked"].code
+    s.sendall(HEADER.pack(len(body), code, 2) + body)
+    kind, _, reply = _read_frame(s)
+    assert kind == OK
+    (only,) = unpack_reads(["q"], reply)
+    assert only == want[2]
+
+
 def test_a_wrong_or_missing_token_is_refused_before_anything_is_read(
     start_master: StartMaster, tmp_path: Path
 ) -> None:
@@ -255,3 +311,33 @@ def test_a_master_that_never_answers_costs_one_deadline_not_a_hang() -> None:
             FastConnection(address, None, timeout_s=0.4)
         took = time.monotonic() - t0
     assert 0.35 <= took < 2.0, took
+
+
+def test_a_master_without_the_packed_ops_is_told_apart_from_a_lost_call() -> None:
+    """An older master answers a packed op "unknown op N" (and did nothing): that is
+    FastUnknownOp, so the client falls back to the protobuf op on the same connection
+    instead of treating the call as lost. Here the older master is a scripted peer."""
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+
+        def peer() -> None:
+            conn, _ = srv.accept()
+            with conn:
+                for _ in range(3):
+                    kind, call_id, _body = _read_frame(conn)
+                    reply = b"" if kind == HELLO else f"unknown op {kind}".encode()
+                    conn.sendall(HEADER.pack(len(reply), OK if kind == HELLO else BAD, call_id))
+                    conn.sendall(reply)
+
+        t = threading.Thread(target=peer, daemon=True)
+        t.start()
+        c = FastConnection(f"127.0.0.1:{srv.getsockname()[1]}", None, timeout_s=5)
+        try:
+            req = pb.BatchKeysRequest(client_id="c", keys=["k"])
+            for _ in range(2):  # the connection stays usable
+                with pytest.raises(FastUnknownOp, match="unknown op 15"):
+                    c.call("BatchGetReplicaListPacked", req)
+        finally:
+            c.close()
+        t.join(5)

@@ -1,0 +1,251 @@
+"""Packed replies of the fast control channel: replica lists without protobuf objects.
+
+A 64-key ``BatchGetReplicaList`` reply costs ~520 us in protobuf conversion alone (one
+message per key, one per replica, one per slice, built on the master and read back on
+the client: 8 us a key), more than six times the master core's own work for the lookup
+(docs/benchmarks.md, "Where a 64-key batch goes"). The packed ops of
+:mod:`.fast_control` answer the same handlers' results in this flat form instead. The
+requests stay protobuf, and gRPC keeps the protobuf replies.
+
+Layout, little-endian::
+
+    u32 count                       results, one per key of the request, in order
+    u16 segments                    string table of the segment names used below
+      { u16 length, utf-8 name } * segments
+    { item } * count
+
+    item := u8 code                 ErrorCode; 0 is a result, anything else an error
+            code != 0: u32 length, utf-8 message
+            code == 0: [u64 size, f64 lease_ttl_s]     (replica-list replies only)
+                       u8 replicas, { u16 slices, { u16 segment, u64 offset, u64 length }
+                       * slices } * replicas
+
+Decoding checks every count, index and length against the buffer and rejects trailing
+bytes: a reply that does not parse raises :class:`ValueError` naming what is wrong (the
+client then treats the call as lost, as for a broken connection).
+
+Sans-IO: bytes in, bytes out.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+from .errors import ErrorCode, StoreError, error_from_code
+from .objects import Replica, Slice
+from .results import GetResult
+
+__all__ = ["pack_placements", "pack_reads", "unpack_placements", "unpack_reads"]
+
+_U8 = struct.Struct("<B")
+_U16 = struct.Struct("<H")
+_U32 = struct.Struct("<I")
+_SLICE = struct.Struct("<HQQ")
+_READ_HEAD = struct.Struct("<BQdB")  # code 0, size, lease, replicas
+_READ_TAIL = struct.Struct("<Qd")  # size, lease (after the code)
+_PUT_HEAD = struct.Struct("<BB")  # code 0, replicas
+# The common shape (one replica of one slice), packed in one call.
+_READ_ONE = struct.Struct("<BQdBHHQQ")
+_PUT_ONE = struct.Struct("<BBHHQQ")
+_MAX_U16 = 0xFFFF
+_CODES = frozenset(int(c) for c in ErrorCode if c)
+
+
+class _Table:
+    """Segment names to indices, in first-seen order."""
+
+    __slots__ = ("index", "names")
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+        self.names: list[str] = []
+
+    def __call__(self, name: str) -> int:
+        i = self.index.get(name)
+        if i is None:
+            i = len(self.names)
+            if i > _MAX_U16:
+                raise ValueError("more than 65536 segment names in one reply")
+            self.index[name] = i
+            self.names.append(name)
+        return i
+
+    def header(self, count: int) -> bytes:
+        out = bytearray(_U32.pack(count))
+        out += _U16.pack(len(self.names))
+        for name in self.names:
+            raw = name.encode()
+            out += _U16.pack(len(raw))
+            out += raw
+        return bytes(out)
+
+
+def _pack_error(out: bytearray, err: StoreError) -> None:
+    raw = err.message.encode()
+    out += _U8.pack(int(err.code))
+    out += _U32.pack(len(raw))
+    out += raw
+
+
+def _pack_replicas(out: bytearray, replicas: Sequence[Replica], seg: _Table) -> None:
+    for r in replicas:
+        if len(r) > _MAX_U16:
+            raise ValueError(f"a replica of {len(r)} slices exceeds {_MAX_U16}")
+        out += _U16.pack(len(r))
+        for s in r:
+            out += _SLICE.pack(seg(s.segment), s.offset, s.length)
+
+
+def pack_reads(results: Sequence[GetResult | StoreError]) -> bytes:
+    """A replica-list reply: one :class:`GetResult` or error per key."""
+    seg = _Table()
+    body = bytearray()
+    for r in results:
+        if isinstance(r, StoreError):
+            _pack_error(body, r)
+            continue
+        reps = r.replicas
+        if len(reps) == 1 and len(reps[0]) == 1:
+            s = reps[0][0]
+            body += _READ_ONE.pack(
+                0, r.size, r.lease_ttl_s, 1, 1, seg(s.segment), s.offset, s.length
+            )
+            continue
+        if len(reps) > 255:
+            raise ValueError(f"{len(reps)} replicas exceed 255")
+        body += _READ_HEAD.pack(0, r.size, r.lease_ttl_s, len(reps))
+        _pack_replicas(body, reps, seg)
+    return seg.header(len(results)) + body
+
+
+def pack_placements(results: Sequence[tuple[Replica, ...] | StoreError]) -> bytes:
+    """A put-start reply: the replicas allocated for each key, or its error."""
+    seg = _Table()
+    body = bytearray()
+    for r in results:
+        if isinstance(r, StoreError):
+            _pack_error(body, r)
+            continue
+        if len(r) == 1 and len(r[0]) == 1:
+            s = r[0][0]
+            body += _PUT_ONE.pack(0, 1, 1, seg(s.segment), s.offset, s.length)
+            continue
+        if len(r) > 255:
+            raise ValueError(f"{len(r)} replicas exceed 255")
+        body += _PUT_HEAD.pack(0, len(r))
+        _pack_replicas(body, r, seg)
+    return seg.header(len(results)) + body
+
+
+class _Reader:
+    """Bounds-checked reads from one reply."""
+
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: bytes) -> None:
+        self.buf = buf
+        self.pos = 0
+
+    def take(self, st: struct.Struct) -> tuple[int | float, ...]:
+        end = self.pos + st.size
+        if end > len(self.buf):
+            raise ValueError(f"packed reply truncated at byte {self.pos} of {len(self.buf)}")
+        v = st.unpack_from(self.buf, self.pos)
+        self.pos = end
+        return v
+
+    def text(self, n: int) -> str:
+        end = self.pos + n
+        if end > len(self.buf):
+            raise ValueError(f"packed reply truncated at byte {self.pos} of {len(self.buf)}")
+        raw = self.buf[self.pos : end]
+        self.pos = end
+        try:
+            return raw.decode()
+        except UnicodeDecodeError:
+            raise ValueError(f"packed reply: text at byte {end - n} is not UTF-8") from None
+
+    def header(self, expected: int) -> list[str]:
+        (count,) = self.take(_U32)
+        if count != expected:
+            raise ValueError(f"packed reply holds {count} results for {expected} keys")
+        (n,) = self.take(_U16)
+        return [self.text(int(self.take(_U16)[0])) for _ in range(int(n))]
+
+    def error(self, code: int) -> StoreError:
+        (n,) = self.take(_U32)
+        message = self.text(int(n))
+        if code not in _CODES:
+            raise ValueError(f"packed reply: unknown error code {code}")
+        return error_from_code(code, message)
+
+    def replicas(self, names: list[str]) -> tuple[Replica, ...]:
+        (n,) = self.take(_U8)
+        out = []
+        for _ in range(int(n)):
+            (k,) = self.take(_U16)
+            rep = []
+            for _ in range(int(k)):
+                i, off, length = self.take(_SLICE)
+                if i >= len(names):
+                    raise ValueError(f"packed reply: segment index {i} of {len(names)}")
+                rep.append(Slice(names[int(i)], int(off), int(length)))
+            out.append(tuple(rep))
+        return tuple(out)
+
+    def done(self) -> None:
+        if self.pos != len(self.buf):
+            raise ValueError(f"packed reply: {len(self.buf) - self.pos} bytes after the last item")
+
+
+def unpack_reads(keys: Sequence[str], buf: bytes) -> list[GetResult | StoreError]:
+    """The results :func:`pack_reads` packed, for ``keys`` (the request's, in order).
+
+    Raises:
+        ValueError: the reply does not parse, or holds another number of results.
+    """
+    rd = _Reader(buf)
+    names = rd.header(len(keys))
+    out: list[GetResult | StoreError] = []
+    one, n_names, end = _READ_ONE, len(names), len(buf)
+    for key in keys:
+        pos = rd.pos
+        if pos + one.size <= end and buf[pos] == 0:
+            _, size, lease, reps, slices, i, off, length = one.unpack_from(buf, pos)
+            if reps == 1 and slices == 1 and i < n_names:
+                rd.pos = pos + one.size
+                out.append(GetResult(key, size, ((Slice(names[i], off, length),),), lease))
+                continue
+        (code,) = rd.take(_U8)
+        if code:
+            out.append(rd.error(int(code)))
+            continue
+        size, lease = rd.take(_READ_TAIL)
+        out.append(GetResult(key, int(size), rd.replicas(names), float(lease)))
+    rd.done()
+    return out
+
+
+def unpack_placements(count: int, buf: bytes) -> list[tuple[Replica, ...] | StoreError]:
+    """The results :func:`pack_placements` packed, ``count`` of them.
+
+    Raises:
+        ValueError: the reply does not parse, or holds another number of results.
+    """
+    rd = _Reader(buf)
+    names = rd.header(count)
+    out: list[tuple[Replica, ...] | StoreError] = []
+    one, n_names, end = _PUT_ONE, len(names), len(buf)
+    for _ in range(count):
+        pos = rd.pos
+        if pos + one.size <= end and buf[pos] == 0:
+            _, reps, slices, i, off, length = one.unpack_from(buf, pos)
+            if reps == 1 and slices == 1 and i < n_names:
+                rd.pos = pos + one.size
+                out.append(((Slice(names[i], off, length),),))
+                continue
+        (code,) = rd.take(_U8)
+        out.append(rd.error(int(code)) if code else rd.replicas(names))
+    rd.done()
+    return out

@@ -1,0 +1,106 @@
+"""The fast channel's packed replies (sans-IO): exact layout, round trips, bad bytes."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+
+import pytest
+
+from mooncake_core.store.errors import ConflictError, ErrorCode, NotFoundError, StoreError
+from mooncake_core.store.fast_packed import (
+    pack_placements,
+    pack_reads,
+    unpack_placements,
+    unpack_reads,
+)
+from mooncake_core.store.objects import Slice
+from mooncake_core.store.results import GetResult
+
+A0 = Slice("seg-a", 0, 4096)
+
+
+def test_one_read_is_the_documented_layout_byte_for_byte() -> None:
+    got = pack_reads([GetResult("k", 4096, ((A0,),), 5.0)])
+    want = (
+        struct.pack("<IHH", 1, 1, 5) + b"seg-a"  # one result, one segment name
+        + struct.pack("<BQdB", 0, 4096, 5.0, 1)  # ok, size, lease, one replica
+        + struct.pack("<HHQQ", 1, 0, 0, 4096)  # one slice: segment 0, offset, length
+    )  # fmt: skip
+    assert got == want
+
+
+def test_an_error_is_its_code_and_message() -> None:
+    got = pack_reads([NotFoundError(None, "no 'k'")])
+    assert got == struct.pack("<IHBI", 1, 0, ErrorCode.OBJECT_NOT_FOUND, 6) + b"no 'k'"
+
+
+def test_reads_round_trip_with_errors_many_replicas_and_slices() -> None:
+    two = (
+        (Slice("seg-a", 8192, 100), Slice("seg-b", 0, 28)),
+        (Slice("ség-ü", 1 << 40, 128),),
+    )
+    results: list[GetResult | StoreError] = [
+        GetResult("x", 4096, ((A0,),), 5.0),
+        NotFoundError(None, "no 'y'"),
+        GetResult("z", 128, two, 0.25),
+        ConflictError(None, ""),
+    ]
+    back = unpack_reads(["x", "y", "z", "w"], pack_reads(results))
+    assert back[0] == results[0] and back[2] == results[2]
+    assert isinstance(back[1], NotFoundError) and back[1].message == "no 'y'"
+    assert isinstance(back[3], ConflictError) and back[3].message == ""
+    # The key is the caller's: a result is named after the request's key at its place.
+    assert [r.key for r in back if isinstance(r, GetResult)] == ["x", "z"]
+
+
+def test_placements_round_trip() -> None:
+    two = ((A0,), (Slice("seg-b", 4096, 10), Slice("seg-a", 4096, 20)))
+    results: list[tuple[tuple[Slice, ...], ...] | StoreError] = [
+        ((A0,),),
+        two,
+        ConflictError(None, "exists"),
+        (),
+    ]
+    back = unpack_placements(4, pack_placements(results))
+    assert back[:2] == results[:2] and back[3] == ()
+    assert isinstance(back[2], ConflictError) and back[2].message == "exists"
+
+
+@pytest.mark.parametrize(
+    ("mangle", "words"),
+    [
+        (lambda b: b[:-1], "truncated"),
+        (lambda b: b + b"\0", "1 bytes after the last item"),
+        (lambda b: struct.pack("<I", 3) + b[4:], "3 results for 2 keys"),
+        # The slice of the second item names segment 9 of a table of 1.
+        (
+            lambda b: b.replace(struct.pack("<HQQ", 0, 8192, 1), struct.pack("<HQQ", 9, 8192, 1)),
+            "segment index 9 of 1",
+        ),
+        (lambda b: b.replace(b"seg-a", b"seg-\xff"), "not UTF-8"),
+    ],
+)
+def test_a_reply_that_does_not_parse_raises_naming_the_fault(
+    mangle: Callable[[bytes], bytes], words: str
+) -> None:
+    b = pack_reads(
+        [
+            GetResult("x", 4096, ((A0,),), 5.0),
+            GetResult("y", 1, ((Slice("seg-a", 8192, 1), Slice("seg-a", 0, 0)),), 5.0),
+        ]
+    )
+    assert len(unpack_reads(["x", "y"], b)) == 2
+    with pytest.raises(ValueError, match=words):
+        unpack_reads(["x", "y"], mangle(b))
+
+
+def test_an_unknown_error_code_is_refused() -> None:
+    b = struct.pack("<IHBI", 1, 0, 200, 0)
+    with pytest.raises(ValueError, match="unknown error code 200"):
+        unpack_placements(1, b)
+
+
+def test_a_huge_count_costs_nothing_before_it_is_refused() -> None:
+    with pytest.raises(ValueError, match="4294967295 results for 1 keys"):
+        unpack_reads(["x"], struct.pack("<IH", 0xFFFFFFFF, 0))
