@@ -118,7 +118,7 @@ def _wait_offloaded(c: Client, wm: float, timeout: float = 60.0) -> None:
     copy (one node: SSD copies in DRAM = ssd_keys - SSD-only objects)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        snap = c._m.snapshot()
+        snap = c._m.get_snapshot()
         (seg,) = snap.segments
         if seg.used < wm * seg.capacity or seg.keys <= seg.ssd_keys - snap.ssd_only_count:
             return
@@ -192,7 +192,7 @@ def run_size(size: int, a: argparse.Namespace, base: Path) -> dict[str, object]:
                 c.remove(k, force=True)
             for k in keys_b:
                 c.put(k, values[k])
-            lost = c._m.snapshot().evicted_objects_total
+            lost = c._m.get_snapshot().evicted_objects_total
             if lost:
                 raise SystemExit(f"{lost} objects were evicted without an SSD copy")
             buf = bytearray(size)
@@ -215,7 +215,7 @@ def run_size(size: int, a: argparse.Namespace, base: Path) -> dict[str, object]:
             for _ in range(a.repeats):  # interleaved with DRAM reads again
                 res["dram"].append(_pass(c, keys_b, addr, size))
                 res["promoted"].append(_pass(c, keys_a, addr, size))
-            snap = c._m.snapshot()
+            snap = c._m.get_snapshot()
             still_ssd_only = sum(1 for k in keys_a if not c.stat(k).replicas)
             for k, v in values.items():  # untimed: every byte right
                 n = c.get_into(k, addr, size)

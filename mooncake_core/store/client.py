@@ -234,7 +234,7 @@ class Client(BatchOps):
         return self._data
 
     def _segment_table(self) -> dict[str, tuple[str, str]]:
-        snap = self._m.snapshot()
+        snap = self._m.get_snapshot()
         return {s.name: (s.transport_address, s.client_id) for s in snap.segments}
 
     def transport_of(self, segment: str) -> str:
@@ -392,7 +392,7 @@ class Client(BatchOps):
         window = min(size, self.options.master_config.max_slice_size, STREAM_WINDOW)
         with self._staging_lock:
             st = self._stage(window)
-            replicas = self._m.put_start(key, size, config, upsert=upsert)
+            replicas = (self._m.upsert if upsert else self._m.put_start)(key, size, config)
             try:
                 self._stream_windows(key, source, size, window, st, replicas)
             except BaseException:
@@ -449,7 +449,8 @@ class Client(BatchOps):
         avoid = set(avoid)
         while True:
             try:
-                replicas = self._m.put_start(key, size, config, upsert=upsert, avoid=sorted(avoid))
+                start = self._m.upsert if upsert else self._m.put_start
+                replicas = start(key, size, config, avoid=sorted(avoid))
             except StoreError as exc:
                 if not avoid:
                     raise
@@ -582,22 +583,22 @@ class Client(BatchOps):
     def remove(self, key: str, *, force: bool = False) -> None:
         """Remove ``key`` (refused while a reader holds a lease unless ``force``)."""
         self._check_key(key)
-        self._m.remove(key, force)
+        self._m.remove(key, force=force)
 
     def remove_by_regex(self, pattern: str, *, force: bool = False) -> RemoveManyResult:
         """Remove every removable key matching ``pattern`` (RE2 ``search``: Python ``re``
         syntax without backreferences or lookaround; checked here before the master)."""
         compile_pattern(pattern)
-        return self._m.remove_by_regex(pattern, force)
+        return self._m.remove_by_regex(pattern, force=force)
 
     def remove_by_prefix(self, prefix: str, *, force: bool = False) -> RemoveManyResult:
         """Remove every removable key under ``prefix`` (non-empty)."""
         utf8_of("prefix", prefix)
-        return self._m.remove_by_prefix(prefix, force)
+        return self._m.remove_by_prefix(prefix, force=force)
 
     def remove_all(self, *, force: bool = False) -> RemoveManyResult:
         """Remove every removable object."""
-        return self._m.remove_all(force)
+        return self._m.remove_all(force=force)
 
     # -------------------------------------------------------------------- pins
     def pin(
@@ -605,12 +606,12 @@ class Client(BatchOps):
     ) -> Pin:
         """Pin a key (must exist) or a key prefix (also covers keys written later)."""
         utf8_of("pin target", target)
-        return self._m.pin(target, prefix, hard, ttl_s)
+        return self._m.pin(target, prefix=prefix, hard=hard, ttl_s=ttl_s)
 
     def unpin(self, target: str, *, prefix: bool = False) -> Pin:
         """Clear the pin on exactly this key or prefix (``PIN_NOT_FOUND`` if none)."""
         utf8_of("pin target", target)
-        return self._m.unpin(target, prefix)
+        return self._m.unpin(target, prefix=prefix)
 
     def list_pins(self) -> list[Pin]:
         """Live pins, keys then prefixes."""

@@ -83,7 +83,7 @@ class Heartbeat:
 
     async def _start(self) -> None:
         master, client_id, secret, timeout_s = self._args
-        from .client_master import split_master_url
+        from .ha.discovery import split_master_url
 
         endpoint, cluster = split_master_url(master)
         if endpoint is None:

@@ -7,109 +7,45 @@ through the asyncio loop that runs :class:`MasterClient` costs (measured 0.7 ms 
 1.4 ms per call on the loaded 2-core machine), so the hot calls use this wrapper and
 only mounting and heartbeats go through ``MasterClient`` on the background loop.
 
-Replies are converted with the master's own converters (``convert.py``), so errors are
-the same :class:`StoreError` classes the core raises.
+Its calls, their requests and their replies come from the master's RPC surface
+(``master_rpc.py``), as ``MasterClient``'s do: the same signatures, the same errors
+(the :class:`StoreError` classes the core raises) and the same rules for a resent call.
 
 With an HA master group the address is ``etcd://host:port[/cluster]``: the leader is read
-from etcd's leader key and followed on change, like ``MasterClient.from_etcd`` does (a
+from etcd's leader key (``ha/discovery.py``) and followed on change, like
+``MasterClient.from_etcd`` does (a
 follower's NOT_LEADER refusal names the leader in ``mooncake-leader`` trailing metadata;
 a dead leader is replaced by asking etcd again), with backoff for up to the call timeout.
 """
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
 import threading
 import time
-import urllib.request
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from mooncake_core.rpc import store_pb2 as pb
 from mooncake_core.rpc import store_pb2_grpc as pb_grpc
 
 from . import convert as cv
+from . import master_rpc as rpc
 from .auth import auth_metadata
-from .errors import AuthError, ErrorCode, StoreError, UnavailableError
-from .fast_control import OP_BY_NAME, FastLost, FastRefused, FastUnknownOp, FastUnsent
+from .errors import AuthError, ErrorCode, UnavailableError
+from .fast_control import FastLost, FastRefused, FastUnknownOp, FastUnsent
 from .fast_control_client import FastChannels
-from .fast_packed import unpack_placements, unpack_reads
-from .ha.follow import Failover, leader_address, leader_hint
-from .objects import ObjectInfo, Replica
-from .pins import Pin
-from .results import GetResult, ListKeysResult, MasterSnapshot, RemoveManyResult, ReplicateConfig
+from .ha.discovery import SyncLeaderResolver, split_master_url
+from .ha.follow import Failover, leader_hint
+from .master_rpc import SyncCall, Unary
 
-T = TypeVar("T")
+R = TypeVar("R")
 U = TypeVar("U")
 
 log = logging.getLogger(__name__)
-
-ETCD_SCHEME = "etcd://"
-
-
-def split_master_url(master: str) -> tuple[str | None, str]:
-    """Split ``etcd://host:port[/cluster]`` into the etcd URL and the cluster name.
-
-    Args:
-        master: ``host:port`` (a fixed master) or ``etcd://host:port[/cluster]``.
-
-    Returns:
-        ``(None, master)`` for a fixed address, else ``("http://host:port", cluster)``
-        (cluster ``default`` when not given).
-
-    Raises:
-        ValueError: an ``etcd://`` URL without a host.
-    """
-    if not master.startswith(ETCD_SCHEME):
-        return None, master
-    host, _, cluster = master[len(ETCD_SCHEME) :].partition("/")
-    if not host:
-        raise ValueError(f"master URL {master!r} has no etcd host (want etcd://HOST:PORT)")
-    return f"http://{host}", cluster.strip("/") or "default"
-
-
-class SyncLeaderResolver:
-    """Blocking read of the HA leader's gRPC address from etcd (its JSON gateway).
-
-    Args:
-        endpoint: etcd client URL (``http://host:port``).
-        cluster: the masters' cluster name.
-        timeout_s: deadline of one etcd request.
-    """
-
-    def __init__(self, endpoint: str, cluster: str = "default", timeout_s: float = 2.0) -> None:
-        from .ha.replication import HaKeys
-
-        self.endpoint = endpoint
-        self._key = base64.b64encode(HaKeys(cluster).leader).decode()
-        self._timeout = timeout_s
-
-    def __call__(self) -> str:
-        """The leader's ``host:port``.
-
-        Raises:
-            UnavailableError: etcd unreachable or no leader elected right now.
-        """
-        body = json.dumps({"key": self._key}).encode()
-        req = urllib.request.Request(self.endpoint + "/v3/kv/range", data=body)
-        try:
-            with urllib.request.urlopen(req, timeout=self._timeout) as r:
-                data = json.loads(r.read())
-        except (OSError, ValueError) as exc:
-            raise UnavailableError(
-                ErrorCode.UNAVAILABLE, f"leader lookup at {self.endpoint}: {exc}"
-            ) from None
-        kvs = data.get("kvs") or []
-        if not kvs:
-            raise UnavailableError(ErrorCode.UNAVAILABLE, "no master leader elected (yet)")
-        try:
-            return leader_address(base64.b64decode(kvs[0]["value"]))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise UnavailableError(ErrorCode.UNAVAILABLE, f"leader lookup: {exc}") from None
 
 
 class SyncMaster:
@@ -156,9 +92,9 @@ class SyncMaster:
         self._fast_off: dict[str, float] = {}
         """gRPC address -> monotonic time before which its fast channel is not tried."""
         self.fast_calls = 0
+        """Calls answered over the fast channel."""
         self._unpacked: set[str] = set()
         """Fast-channel addresses whose master lacks the packed ops (an older master)."""
-        """Calls answered over the fast channel."""
         if self._resolver is None:
             self._open(address)
 
@@ -207,20 +143,20 @@ class SyncMaster:
             self._tls.retried = True  # the master may have applied it
             return None
 
-    def _call(self, fn: Callable[..., T], req: object, *, resent: bool = False) -> T:
-        """One unary call; on UNAVAILABLE follow the leader (the NOT_LEADER hint, else
-        etcd) with backoff until ``timeout_s`` has passed. A fixed address does not retry.
+    def _call(self, name: str, req: object, *, resent: bool = False, fast: bool = False) -> Any:
+        """One unary call of method ``name``; on UNAVAILABLE follow the leader (the
+        NOT_LEADER hint, else etcd) with backoff until ``timeout_s`` has passed. A fixed
+        address does not retry. ``fast``: try the fast channel first.
 
-        ``fn`` is a method of the current stub; after a switch the same method of the new
-        stub is used. ``self._tls.retried`` tells the caller whether a retry happened
+        ``self._tls.retried`` tells the caller whether the request was sent more than once
         (``resent``: this call already resends one whose outcome is unknown).
         """
-        name = next((n for n, v in vars(self._stub).items() if v is fn), "")
         self._tls.retried = resent
-        if self._fast is not None and name in OP_BY_NAME:
+        if fast and self._fast is not None:
             reply = self._call_fast(name, req)
             if reply is not None:
-                return reply  # type: ignore[return-value]
+                return reply
+        fn = getattr(self._stub, name)
         failover = Failover(self._timeout, can_resolve=self._resolver is not None)
         while True:
             try:
@@ -247,8 +183,7 @@ class SyncMaster:
                     continue
             if address and address != self.address:
                 self._switch(address)
-            if name:
-                fn = getattr(self._stub, name)
+            fn = getattr(self._stub, name)
             self._tls.retried = True
 
     def _call_fast(self, name: str, req: object) -> object | None:
@@ -341,201 +276,51 @@ class SyncMaster:
                 f"master at {self.address} not reachable within {timeout_s:g}s",
             ) from None
 
-    # ------------------------------------------------------------------ writes
-    def put_start(
-        self,
-        key: str,
-        size: int,
-        config: ReplicateConfig | None,
-        *,
-        upsert: bool = False,
-        avoid: Sequence[str] = (),
-    ) -> tuple[Replica, ...]:
-        """PutStart (or Upsert): allocate replicas for ``key``; ``avoid``: segments this
-        client could not reach (a retry), placed around and reported to the master."""
-        req = pb.PutStartRequest(
-            client_id=self.client_id,
-            key=key,
-            size=size,
-            config=cv.config_to_pb(config),
-            avoid_segments=list(avoid),
-        )
-        fn = self._stub.Upsert if upsert else self._stub.PutStart
-        r = self._call(fn, req)
-        self._raise_unless_own(r.error, ErrorCode.OBJECT_ALREADY_EXISTS, "put", key)
-        return cv.replicas_from_pb(r.replicas)
+    # ------------------------------------------------- the calls (master_rpc)
+    def invoke(self, call: Unary[Any, R], request: Message) -> R:
+        """Send ``call``'s ``request``: its packed op or its op over the fast channel when
+        the master has one, else gRPC, following the leader; then read the reply."""
+        self._tls.retried = False
+        if call.packed is not None:
+            packed = call.packed
+            got = self._call_packed(packed.name, request, lambda b: packed.read(request, b))
+            if got is not None:
+                return got
+        reply = self._call(call.method, request, resent=self._tls.retried, fast=call.fast > 0)
+        return call.reply(reply, request, self._tls.retried)
 
-    def _raise_unless_own(self, error: pb.Error, code: ErrorCode, what: str, key: str) -> None:
-        """``raise_for``, except that ``code`` after a resend is an unknown outcome.
-
-        A call resent after a leader switch may have been applied by the old leader (its
-        reply lost): a resent PutStart then meets this client's own PROCESSING write
-        (OBJECT_ALREADY_EXISTS, until ``put_timeout_s`` discards it), a resent Remove
-        the absence it made itself (OBJECT_NOT_FOUND). Neither says what it seems to.
-        """
-        err = cv.error_from_pb(error)
-        if err is None:
-            return
-        if self._tls.retried and err.code == code:
-            raise UnavailableError(
-                ErrorCode.UNAVAILABLE,
-                f"{what} {key!r}: resent after a leader switch and answered {code.name}; "
-                "the first attempt may have taken effect (outcome unknown)",
-            )
-        raise err
-
-    def batch_put_start(
-        self,
-        items: Sequence[tuple[str, int]],
-        config: ReplicateConfig | None,
-        *,
-        upsert: bool = False,
-    ) -> list[tuple[Replica, ...] | StoreError]:
-        """BatchPutStart (or BatchUpsert); one result or error per item."""
-        req = pb.BatchPutStartRequest(
-            client_id=self.client_id,
-            items=[pb.BatchPutStartRequest.Item(key=k, size=s) for k, s in items],
-            config=cv.config_to_pb(config),
-        )
-        packed = "BatchUpsertPacked" if upsert else "BatchPutStartPacked"
-        got = self._call_packed(packed, req, lambda b: unpack_placements(len(items), b))
-        if got is not None:
-            return got
-        fn = self._stub.BatchUpsert if upsert else self._stub.BatchPutStart
-        r = self._call(fn, req, resent=self._tls.retried)
-        out: list[tuple[Replica, ...] | StoreError] = []
-        for x in r.results:
-            e = cv.error_from_pb(x.error)
-            out.append(e if e is not None else cv.replicas_from_pb(x.replicas))
-        return out
-
-    def put_end(self, key: str) -> None:
-        """PutEnd: the object becomes readable.
-
-        A PutEnd retried across a failover may have been applied by the old leader (its
-        reply lost): the new leader then answers INVALID_STATE "already complete", which
-        is success here. Safe because nobody else can complete a key this client holds
-        in PROCESSING (PutStart refuses it) before ``put_timeout_s`` discards it, far
-        longer than one call's retry window.
-        """
-        req = pb.KeyRequest(client_id=self.client_id, key=key)
-        err = cv.error_from_pb(self._call(self._stub.PutEnd, req).error)
-        if err is None or (self._tls.retried and err.code == ErrorCode.INVALID_STATE):
-            return
-        raise err
-
-    def put_revoke(self, key: str) -> None:
-        """PutRevoke: abandon a write and free its space."""
-        req = pb.KeyRequest(client_id=self.client_id, key=key)
-        cv.raise_for(self._call(self._stub.PutRevoke, req).error)
-
-    def batch_put_end(self, keys: Sequence[str]) -> list[StoreError | None]:
-        """BatchPutEnd; ``None`` where it succeeded (INVALID_STATE after a failover retry
-        counts as success, as in :meth:`put_end`)."""
-        req = pb.BatchKeysRequest(client_id=self.client_id, keys=list(keys))
-        errs = [cv.error_from_pb(e) for e in self._call(self._stub.BatchPutEnd, req).errors]
-        if self._tls.retried:
-            errs = [
-                None if e is not None and e.code == ErrorCode.INVALID_STATE else e for e in errs
-            ]
-        return errs
-
-    def batch_put_revoke(self, keys: Sequence[str]) -> list[StoreError | None]:
-        """BatchPutRevoke; ``None`` where it succeeded."""
-        req = pb.BatchKeysRequest(client_id=self.client_id, keys=list(keys))
-        return [cv.error_from_pb(e) for e in self._call(self._stub.BatchPutRevoke, req).errors]
-
-    # ------------------------------------------------------------------- reads
-    def get_replica_list(self, key: str) -> GetResult:
-        """GetReplicaList: where to read ``key`` (grants a lease)."""
-        r = self._call(self._stub.GetReplicaList, pb.GetReplicaListRequest(key=key))
-        return cv.get_result_from_pb(key, r)
-
-    def batch_get_replica_list(self, keys: Sequence[str]) -> list[GetResult | StoreError]:
-        """BatchGetReplicaList; one result or error per key."""
-        req = pb.BatchKeysRequest(client_id=self.client_id, keys=list(keys))
-        got = self._call_packed("BatchGetReplicaListPacked", req, lambda b: unpack_reads(keys, b))
-        if got is not None:
-            return got
-        r = self._call(self._stub.BatchGetReplicaList, req, resent=self._tls.retried)
-        out: list[GetResult | StoreError] = []
-        for k, x in zip(keys, r.results, strict=True):
-            e = cv.error_from_pb(x.error)
-            out.append(e if e is not None else cv.get_result_from_pb(k, x))
-        return out
-
-    def exist(self, key: str) -> bool:
-        """Exist (no lease, no recency update)."""
-        r = self._call(self._stub.Exist, pb.ExistRequest(key=key))
-        cv.raise_for(r.error)
-        return bool(r.exists)
-
-    def batch_exist(self, keys: Sequence[str]) -> list[bool]:
-        """BatchExist."""
-        req = pb.BatchKeysRequest(client_id=self.client_id, keys=list(keys))
-        return list(self._call(self._stub.BatchExist, req).exists)
-
-    def stat(self, key: str) -> ObjectInfo:
-        """Stat (no lease, no recency update)."""
-        return cv.stat_from_pb(self._call(self._stub.Stat, pb.StatRequest(key=key)))
-
-    def list_keys(self, prefix: str, start_after: str, limit: int) -> ListKeysResult:
-        """One page of keys in key order."""
-        req = pb.ListKeysRequest(prefix=prefix, start_after=start_after, limit=limit)
-        return cv.list_from_pb(self._call(self._stub.ListKeys, req))
-
-    # ---------------------------------------------------------------- removals
-    def remove(self, key: str, force: bool) -> None:
-        """Remove one object."""
-        r = self._call(self._stub.Remove, pb.RemoveRequest(key=key, force=force))
-        self._raise_unless_own(r.error, ErrorCode.OBJECT_NOT_FOUND, "remove", key)
-
-    def batch_remove(self, keys: Sequence[str], force: bool) -> list[StoreError | None]:
-        """BatchRemove; ``None`` where it succeeded."""
-        req = pb.BatchKeysRequest(client_id=self.client_id, keys=list(keys), force=force)
-        return [cv.error_from_pb(e) for e in self._call(self._stub.BatchRemove, req).errors]
-
-    def remove_by_prefix(self, prefix: str, force: bool) -> RemoveManyResult:
-        """RemoveByPrefix."""
-        req = pb.RemoveByPrefixRequest(prefix=prefix, force=force)
-        return _many(self._call(self._stub.RemoveByPrefix, req))
-
-    def remove_by_regex(self, pattern: str, force: bool) -> RemoveManyResult:
-        """RemoveByRegex (RE2 ``search`` on the master)."""
-        req = pb.RemoveByRegexRequest(pattern=pattern, force=force)
-        return _many(self._call(self._stub.RemoveByRegex, req))
-
-    def remove_all(self, force: bool) -> RemoveManyResult:
-        """RemoveAll."""
-        return _many(self._call(self._stub.RemoveAll, pb.RemoveAllRequest(force=force)))
-
-    # -------------------------------------------------------------------- pins
-    def pin(self, target: str, prefix: bool, hard: bool, ttl_s: float | None) -> Pin:
-        """Pin a key or a prefix."""
-        req = pb.PinRequest(target=target, prefix=prefix, hard=hard)
-        if ttl_s is not None:
-            req.ttl_s = ttl_s
-        r = self._call(self._stub.Pin, req)
-        cv.raise_for(r.error)
-        return cv.pin_from_pb(r.pin, time.monotonic())
-
-    def unpin(self, target: str, prefix: bool) -> Pin:
-        """Clear the pin on exactly this key or prefix."""
-        r = self._call(self._stub.Unpin, pb.UnpinRequest(target=target, prefix=prefix))
-        cv.raise_for(r.error)
-        return cv.pin_from_pb(r.pin, time.monotonic())
-
-    def list_pins(self) -> list[Pin]:
-        """Live pins."""
-        r = self._call(self._stub.ListPins, pb.ListPinsRequest())
-        now = time.monotonic()
-        return [cv.pin_from_pb(p, now) for p in r.pins]
-
-    def snapshot(self) -> MasterSnapshot:
-        """The master's read-model (segments with their transport addresses)."""
-        return cv.snapshot_from_pb(self._call(self._stub.GetSnapshot, pb.SnapshotRequest()))
-
-
-def _many(r: pb.RemoveManyResponse) -> RemoveManyResult:
-    cv.raise_for(r.error)
-    return RemoveManyResult(r.removed, r.skipped)
+    mount_segment = SyncCall(rpc.MOUNT_SEGMENT)
+    unmount_segment = SyncCall(rpc.UNMOUNT_SEGMENT)
+    drain_segment = SyncCall(rpc.DRAIN_SEGMENT)
+    undrain_segment = SyncCall(rpc.UNDRAIN_SEGMENT)
+    list_segment_objects = SyncCall(rpc.LIST_SEGMENT_OBJECTS)
+    add_replica_start = SyncCall(rpc.ADD_REPLICA_START)
+    add_replica_end = SyncCall(rpc.ADD_REPLICA_END)
+    add_replica_revoke = SyncCall(rpc.ADD_REPLICA_REVOKE)
+    drop_replica = SyncCall(rpc.DROP_REPLICA)
+    tier_offload_done = SyncCall(rpc.TIER_OFFLOAD_DONE)
+    tier_stage_done = SyncCall(rpc.TIER_STAGE_DONE)
+    tier_dropped = SyncCall(rpc.TIER_DROPPED)
+    put_start = SyncCall(rpc.PUT_START)
+    upsert = SyncCall(rpc.UPSERT)
+    put_end = SyncCall(rpc.PUT_END)
+    put_revoke = SyncCall(rpc.PUT_REVOKE)
+    batch_put_start = SyncCall(rpc.BATCH_PUT_START)
+    batch_upsert = SyncCall(rpc.BATCH_UPSERT)
+    batch_put_end = SyncCall(rpc.BATCH_PUT_END)
+    batch_put_revoke = SyncCall(rpc.BATCH_PUT_REVOKE)
+    get_replica_list = SyncCall(rpc.GET_REPLICA_LIST)
+    batch_get_replica_list = SyncCall(rpc.BATCH_GET_REPLICA_LIST)
+    exist = SyncCall(rpc.EXIST)
+    batch_exist = SyncCall(rpc.BATCH_EXIST)
+    stat = SyncCall(rpc.STAT)
+    list_keys = SyncCall(rpc.LIST_KEYS)
+    remove = SyncCall(rpc.REMOVE)
+    batch_remove = SyncCall(rpc.BATCH_REMOVE)
+    remove_by_prefix = SyncCall(rpc.REMOVE_BY_PREFIX)
+    remove_by_regex = SyncCall(rpc.REMOVE_BY_REGEX)
+    remove_all = SyncCall(rpc.REMOVE_ALL)
+    pin = SyncCall(rpc.PIN)
+    unpin = SyncCall(rpc.UNPIN)
+    list_pins = SyncCall(rpc.LIST_PINS)
+    get_snapshot = SyncCall(rpc.GET_SNAPSHOT)

@@ -44,6 +44,8 @@ from google.protobuf.message import Message
 
 from mooncake_core.rpc import store_pb2 as pb
 
+from .master_rpc import SURFACE
+
 HEADER = struct.Struct(">IBI")
 """Payload length, kind (op code or status), call id."""
 MAX_FRAME = 64 << 20
@@ -77,28 +79,27 @@ class Op:
         return self.name.removesuffix("Packed")
 
 
-OPS: tuple[Op, ...] = (
-    Op(1, "Exist", pb.ExistRequest, pb.ExistResponse),
-    Op(2, "BatchExist", pb.BatchKeysRequest, pb.BatchExistResponse),
-    Op(3, "GetReplicaList", pb.GetReplicaListRequest, pb.GetReplicaListResponse),
-    Op(4, "BatchGetReplicaList", pb.BatchKeysRequest, pb.BatchGetReplicaListResponse),
-    Op(5, "PutStart", pb.PutStartRequest, pb.PutStartResponse),
-    Op(6, "Upsert", pb.PutStartRequest, pb.PutStartResponse),
-    Op(7, "PutEnd", pb.KeyRequest, pb.KeyResponse),
-    Op(8, "PutRevoke", pb.KeyRequest, pb.KeyResponse),
-    Op(9, "BatchPutStart", pb.BatchPutStartRequest, pb.BatchPutStartResponse),
-    Op(10, "BatchUpsert", pb.BatchPutStartRequest, pb.BatchPutStartResponse),
-    Op(11, "BatchPutEnd", pb.BatchKeysRequest, pb.BatchKeyResponse),
-    Op(12, "BatchPutRevoke", pb.BatchKeysRequest, pb.BatchKeyResponse),
-    Op(13, "Remove", pb.RemoveRequest, pb.KeyResponse),
-    Op(14, "BatchRemove", pb.BatchKeysRequest, pb.BatchKeyResponse),
-    # Packed replies (no protobuf object per key; a master without them answers BAD
-    # "unknown op", and the client then uses the ops above).
-    Op(15, "BatchGetReplicaListPacked", pb.BatchKeysRequest, None),
-    Op(16, "BatchPutStartPacked", pb.BatchPutStartRequest, None),
-    Op(17, "BatchUpsertPacked", pb.BatchPutStartRequest, None),
+_SERVICE = pb.DESCRIPTOR.services_by_name["MasterService"]
+
+
+def _types(method: str) -> tuple[type[Message], type[Message]]:
+    m = _SERVICE.methods_by_name[method]
+    return getattr(pb, m.input_type.name), getattr(pb, m.output_type.name)
+
+
+OPS: tuple[Op, ...] = tuple(
+    sorted(
+        [Op(c.fast, c.method, *_types(c.method)) for c in SURFACE if c.fast]
+        + [
+            Op(c.packed.code, c.packed.name, _types(c.method)[0], None)
+            for c in SURFACE
+            if c.packed is not None
+        ],
+        key=lambda op: op.code,
+    )
 )
-"""The hot calls, the one description both ends are driven from."""
+"""The hot calls: the calls of :data:`~.master_rpc.SURFACE` with a fast op code (and
+the packed ops answering some of them), message types from ``store.proto``."""
 OP_BY_CODE = {op.code: op for op in OPS}
 OP_BY_NAME = {op.name: op for op in OPS}
 

@@ -22,25 +22,24 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from mooncake_core.rpc import store_pb2 as pb
 from mooncake_core.rpc import store_pb2_grpc as pb_grpc
 
 from . import convert as cv
 from . import events as ev
+from . import master_rpc as rpc
 from .auth import auth_metadata
 from .errors import AuthError, ErrorCode, StoreError, UnavailableError
 from .ha.follow import Failover, leader_hint
 from .ha.readiness import Readiness
-from .objects import ObjectInfo, Replica
-from .pins import Pin
-from .results import GetResult, ListKeysResult, MasterSnapshot, RemoveManyResult, ReplicateConfig
-from .segment import SegmentSnapshot
+from .master_rpc import AsyncCall, Unary
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -119,7 +118,7 @@ class MasterClient:
             master: the master target, e.g. ``ClusterConfig.master_target``.
             kwargs: as the constructor (client_id, secret, timeout_s, failover_timeout_s).
         """
-        from .client_master import split_master_url
+        from .ha.discovery import split_master_url
 
         endpoint, cluster = split_master_url(master)
         if endpoint is None:
@@ -171,26 +170,39 @@ class MasterClient:
         if owned is not None:
             await owned.close()
 
+    async def invoke(self, call: Unary[Any, T], request: Message) -> T:
+        """Send ``call``'s ``request``, following the leader, and read the reply."""
+        reply, resent = await self._call_counted(
+            lambda: getattr(self._stub, call.method)(request, **self._kw)
+        )
+        return call.reply(reply, request, resent)
+
     async def _call(self, make: Callable[[], Awaitable[T]]) -> T:
+        """:meth:`_call_counted` without the count."""
+        return (await self._call_counted(make))[0]
+
+    async def _call_counted(self, make: Callable[[], Awaitable[T]]) -> tuple[T, bool]:
         """Run one unary call; on UNAVAILABLE (master down, or NOT_LEADER) follow the
         leader (the refusal's hint, else the resolver) with backoff for up to
         ``failover_timeout_s``. A client without a resolver follows hints only.
 
-        A retried call may have been applied by the old leader before it died (its
-        reply lost): PutEnd can then answer INVALID_STATE (already complete) and
-        PutStart OBJECT_ALREADY_EXISTS; callers treat those as "done before".
+        Returns the reply and whether the request was sent more than once: a resent call
+        may have been applied by the old leader before it died (its reply lost), which
+        the surface's replies take into account (:mod:`.master_rpc`).
         """
         failover = Failover(self._failover_timeout, can_resolve=self._resolver is not None)
+        resent = False
         while True:
             channel = self._channel
             try:
-                return await make()
+                return await make(), resent
             except asyncio.CancelledError:
                 task = asyncio.current_task()
                 if channel is self._channel or (task is not None and task.cancelling()):
                     raise
                 # Another task moved this client to a new leader and closed the channel
                 # under this call: not our cancellation, send it again over the new one.
+                resent = True
                 continue
             except grpc.aio.AioRpcError as exc:
                 err = self._transport_error(exc)
@@ -209,6 +221,7 @@ class MasterClient:
                     continue
             if address and address != self.address:
                 await self._switch(address)
+            resent = True
 
     async def _switch(self, address: str) -> None:
         log.info("master client %s: following the leader to %s", self.client_id, address)
@@ -230,166 +243,44 @@ class MasterClient:
     def _kw(self) -> dict[str, object]:
         return {"metadata": self._metadata, "timeout": self._timeout}
 
-    # ------------------------------------------------------- segments, clients
-    async def mount_segment(
-        self,
-        name: str,
-        capacity: int,
-        *,
-        transport_address: str = "",
-        location: str = "cpu:0",
-        ssd_capacity: int = 0,
-    ) -> SegmentSnapshot:
-        """Lend a segment this client hosts. Raises ConflictError if the name is taken.
+    # ------------------------------------------------- the calls (master_rpc)
+    mount_segment = AsyncCall(rpc.MOUNT_SEGMENT)
+    unmount_segment = AsyncCall(rpc.UNMOUNT_SEGMENT)
+    drain_segment = AsyncCall(rpc.DRAIN_SEGMENT)
+    undrain_segment = AsyncCall(rpc.UNDRAIN_SEGMENT)
+    list_segment_objects = AsyncCall(rpc.LIST_SEGMENT_OBJECTS)
+    add_replica_start = AsyncCall(rpc.ADD_REPLICA_START)
+    add_replica_end = AsyncCall(rpc.ADD_REPLICA_END)
+    add_replica_revoke = AsyncCall(rpc.ADD_REPLICA_REVOKE)
+    drop_replica = AsyncCall(rpc.DROP_REPLICA)
+    tier_offload_done = AsyncCall(rpc.TIER_OFFLOAD_DONE)
+    tier_stage_done = AsyncCall(rpc.TIER_STAGE_DONE)
+    tier_dropped = AsyncCall(rpc.TIER_DROPPED)
+    put_start = AsyncCall(rpc.PUT_START)
+    upsert = AsyncCall(rpc.UPSERT)
+    put_end = AsyncCall(rpc.PUT_END)
+    put_revoke = AsyncCall(rpc.PUT_REVOKE)
+    batch_put_start = AsyncCall(rpc.BATCH_PUT_START)
+    batch_upsert = AsyncCall(rpc.BATCH_UPSERT)
+    batch_put_end = AsyncCall(rpc.BATCH_PUT_END)
+    batch_put_revoke = AsyncCall(rpc.BATCH_PUT_REVOKE)
+    get_replica_list = AsyncCall(rpc.GET_REPLICA_LIST)
+    batch_get_replica_list = AsyncCall(rpc.BATCH_GET_REPLICA_LIST)
+    exist = AsyncCall(rpc.EXIST)
+    batch_exist = AsyncCall(rpc.BATCH_EXIST)
+    stat = AsyncCall(rpc.STAT)
+    list_keys = AsyncCall(rpc.LIST_KEYS)
+    remove = AsyncCall(rpc.REMOVE)
+    batch_remove = AsyncCall(rpc.BATCH_REMOVE)
+    remove_by_prefix = AsyncCall(rpc.REMOVE_BY_PREFIX)
+    remove_by_regex = AsyncCall(rpc.REMOVE_BY_REGEX)
+    remove_all = AsyncCall(rpc.REMOVE_ALL)
+    pin = AsyncCall(rpc.PIN)
+    unpin = AsyncCall(rpc.UNPIN)
+    list_pins = AsyncCall(rpc.LIST_PINS)
+    get_snapshot = AsyncCall(rpc.GET_SNAPSHOT)
 
-        Args:
-            name: cluster-unique segment name.
-            capacity: DRAM bytes lent.
-            transport_address: where the Transfer Engine reaches the segment.
-            location: memory location (topology matrix key).
-            ssd_capacity: bytes of SSD tier this client keeps behind the segment (0: no
-                SSD tier). With it the master sends this client OffloadRequested and
-                StageRequested events for the segment.
-        """
-        req = pb.MountSegmentRequest(
-            client_id=self.client_id,
-            name=name,
-            capacity=capacity,
-            transport_address=transport_address,
-            location=location,
-            ssd_capacity=ssd_capacity,
-        )
-        r = await self._call(lambda: self._stub.MountSegment(req, **self._kw))
-        cv.raise_for(r.error)
-        return cv.segment_from_pb(r.segment)
-
-    async def unmount_segment(self, name: str) -> None:
-        """Start unmounting one of this client's segments (readable during the grace)."""
-        req = pb.SegmentRequest(client_id=self.client_id, name=name)
-        r = await self._call(lambda: self._stub.UnmountSegment(req, **self._kw))
-        cv.raise_for(r.error)
-
-    async def drain_segment(self, name: str) -> None:
-        """Stop placing on a segment (operator action)."""
-        r = await self._call(
-            lambda: self._stub.DrainSegment(pb.SegmentRequest(name=name), **self._kw)
-        )
-        cv.raise_for(r.error)
-
-    async def undrain_segment(self, name: str) -> None:
-        """Put a DRAINING/DRAINED segment back into placement (operator action)."""
-        r = await self._call(
-            lambda: self._stub.UndrainSegment(pb.SegmentRequest(name=name), **self._kw)
-        )
-        cv.raise_for(r.error)
-
-    async def list_segment_objects(
-        self, segment: str, *, start_after: str = "", limit: int = 1000
-    ) -> ListKeysResult:
-        """One page, in key order, of the objects with a readable replica on ``segment``."""
-        req = pb.ListSegmentObjectsRequest(segment=segment, start_after=start_after, limit=limit)
-        r = await self._call(lambda: self._stub.ListSegmentObjects(req, **self._kw))
-        return cv.list_from_pb(r)
-
-    async def add_replica_start(
-        self,
-        key: str,
-        *,
-        exclude_segments: Sequence[str] = (),
-        target_segment: str | None = None,
-    ) -> Replica:
-        """Allocate one more (invisible until :meth:`add_replica_end`) replica of ``key``."""
-        req = pb.AddReplicaStartRequest(
-            key=key, exclude_segments=list(exclude_segments), target_segment=target_segment or ""
-        )
-        r = await self._call(lambda: self._stub.AddReplicaStart(req, **self._kw))
-        cv.raise_for(r.error)
-        return cv.replicas_from_pb([r.replica])[0]
-
-    async def add_replica_end(self, key: str) -> None:
-        """Make the replica being added to ``key`` readable."""
-        req = pb.KeyRequest(client_id=self.client_id, key=key)
-        r = await self._call(lambda: self._stub.AddReplicaEnd(req, **self._kw))
-        cv.raise_for(r.error)
-
-    async def add_replica_revoke(self, key: str) -> None:
-        """Abandon the replica being added to ``key``."""
-        req = pb.KeyRequest(client_id=self.client_id, key=key)
-        r = await self._call(lambda: self._stub.AddReplicaRevoke(req, **self._kw))
-        cv.raise_for(r.error)
-
-    async def drop_replica(self, key: str, segment: str) -> bool:
-        """Drop ``key``'s replica on ``segment``; False: freed when the read lease ends."""
-        req = pb.DropReplicaRequest(key=key, segment=segment)
-        r = await self._call(lambda: self._stub.DropReplica(req, **self._kw))
-        cv.raise_for(r.error)
-        return r.freed
-
-    # ---------------------------------------------------------------- SSD tier
-    async def tier_offload_done(
-        self, key: str, segment: str, token: int, ok: bool, reason: str = ""
-    ) -> None:
-        """Report the outcome of an ``OffloadRequested`` for one of this client's segments.
-
-        Args:
-            key: the object.
-            segment: the segment named in the request (this client must own it).
-            token: the request's token (the object version that was copied).
-            ok: whether the SSD file was written.
-            reason: why not, when ``ok`` is False (for the master's log and counters).
-
-        Raises:
-            ConflictError: STALE, the object was rewritten or lost its replica on
-                ``segment`` meanwhile (delete the file); INVALID_STATE, the segment is
-                not this client's or has no SSD tier.
-            NotFoundError: no such object (delete the file) or segment.
-        """
-        req = pb.TierDoneRequest(
-            client_id=self.client_id, key=key, segment=segment, token=token, ok=ok, reason=reason
-        )
-        r = await self._call(lambda: self._stub.TierOffloadDone(req, **self._kw))
-        cv.raise_for(r.error)
-
-    async def tier_stage_done(
-        self, key: str, segment: str, request_id: int, ok: bool, reason: str = ""
-    ) -> None:
-        """Report the outcome of a ``StageRequested`` (bytes copied into the replica, or
-        ``ok=False`` with ``reason`` ``miss`` / ``corrupt``).
-
-        Raises:
-            ConflictError: STALE, no such stage is pending any more (it timed out, or
-                the object went away): the range is no longer the node's to fill;
-                INVALID_STATE, the segment is not this client's.
-            NotFoundError: no such object or segment.
-        """
-        req = pb.TierDoneRequest(
-            client_id=self.client_id,
-            key=key,
-            segment=segment,
-            token=request_id,
-            ok=ok,
-            reason=reason,
-        )
-        r = await self._call(lambda: self._stub.TierStageDone(req, **self._kw))
-        cv.raise_for(r.error)
-
-    async def tier_dropped(self, segment: str, keys: Sequence[str]) -> int:
-        """Tell the master this client's SSD tier no longer holds ``keys`` for ``segment``
-        (evicted for room, or found corrupt). Keys the master does not know, or knows
-        without an SSD copy there, are ignored.
-
-        Returns:
-            Objects removed because that was their last copy.
-
-        Raises:
-            NotFoundError: no such segment.
-            ConflictError: INVALID_STATE, the segment is not this client's.
-        """
-        req = pb.TierDroppedRequest(client_id=self.client_id, segment=segment, keys=list(keys))
-        r = await self._call(lambda: self._stub.TierDropped(req, **self._kw))
-        cv.raise_for(r.error)
-        return r.removed
-
+    # ------------------------------------------------------ by hand (BY_HAND)
     async def heartbeat(self, timeout_s: float | None = None) -> bool:
         """Tell the master this client is alive; False: it forgot us, remount segments.
 
@@ -456,120 +347,6 @@ class MasterClient:
                     continue
             await asyncio.sleep(interval_s)
 
-    # ------------------------------------------------------------------ writes
-    async def put_start(
-        self, key: str, size: int, config: ReplicateConfig | None = None
-    ) -> tuple[Replica, ...]:
-        """Allocate replicas for a new object; write them, then :meth:`put_end`."""
-        req = pb.PutStartRequest(
-            client_id=self.client_id, key=key, size=size, config=cv.config_to_pb(config)
-        )
-        r = await self._call(lambda: self._stub.PutStart(req, **self._kw))
-        cv.raise_for(r.error)
-        return cv.replicas_from_pb(r.replicas)
-
-    async def upsert(
-        self, key: str, size: int, config: ReplicateConfig | None = None
-    ) -> tuple[Replica, ...]:
-        """Like :meth:`put_start`, replacing an existing complete object."""
-        req = pb.PutStartRequest(
-            client_id=self.client_id, key=key, size=size, config=cv.config_to_pb(config)
-        )
-        r = await self._call(lambda: self._stub.Upsert(req, **self._kw))
-        cv.raise_for(r.error)
-        return cv.replicas_from_pb(r.replicas)
-
-    async def put_end(self, key: str) -> None:
-        """Make a written object readable."""
-        req = pb.KeyRequest(client_id=self.client_id, key=key)
-        cv.raise_for((await self._call(lambda: self._stub.PutEnd(req, **self._kw))).error)
-
-    async def put_revoke(self, key: str) -> None:
-        """Abandon a write and free its space."""
-        req = pb.KeyRequest(client_id=self.client_id, key=key)
-        cv.raise_for((await self._call(lambda: self._stub.PutRevoke(req, **self._kw))).error)
-
-    async def batch_put_start(
-        self, items: Sequence[tuple[str, int]], config: ReplicateConfig | None = None
-    ) -> list[tuple[Replica, ...] | StoreError]:
-        """:meth:`put_start` for each ``(key, size)``; errors are returned per item."""
-        return await self._batch_put(items, config, upsert=False)
-
-    async def batch_upsert(
-        self, items: Sequence[tuple[str, int]], config: ReplicateConfig | None = None
-    ) -> list[tuple[Replica, ...] | StoreError]:
-        """:meth:`upsert` for each ``(key, size)``."""
-        return await self._batch_put(items, config, upsert=True)
-
-    async def _batch_put(
-        self, items: Sequence[tuple[str, int]], config: ReplicateConfig | None, *, upsert: bool
-    ) -> list[tuple[Replica, ...] | StoreError]:
-        req = pb.BatchPutStartRequest(
-            client_id=self.client_id,
-            items=[pb.BatchPutStartRequest.Item(key=k, size=s) for k, s in items],
-            config=cv.config_to_pb(config),
-        )
-        method = self._stub.BatchUpsert if upsert else self._stub.BatchPutStart
-        r = await self._call(lambda: method(req, **self._kw))
-        out: list[tuple[Replica, ...] | StoreError] = []
-        for x in r.results:
-            e = cv.error_from_pb(x.error)
-            out.append(e if e is not None else cv.replicas_from_pb(x.replicas))
-        return out
-
-    async def batch_put_end(self, keys: Sequence[str]) -> list[StoreError | None]:
-        """:meth:`put_end` for each key; ``None`` where it succeeded."""
-        req = pb.BatchKeysRequest(client_id=self.client_id, keys=list(keys))
-        r = await self._call(lambda: self._stub.BatchPutEnd(req, **self._kw))
-        return [cv.error_from_pb(e) for e in r.errors]
-
-    async def batch_put_revoke(self, keys: Sequence[str]) -> list[StoreError | None]:
-        """:meth:`put_revoke` for each key."""
-        req = pb.BatchKeysRequest(client_id=self.client_id, keys=list(keys))
-        r = await self._call(lambda: self._stub.BatchPutRevoke(req, **self._kw))
-        return [cv.error_from_pb(e) for e in r.errors]
-
-    # ------------------------------------------------------------------- reads
-    async def get_replica_list(self, key: str) -> GetResult:
-        """Where to read ``key``; grants a read lease."""
-        r = await self._call(
-            lambda: self._stub.GetReplicaList(pb.GetReplicaListRequest(key=key), **self._kw)
-        )
-        return cv.get_result_from_pb(key, r)
-
-    async def batch_get_replica_list(self, keys: Sequence[str]) -> list[GetResult | StoreError]:
-        """:meth:`get_replica_list` for each key; errors per item."""
-        req = pb.BatchKeysRequest(client_id=self.client_id, keys=list(keys))
-        r = await self._call(lambda: self._stub.BatchGetReplicaList(req, **self._kw))
-        out: list[GetResult | StoreError] = []
-        for k, x in zip(keys, r.results, strict=True):
-            e = cv.error_from_pb(x.error)
-            out.append(e if e is not None else cv.get_result_from_pb(k, x))
-        return out
-
-    async def exist(self, key: str) -> bool:
-        """Whether ``key`` is readable (no lease, no recency update)."""
-        r = await self._call(lambda: self._stub.Exist(pb.ExistRequest(key=key), **self._kw))
-        cv.raise_for(r.error)
-        return r.exists
-
-    async def batch_exist(self, keys: Sequence[str]) -> list[bool]:
-        """:meth:`exist` for each key."""
-        req = pb.BatchKeysRequest(client_id=self.client_id, keys=list(keys))
-        return list((await self._call(lambda: self._stub.BatchExist(req, **self._kw))).exists)
-
-    async def stat(self, key: str) -> ObjectInfo:
-        """Describe one object (no lease, no recency update)."""
-        r = await self._call(lambda: self._stub.Stat(pb.StatRequest(key=key), **self._kw))
-        return cv.stat_from_pb(r)
-
-    async def list_keys(
-        self, prefix: str = "", start_after: str = "", limit: int = 1000
-    ) -> ListKeysResult:
-        """One page of keys in key order."""
-        req = pb.ListKeysRequest(prefix=prefix, start_after=start_after, limit=limit)
-        return cv.list_from_pb(await self._call(lambda: self._stub.ListKeys(req, **self._kw)))
-
     async def iter_keys(self, prefix: str = "", page: int = 1000) -> AsyncIterator[str]:
         """Every key under ``prefix``, fetched page by page."""
         after = ""
@@ -580,66 +357,6 @@ class MasterClient:
             if res.next_start_after is None:
                 return
             after = res.next_start_after
-
-    # ---------------------------------------------------------------- removals
-    async def remove(self, key: str, *, force: bool = False) -> None:
-        """Remove one object (refused while leased unless ``force``)."""
-        req = pb.RemoveRequest(key=key, force=force)
-        cv.raise_for((await self._call(lambda: self._stub.Remove(req, **self._kw))).error)
-
-    async def batch_remove(
-        self, keys: Sequence[str], *, force: bool = False
-    ) -> list[StoreError | None]:
-        """:meth:`remove` for each key."""
-        req = pb.BatchKeysRequest(client_id=self.client_id, keys=list(keys), force=force)
-        r = await self._call(lambda: self._stub.BatchRemove(req, **self._kw))
-        return [cv.error_from_pb(e) for e in r.errors]
-
-    async def remove_by_prefix(self, prefix: str, *, force: bool = False) -> RemoveManyResult:
-        """Remove every removable object under ``prefix``."""
-        req = pb.RemoveByPrefixRequest(prefix=prefix, force=force)
-        return _many(await self._call(lambda: self._stub.RemoveByPrefix(req, **self._kw)))
-
-    async def remove_by_regex(self, pattern: str, *, force: bool = False) -> RemoveManyResult:
-        """Remove every removable object whose key matches ``pattern`` (Python ``re.search``)."""
-        req = pb.RemoveByRegexRequest(pattern=pattern, force=force)
-        return _many(await self._call(lambda: self._stub.RemoveByRegex(req, **self._kw)))
-
-    async def remove_all(self, *, force: bool = False) -> RemoveManyResult:
-        """Remove every removable object."""
-        req = pb.RemoveAllRequest(force=force)
-        return _many(await self._call(lambda: self._stub.RemoveAll(req, **self._kw)))
-
-    # -------------------------------------------------------------------- pins
-    async def pin(
-        self, target: str, *, prefix: bool = False, hard: bool = False, ttl_s: float | None = None
-    ) -> Pin:
-        """Pin a key or a prefix; ``expires_at`` is on this process's monotonic clock."""
-        req = pb.PinRequest(target=target, prefix=prefix, hard=hard)
-        if ttl_s is not None:
-            req.ttl_s = ttl_s
-        r = await self._call(lambda: self._stub.Pin(req, **self._kw))
-        cv.raise_for(r.error)
-        return cv.pin_from_pb(r.pin, time.monotonic())
-
-    async def unpin(self, target: str, *, prefix: bool = False) -> Pin:
-        """Clear the pin on exactly this key or prefix; returns it."""
-        req = pb.UnpinRequest(target=target, prefix=prefix)
-        r = await self._call(lambda: self._stub.Unpin(req, **self._kw))
-        cv.raise_for(r.error)
-        return cv.pin_from_pb(r.pin, time.monotonic())
-
-    async def list_pins(self) -> list[Pin]:
-        """Live pins (keys, then prefixes, sorted)."""
-        r = await self._call(lambda: self._stub.ListPins(pb.ListPinsRequest(), **self._kw))
-        now = time.monotonic()
-        return [cv.pin_from_pb(p, now) for p in r.pins]
-
-    # -------------------------------------------------------- read-model, events
-    async def get_snapshot(self) -> MasterSnapshot:
-        """The master's read-model."""
-        r = await self._call(lambda: self._stub.GetSnapshot(pb.SnapshotRequest(), **self._kw))
-        return cv.snapshot_from_pb(r)
 
     async def get_readiness(self) -> Readiness:
         """This master's role and catch-up state (answered by followers too; not
@@ -682,8 +399,3 @@ class MasterClient:
             raise self._transport_error(exc) from None
         finally:
             call.cancel()
-
-
-def _many(r: pb.RemoveManyResponse) -> RemoveManyResult:
-    cv.raise_for(r.error)
-    return RemoveManyResult(r.removed, r.skipped)

@@ -167,7 +167,7 @@ class StoreNode:
     async def _start_tier(self, tier: SsdTier) -> None:
         """Follow the master's tier events with the node's own client id (the master
         checks that confirmations come from the segment's owner)."""
-        from .client_master import split_master_url
+        from .ha.discovery import split_master_url
 
         co = self.options.client
         cid, secret, timeout = self.client.client_id, co.secret, co.rpc_timeout_s

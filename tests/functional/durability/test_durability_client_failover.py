@@ -108,7 +108,7 @@ def test_store_client_and_nodes_follow_the_leader(tmp_path: Path) -> None:
                 assert c.get(key) == data, key
             # Longer than client_ttl_s: the nodes heartbeat (or re-mount on) the new leader.
             time.sleep(6)
-            snap = c._m.snapshot()
+            snap = c._m.get_snapshot()
             for n in nodes:  # each node's keep-alive moved to the new leader
                 assert f"following the leader to {new.address}" in n.text(), n.text()[-2000:]
             states = {s.name.split("/")[0]: s.state.name for s in snap.segments}

@@ -105,7 +105,7 @@ def wait_offloaded(c: Client, keys: list[str], timeout: float = 20.0) -> None:
     wm = MasterConfig(**MASTER).effective_offload_watermark
     deadline = time.monotonic() + timeout
     while True:
-        segs = {s.name: s for s in c._m.snapshot().segments}
+        segs = {s.name: s for s in c._m.get_snapshot().segments}
         full = {n for n, s in segs.items() if s.used >= wm * s.capacity}
         lagging = []
         for k in keys:
@@ -161,7 +161,7 @@ def test_working_set_four_times_dram_reads_back_through_the_ssd_tier(tmp_path: P
                 written[key] = os.urandom(OBJ)
                 c.put(key, written[key])
                 wait_offloaded(c, list(written))
-            snap = c._m.snapshot()
+            snap = c._m.get_snapshot()
             assert snap.evicted_objects_total == 0, "an object was evicted without an SSD copy"
             infos = {k: c.stat(k) for k in written}
             ssd_only = [k for k, i in infos.items() if not i.replicas]
@@ -190,7 +190,7 @@ def test_working_set_four_times_dram_reads_back_through_the_ssd_tier(tmp_path: P
                 time.sleep(1.0)
             stages = sum(node_ssd(p)["stages"] for p in nodes.values())
             assert stages >= len(ssd_only), (stages, len(ssd_only))
-            snap = c._m.snapshot()
+            snap = c._m.get_snapshot()
             assert snap.ssd_stages_total == stages and snap.ssd_stage_failures_total == 0
             assert snap.ssd_promotions_total > 0 and snap.offloaded_evictions_total > 0
             assert snap.evicted_objects_total == 0
@@ -311,7 +311,7 @@ def test_ssd_copies_survive_a_leader_failover(tmp_path: Path) -> None:
             for key, data in written.items():
                 assert get_retrying(c, key, timeout=30) == data, key
             assert c._m.address == new.address
-            assert c._m.snapshot().ssd_stages_total > 0  # staged by the new leader
+            assert c._m.get_snapshot().ssd_stages_total > 0  # staged by the new leader
     finally:
         for p in nodes.values():
             p.stop()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mooncake_core.store.client_master import SyncLeaderResolver, split_master_url
 from mooncake_core.store.errors import UnavailableError
+from mooncake_core.store.ha.discovery import SyncLeaderResolver, split_master_url
 
 
 def test_fixed_address_is_kept() -> None:

@@ -1,48 +1,62 @@
-"""A call the store client resent after a leader switch may have been applied by the old
-leader (its reply lost). PutStart answered OBJECT_ALREADY_EXISTS, or Remove answered
+"""A call a client resent after a leader switch may have been applied by the old leader
+(its reply lost). PutStart answered OBJECT_ALREADY_EXISTS, or Remove answered
 OBJECT_NOT_FOUND, after a resend may be this client's own first attempt: the outcome is
-unknown (UnavailableError), never a definite "exists" / "not found". Without a resend the
-answers stand. The randomized HA fault test found both (test_rel_jepsen.py)."""
+unknown (UnavailableError), never a definite "exists" / "not found"; PutEnd answered
+"already complete" (INVALID_STATE) after a resend is its own first attempt: success.
+Without a resend the answers stand. The randomized HA fault test found the first two
+(test_rel_jepsen.py).
+
+These are the replies of the master RPC surface (``master_rpc``), which both the
+blocking and the async client use, so both get the same rules."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import pytest
 
 from mooncake_core.rpc import store_pb2 as pb
+from mooncake_core.store import master_rpc as rpc
 from mooncake_core.store.client_master import SyncMaster
 from mooncake_core.store.errors import ConflictError, NotFoundError, UnavailableError
+from mooncake_core.store.master_client import MasterClient
 
 EXISTS = pb.Error(code=pb.OBJECT_ALREADY_EXISTS, message="object 'k' already exists (PROCESSING)")
 MISSING = pb.Error(code=pb.OBJECT_NOT_FOUND, message="object 'k' not found")
+DONE = pb.Error(code=pb.INVALID_STATE, message="object 'k' is already complete")
 
 
-def _master(reply: Any, resent: bool) -> SyncMaster:
-    m = SyncMaster("127.0.0.1:1", client_id="c", secret=None)
-
-    def call(fn: Any, req: Any) -> Any:
-        m._tls.retried = resent
-        return reply
-
-    m._call = call  # type: ignore[method-assign]
-    return m
-
-
-@pytest.mark.parametrize("upsert", [False, True])
-def test_resent_put_start_answered_exists_is_indeterminate(upsert: bool) -> None:
-    m = _master(pb.PutStartResponse(error=EXISTS), resent=True)
+@pytest.mark.parametrize("call", [rpc.PUT_START, rpc.UPSERT])
+def test_resent_put_start_answered_exists_is_indeterminate(call: rpc.Unary) -> None:  # type: ignore[type-arg]
+    req = call.request("c", "k", 10)
+    reply = pb.PutStartResponse(error=EXISTS)
     with pytest.raises(UnavailableError, match="resent after a leader switch"):
-        m.put_start("k", 10, None, upsert=upsert)
-    m = _master(pb.PutStartResponse(error=EXISTS), resent=False)
+        call.reply(reply, req, True)
     with pytest.raises(ConflictError):
-        m.put_start("k", 10, None, upsert=upsert)
+        call.reply(reply, req, False)
 
 
 def test_resent_remove_answered_not_found_is_indeterminate() -> None:
-    m = _master(pb.KeyResponse(error=MISSING), resent=True)
+    req = rpc.REMOVE.request("c", "k", force=True)
+    assert req.force
+    reply = pb.KeyResponse(error=MISSING)
     with pytest.raises(UnavailableError, match="resent after a leader switch"):
-        m.remove("k", force=True)
-    m = _master(pb.KeyResponse(error=MISSING), resent=False)
+        rpc.REMOVE.reply(reply, req, True)
     with pytest.raises(NotFoundError):
-        m.remove("k", force=True)
+        rpc.REMOVE.reply(reply, req, False)
+
+
+def test_resent_put_end_answered_already_complete_is_success() -> None:
+    req = rpc.PUT_END.request("c", "k")
+    assert rpc.PUT_END.reply(pb.KeyResponse(error=DONE), req, True) is None
+    with pytest.raises(ConflictError):
+        rpc.PUT_END.reply(pb.KeyResponse(error=DONE), req, False)
+    batch = rpc.BATCH_PUT_END.request("c", ["k", "j"])
+    reply = pb.BatchKeyResponse(errors=[DONE, MISSING])
+    first, second = rpc.BATCH_PUT_END.reply(reply, batch, True)
+    assert first is None and isinstance(second, NotFoundError)
+    assert isinstance(rpc.BATCH_PUT_END.reply(reply, batch, False)[0], ConflictError)
+
+
+def test_both_clients_take_these_calls_from_the_surface() -> None:
+    for client in (SyncMaster, MasterClient):
+        for name in ("put_start", "upsert", "put_end", "batch_put_end", "remove"):
+            assert vars(client)[name].call is getattr(rpc, name.upper())
