@@ -161,6 +161,8 @@ class Client(BatchOps):
             self._heartbeat.stop(unmount=True)
         if self._engine is not None:
             self._engine.close()
+        if self._data is not None:
+            self._data.close()
         if self._master is not None:
             self._master.close()
 

@@ -25,6 +25,7 @@ import bisect
 import contextlib
 import os
 import re
+import select
 import struct
 import threading
 import time
@@ -222,6 +223,55 @@ def _exited_owner(shm_path: str) -> int | None:
     return pid if state == [b"Z"] else None
 
 
+class OwnerWatch:
+    """Whether the engine process owning a same-host segment file has exited.
+
+    One pidfd per owner process, opened at its first check and polled without blocking
+    after that (0.5 us against 16 us for ``kill`` and a read of ``/proc/PID/stat``: a
+    4 KiB put checks once). A pidfd turns readable when its process ends (a zombie
+    included) and always names the process it was opened on, so a later process that
+    reuses the pid is never taken for the owner. Where pidfds are not available the
+    check falls back to :func:`_exited_owner`. The pidfds stay open for the client's
+    life (one per node process it ever wrote to) and are closed by :meth:`close`.
+    """
+
+    def __init__(self) -> None:
+        self._fds: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def exited(self, shm_path: str) -> int | None:
+        """The owner's pid if it has exited (or is a zombie), else ``None`` (running, or
+        the file name does not say)."""
+        m = _SHM_OWNER.match(os.path.basename(shm_path))
+        if m is None:
+            return None
+        pid = int(m.group(1))
+        fd = self._fds.get(pid)
+        if fd is None:
+            try:
+                fd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                return pid
+            except (OSError, AttributeError):
+                return _exited_owner(shm_path)
+            with self._lock:
+                kept = self._fds.setdefault(pid, fd)
+            if kept != fd:  # another thread opened one first
+                os.close(fd)
+                fd = kept
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return pid if poller.poll(0) else None
+
+    def close(self) -> None:
+        """Close every pidfd."""
+        with self._lock:
+            fds, self._fds = list(self._fds.values()), {}
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
 @dataclass(slots=True)
 class Pending:
     """Transfers started by :meth:`DataPath.start`, not yet waited for."""
@@ -273,6 +323,11 @@ class DataPath:
         self._checked_at = -1e18
         self._remote: dict[str, tuple[RemoteSegment, tuple[str, str]]] = {}
         self._lock = threading.Lock()
+        self._owners = OwnerWatch()
+
+    def close(self) -> None:
+        """Release what the data path holds (the owners' pidfds)."""
+        self._owners.close()
 
     def transport_of(self, segment: str) -> str:
         """``local``, ``shm`` or ``tcp`` for an already opened segment, else ``unknown``."""
@@ -398,7 +453,7 @@ class DataPath:
                 continue
             path = req.segment.info.shm_path or ""
             if path not in gone:
-                gone[path] = _exited_owner(path)
+                gone[path] = self._owners.exited(path)
             pid = gone[path]
             if pid is not None:
                 segment = req.segment.name.rpartition("/")[2]
