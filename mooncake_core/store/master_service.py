@@ -448,7 +448,10 @@ class MasterService:
         """
         async with self._lock:
             result = self._invoke(rpc, fn, self._clock())
-            extra = [] if started is None or isinstance(result, StoreError) else started(result)
+            # Without a journal there is nowhere to put the records: do not build them.
+            extra: list[Record] = []
+            if started is not None and self.sink is not None and not isinstance(result, StoreError):
+                extra = started(result)
             seq = self._publish(extra)
         return await self._durable(rpc, result, seq)
 
