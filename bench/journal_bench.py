@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 
 from mooncake_core.config.models import MasterConfig
+from mooncake_core.store.client.async_master import MasterClient
 from mooncake_core.store.ha.durable import restore_local
 from mooncake_core.store.journal import JournalOptions
-from mooncake_core.store.master_client import MasterClient
 from mooncake_core.store.master_service import MasterService, ServiceOptions
 
 MODES = ("off", "none", "batch", "always")

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from mooncake_core.store.tier_ssd import SsdTier, SsdTierOptions
+from mooncake_core.store.tier.ssd import SsdTier, SsdTierOptions
 
 
 def _size(text: str) -> int:

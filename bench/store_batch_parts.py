@@ -78,7 +78,7 @@ def main() -> None:
 
 def _measure(master: str, args: argparse.Namespace) -> dict[str, Any]:
     from mooncake_core.store.client import Client
-    from mooncake_core.store.client_options import ClientOptions
+    from mooncake_core.store.client.options import ClientOptions
 
     c = Client(ClientOptions(master=master, transport=args.transport)).setup()
     buf = ctypes.create_string_buffer(2 * KEYS * SIZE)

@@ -83,7 +83,7 @@ class OursStore:
 
     def __init__(self, master: str, transport: str) -> None:
         from mooncake_core.store.client import Client
-        from mooncake_core.store.client_options import ClientOptions
+        from mooncake_core.store.client.options import ClientOptions
 
         self.client = Client(ClientOptions(master=master, transport=transport)).setup()  # type: ignore[arg-type]
         self.errors: list[str] = []
@@ -596,7 +596,7 @@ def cmd_rpc_floor(args: argparse.Namespace) -> None:
 
     from mooncake_core.rpc import store_pb2 as pb
     from mooncake_core.rpc import store_pb2_grpc as pbg
-    from mooncake_core.store.client_master import SyncMaster
+    from mooncake_core.store.client.sync_master import SyncMaster
 
     n = args.calls
     res: dict[str, Any] = {"load_before": os.getloadavg()[0]}
@@ -636,7 +636,7 @@ def cmd_rpc_floor(args: argparse.Namespace) -> None:
     try:
         import asyncio
 
-        from mooncake_core.store.master_client import MasterClient
+        from mooncake_core.store.client.async_master import MasterClient
 
         async def mount() -> None:
             async with MasterClient(f"127.0.0.1:{mport}", client_id="bench") as mc:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mooncake_core.store.client import Client
-from mooncake_core.store.client_options import ClientOptions, SegmentSpec
+from mooncake_core.store.client.options import ClientOptions, SegmentSpec
 from mooncake_core.store.errors import ErrorCode, InvalidArgumentError, StoreError
 
 from ._sizes import parse_size

@@ -1,6 +1,6 @@
 """Upstream's CPU tensor API of ``MooncakeDistributedStore`` (a mixin of the store).
 
-Tensors are stored in our own layout (:mod:`mooncake_core.store.client_tensor`: a small
+Tensors are stored in our own layout (:mod:`mooncake_core.store.client.tensor`: a small
 header, then the bytes), so ``put_tensor_from`` / ``get_tensor_into`` buffers hold that
 layout, as upstream's hold its ``[TensorMetadata][data]``. Tensor-parallel shards are
 stored under ``{key}_tp_{rank}`` as upstream does. CUDA tensors are refused (-600, logged):
@@ -14,7 +14,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from mooncake_core.store import client_tensor
+from mooncake_core.store.client import tensor as client_tensor
 from mooncake_core.store.errors import StoreError
 
 from ._codes import UpstreamCode, to_code

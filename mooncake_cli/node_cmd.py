@@ -35,7 +35,7 @@ def ls(config: ConfigOption = None, json_out: JsonOption = False) -> None:
 
     from mooncake_core.cluster.drain import node_of
     from mooncake_core.store import StoreError
-    from mooncake_core.store.master_client import MasterClient
+    from mooncake_core.store.client.async_master import MasterClient
 
     cfg = load(config)
     address, secret = _master(cfg)
@@ -119,7 +119,7 @@ def drain(
     from mooncake_core.cluster.drain import MoveReport, drain_node, move_off, node_segments
     from mooncake_core.cluster.replica_copy import ReplicaCopier
     from mooncake_core.store import StoreError
-    from mooncake_core.store.master_client import MasterClient
+    from mooncake_core.store.client.async_master import MasterClient
     from mooncake_core.transfer import TransferError
 
     cfg = load(config)
@@ -186,7 +186,7 @@ def undrain(node: NodeArg, config: ConfigOption = None) -> None:
 
     from mooncake_core.cluster.drain import undrain_node
     from mooncake_core.store import StoreError
-    from mooncake_core.store.master_client import MasterClient
+    from mooncake_core.store.client.async_master import MasterClient
 
     cfg = load(config)
     address, secret = _master(cfg)

@@ -30,7 +30,7 @@ from .serve import serve
 if TYPE_CHECKING:
     from mooncake_core.config import ClusterConfig
     from mooncake_core.store.client import Client, Readable
-    from mooncake_core.store.client_options import ClientOptions
+    from mooncake_core.store.client.options import ClientOptions
     from mooncake_core.store.node import NodeOptions
 
 app = typer.Typer(
@@ -82,7 +82,7 @@ def parse_duration(text: str) -> float:
 def _options(
     config: Path | None, master: str | None, secret_file: Path | None, **kw: Any
 ) -> ClientOptions:
-    from mooncake_core.store.client_options import ClientOptions
+    from mooncake_core.store.client.options import ClientOptions
 
     cfg = load(config)
     try:
@@ -238,7 +238,7 @@ def node_options(
         ValueError: an SSD directory without a size, or a size without a directory.
         OSError: the secret file exists but cannot be read.
     """
-    from mooncake_core.store.client_options import ClientOptions
+    from mooncake_core.store.client.options import ClientOptions
     from mooncake_core.store.node import NodeOptions
 
     entry = next((n for n in cfg.store_nodes if n.name == name), None)

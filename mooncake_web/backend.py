@@ -32,7 +32,7 @@ from .options import WebOptions
 if TYPE_CHECKING:
     from mooncake_core.cluster.replica_copy import ReplicaCopier
     from mooncake_core.config import ClusterConfig
-    from mooncake_core.store.master_client import MasterClient
+    from mooncake_core.store.client.async_master import MasterClient
 
 __all__ = ["Backend", "NicPoint", "audit_url_for", "master_address", "read_token"]
 
@@ -131,7 +131,7 @@ class Backend:
     # ------------------------------------------------------------------ lifecycle
     def open(self) -> None:
         """Start polling and connect the master client (call on the app's event loop)."""
-        from mooncake_core.store.master_client import MasterClient
+        from mooncake_core.store.client.async_master import MasterClient
 
         self._mc = MasterClient.for_target(
             self.master, client_id="mooncake-web", secret=self.secret

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from mooncake_core.cluster.replica_copy import ReplicaCopier
     from mooncake_core.store import Replica, SegmentSnapshot
-    from mooncake_core.store.master_client import MasterClient
+    from mooncake_core.store.client.async_master import MasterClient
 
 __all__ = ["DrainJob", "DrainJobs"]
 

@@ -44,7 +44,7 @@ from mooncake_core.store import (
 )
 
 if TYPE_CHECKING:
-    from mooncake_core.store.master_client import MasterClient
+    from mooncake_core.store.client.async_master import MasterClient
 
 Progress = Callable[[int, int], None]
 """Called with (objects scanned, objects to scan)."""

@@ -4,7 +4,7 @@ The node drain (:mod:`.drain`) asks the master for a new replica of an object, t
 needs the bytes moved from the replica on the draining node into it. This module does
 only that: read every slice of the source replica into a registered staging buffer,
 then write the buffer into every slice of the target replica. It uses the store client's
-data path (:class:`~mooncake_core.store.client_data.DataPath`), so segments on this host
+data path (:class:`~mooncake_core.store.client.data.DataPath`), so segments on this host
 are reached over shm and others over tcp, exactly as a store client would.
 
 It is synchronous (the engine calls block); the async drain runs it in a thread. It
@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from mooncake_core.store.client_data import DataPath, plan
+from mooncake_core.store.client.data import DataPath, plan
 from mooncake_core.transfer import OpCode, Region, TransferEngine
 
 if TYPE_CHECKING:

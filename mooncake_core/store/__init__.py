@@ -1,7 +1,7 @@
 """Mooncake Store: the master's sans-IO metadata core, its gRPC service and client.
 
 See ``docs/store.md`` for the semantics (leases, pins, eviction, segment states, events).
-The service and client modules (``master_service``, ``master_client``) import grpc and are
+The service and client modules (``master_service``, ``client/``) import grpc and are
 not re-exported here, so importing the core stays light.
 """
 
@@ -51,16 +51,16 @@ from .strategies import STRATEGIES, AllocationStrategy, AllocContext, make_strat
 
 if TYPE_CHECKING:
     from .client import Client
-    from .client_options import ClientOptions, SegmentSpec
+    from .client.options import ClientOptions, SegmentSpec
 
 
 def __getattr__(name: str) -> object:
     # The store Client imports grpc and the Transfer Engine: load it on first use so
     # importing the core stays light.
     if name in ("Client", "ClientOptions", "SegmentSpec"):
-        from . import client, client_options
+        from .client import client, options
 
-        return getattr(client if name == "Client" else client_options, name)
+        return getattr(client if name == "Client" else options, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

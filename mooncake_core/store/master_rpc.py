@@ -6,8 +6,8 @@ how its reply becomes the Python result (errors raised as the core's
 :class:`~.errors.StoreError` classes), and whether the fast control channel carries it
 (its op code, and the packed op answering it, if any). From this table:
 
-- the async :class:`~.master_client.MasterClient` and the blocking
-  :class:`~.client_master.SyncMaster` get their methods (:class:`AsyncCall`,
+- the async :class:`~.client.async_master.MasterClient` and the blocking
+  :class:`~.client.sync_master.SyncMaster` get their methods (:class:`AsyncCall`,
   :class:`SyncCall`: one line per call in each class, no per-call body);
 - the fast channel's op table is made (:data:`~.fast_control.OPS`);
 - a test checks it against ``store.proto``'s service and the servicer's handlers.

@@ -9,7 +9,7 @@ master keeps it readable for ``unmount_grace_s``, but the memory goes with the p
 readers fall back to other replicas).
 
 SSD tier (``ssd_dir`` + ``ssd_size``): the segment is mounted with ``ssd_capacity`` and the
-node follows the master's event stream with a :class:`~.tier_worker.TierWorker`: it copies
+node follows the master's event stream with a :class:`~.tier.worker.TierWorker`: it copies
 objects the master asks to offload from the segment into checksummed files, stages files
 back into the ranges the master allocates for readers, deletes files of removed objects,
 and reports files its disk evicted (docs/durability.md, "SSD tier"). The directory's tier
@@ -34,13 +34,13 @@ from mooncake_core import __version__
 from mooncake_core.telemetry import ComponentInfo, TelemetryRegistry, telemetry_routes
 
 from .client import Client
-from .client_options import ClientOptions, SegmentSpec
+from .client.async_master import MasterClient
+from .client.options import ClientOptions, SegmentSpec
 from .errors import ConflictError, ErrorCode, InvalidArgumentError
-from .master_client import MasterClient
 from .metrics_http import serve_http
-from .tier_agent import TierAgent, wipe_tier_dir
-from .tier_ssd import SsdTier, SsdTierOptions
-from .tier_worker import TierWorker
+from .tier.agent import TierAgent, wipe_tier_dir
+from .tier.ssd import SsdTier, SsdTierOptions
+from .tier.worker import TierWorker
 
 log = logging.getLogger(__name__)
 

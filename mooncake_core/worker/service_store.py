@@ -193,7 +193,7 @@ def store_bridge_factory(
 
     def build(engine: InferenceEngine) -> StoreBridge:
         from mooncake_core.store.client import Client
-        from mooncake_core.store.client_options import ClientOptions
+        from mooncake_core.store.client.options import ClientOptions
 
         master = cluster.master_target
         client = Client(

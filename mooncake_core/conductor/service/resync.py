@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from mooncake_core.conductor.scheduler import Conductor
     from mooncake_core.conductor.service.links import WorkerLink
     from mooncake_core.conductor.store_feed import StoreFeed
-    from mooncake_core.store.master_client import MasterClient
+    from mooncake_core.store.client.async_master import MasterClient
 
 __all__ = ["ResyncStats", "StoreResync", "list_store_blocks", "list_worker_blocks"]
 
@@ -194,7 +194,7 @@ class StoreResync:
         Raises:
             grpc.RpcError, OSError: the master is unreachable (nothing is changed).
         """
-        from mooncake_core.store.master_client import MasterClient
+        from mooncake_core.store.client.async_master import MasterClient
 
         async with MasterClient.for_target(self.address, secret=self.secret) as mc:
             held = await list_store_blocks(

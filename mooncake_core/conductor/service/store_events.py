@@ -55,7 +55,7 @@ async def follow_store(
 
     Objects stored before the subscription are not replayed (no ListKeys resync yet).
     """
-    from mooncake_core.store.master_client import MasterClient
+    from mooncake_core.store.client.async_master import MasterClient
 
     while True:
         try:

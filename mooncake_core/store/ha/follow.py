@@ -1,7 +1,7 @@
 """How a master client follows the HA leader: one policy for the sync and async clients.
 
-Sans-IO: the clients (``SyncMaster`` in ``client_master.py``, ``MasterClient`` in
-``master_client.py``) make the calls, sleep and look the leader up; this module decides
+Sans-IO: the clients (``SyncMaster`` in ``client/sync_master.py``, ``MasterClient`` in
+``client/async_master.py``) make the calls, sleep and look the leader up; this module decides
 what a failed call leads to and reads the two places the leader's address comes from
 (a follower's refusal, the leader key in etcd).
 

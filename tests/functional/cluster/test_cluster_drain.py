@@ -15,7 +15,7 @@ import pytest
 from cluster_support import cli, has_command, kill_recorded, make_config, write_config
 
 from mooncake_core.store import ReplicateConfig, StoreError
-from mooncake_core.store.master_client import MasterClient
+from mooncake_core.store.client.async_master import MasterClient
 
 pytestmark = [
     pytest.mark.integration,

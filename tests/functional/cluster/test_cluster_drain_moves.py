@@ -16,7 +16,7 @@ from mooncake_core.cluster.drain import move_off, undrain_node
 from mooncake_core.cluster.replica_copy import CopyError
 from mooncake_core.config.models import MasterConfig
 from mooncake_core.store import Replica, ReplicateConfig, SegmentSnapshot, SegmentState
-from mooncake_core.store.master_client import MasterClient
+from mooncake_core.store.client.async_master import MasterClient
 from mooncake_core.store.master_service import MasterService, ServiceOptions
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]

@@ -14,8 +14,8 @@ from durability_proc_support import ETCD, Proc, health, start_etcd, start_master
 
 from mooncake_core.rpc import store_pb2 as pb
 from mooncake_core.rpc import store_pb2_grpc as pb_grpc
+from mooncake_core.store.client.async_master import MasterClient
 from mooncake_core.store.errors import ConflictError, NotFoundError, StoreError
-from mooncake_core.store.master_client import MasterClient
 
 pytestmark = [
     pytest.mark.integration,

@@ -9,8 +9,8 @@ from mooncake_core.config.models import MasterConfig
 from mooncake_core.rpc import store_pb2 as pb
 from mooncake_core.rpc import store_pb2_grpc as pb_grpc
 from mooncake_core.store.auth import auth_metadata
+from mooncake_core.store.client.async_master import MasterClient
 from mooncake_core.store.errors import AuthError
-from mooncake_core.store.master_client import MasterClient
 from mooncake_core.store.master_service import MasterService, ServiceOptions
 
 SECRET = b"s3cret"

@@ -11,10 +11,10 @@ import pytest
 from durability_proc_support import ETCD, start_etcd
 
 from mooncake_core.config.models import MasterConfig
+from mooncake_core.store.client.async_master import MasterClient
 from mooncake_core.store.ha.election import HaController, HaOptions
 from mooncake_core.store.ha.etcd import EtcdClient, prefix_end
 from mooncake_core.store.ha.replication import HaKeys
-from mooncake_core.store.master_client import MasterClient
 from mooncake_core.store.master_service import MasterService, ServiceOptions
 
 pytestmark = [

@@ -10,8 +10,8 @@ import pytest
 from durability_proc_support import free_port, health, start_master
 
 from mooncake_core.store import ReplicateConfig
+from mooncake_core.store.client.async_master import MasterClient
 from mooncake_core.store.errors import StoreError
-from mooncake_core.store.master_client import MasterClient
 
 pytestmark = [pytest.mark.integration]
 

@@ -21,7 +21,7 @@ from durability_proc_support import (
 from mooncake_core.config.models import MasterConfig
 from mooncake_core.store import ReplicateConfig
 from mooncake_core.store.client import Client
-from mooncake_core.store.client_options import ClientOptions
+from mooncake_core.store.client.options import ClientOptions
 
 pytestmark = [pytest.mark.integration]
 

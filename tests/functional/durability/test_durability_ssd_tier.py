@@ -6,8 +6,8 @@ import os
 import random
 from pathlib import Path
 
-from mooncake_core.store.tier_ssd import SsdTier, SsdTierOptions
-from mooncake_core.store.tier_stack import TieredCache
+from mooncake_core.store.tier.ssd import SsdTier, SsdTierOptions
+from mooncake_core.store.tier.stack import TieredCache
 
 
 def test_working_set_larger_than_dram_reads_back_exactly(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from durability_proc_support import ETCD, Proc, ha_pair, role, start_etcd, until
 
 from mooncake_core.rpc import store_pb2 as pb
 from mooncake_core.rpc import store_pb2_grpc as pb_grpc
-from mooncake_core.store.master_client import MasterClient
+from mooncake_core.store.client.async_master import MasterClient
 
 pytestmark = [
     pytest.mark.integration,

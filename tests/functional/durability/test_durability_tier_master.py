@@ -19,11 +19,11 @@ import pytest
 from durability_proc_support import Proc, free_port, start_master
 
 from mooncake_core.store import events as ev
+from mooncake_core.store.client.async_master import MasterClient
 from mooncake_core.store.errors import NotFoundError, StoreError
-from mooncake_core.store.master_client import MasterClient
 from mooncake_core.store.objects import Replica
 from mooncake_core.store.results import ReplicateConfig
-from mooncake_core.store.tier_ssd import SsdRead, SsdTier, SsdTierOptions
+from mooncake_core.store.tier.ssd import SsdRead, SsdTier, SsdTierOptions
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

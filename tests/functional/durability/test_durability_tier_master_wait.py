@@ -12,8 +12,8 @@ import pytest
 
 from mooncake_core.config.models import MasterConfig
 from mooncake_core.store import events as ev
+from mooncake_core.store.client.async_master import MasterClient
 from mooncake_core.store.errors import NotFoundError, UnavailableError
-from mooncake_core.store.master_client import MasterClient
 from mooncake_core.store.master_service import MasterService, ServiceOptions
 from mooncake_core.store.results import GetResult, ReplicateConfig
 

@@ -27,8 +27,8 @@ from faults import CutProxy
 
 from mooncake_core.rpc import store_pb2 as pb
 from mooncake_core.rpc import store_pb2_grpc as pb_grpc
+from mooncake_core.store.client.async_master import MasterClient
 from mooncake_core.store.errors import NotFoundError
-from mooncake_core.store.master_client import MasterClient
 
 pytestmark = [
     pytest.mark.integration,

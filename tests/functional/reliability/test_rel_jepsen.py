@@ -87,7 +87,7 @@ from store_client_procs import (
 from mooncake_core.config.models import MasterConfig
 from mooncake_core.store import ReplicateConfig
 from mooncake_core.store.client import Client
-from mooncake_core.store.client_options import ClientOptions
+from mooncake_core.store.client.options import ClientOptions
 from mooncake_core.store.errors import (
     ConflictError,
     ErrorCode,

@@ -38,7 +38,7 @@ from faults import SmallDisk, kill9
 from mooncake_core.config.models import MasterConfig
 from mooncake_core.store import ReplicateConfig
 from mooncake_core.store.client import Client
-from mooncake_core.store.client_options import ClientOptions
+from mooncake_core.store.client.options import ClientOptions
 from mooncake_core.store.errors import NotFoundError, StoreError
 
 pytestmark = [pytest.mark.integration]

@@ -31,7 +31,7 @@ PORT = 50561  # inside the test's own namespace: nothing else binds there
 
 _SNAPSHOT = """
 import asyncio, json, sys
-from mooncake_core.store.master_client import MasterClient
+from mooncake_core.store.client.async_master import MasterClient
 async def main():
     async with MasterClient(sys.argv[1], timeout_s=5) as mc:
         s = await mc.get_snapshot()

@@ -22,7 +22,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from store_proc_support import MasterProc, http_get
 
 from mooncake_core.rpc import store_pb2 as pb
-from mooncake_core.store.client_master import SyncMaster
+from mooncake_core.store.client.async_master import MasterClient
+from mooncake_core.store.client.sync_master import SyncMaster
 from mooncake_core.store.errors import AuthError, ConflictError, NotFoundError, StoreError
 from mooncake_core.store.fast_control import (
     AUTH_FAILED,
@@ -37,7 +38,6 @@ from mooncake_core.store.fast_control import (
 )
 from mooncake_core.store.fast_control_client import FastConnection
 from mooncake_core.store.fast_packed import unpack_reads
-from mooncake_core.store.master_client import MasterClient
 from mooncake_core.store.results import ReplicateConfig
 
 pytestmark = pytest.mark.integration

@@ -26,7 +26,7 @@ from mooncake_core.store import (
     SegmentUnmounted,
     UnmountReason,
 )
-from mooncake_core.store.master_client import MasterClient, WatchedEvent
+from mooncake_core.store.client.async_master import MasterClient, WatchedEvent
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

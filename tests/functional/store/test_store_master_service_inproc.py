@@ -8,8 +8,8 @@ import threading
 import pytest
 
 from mooncake_core.config.models import MasterConfig
+from mooncake_core.store.client.async_master import MasterClient
 from mooncake_core.store.errors import StoreError
-from mooncake_core.store.master_client import MasterClient
 from mooncake_core.store.master_service import MasterService, ServiceOptions
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]

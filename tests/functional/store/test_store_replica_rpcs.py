@@ -24,7 +24,7 @@ from mooncake_core.store import (
     SegmentState,
     Slice,
 )
-from mooncake_core.store.master_client import MasterClient, WatchedEvent
+from mooncake_core.store.client.async_master import MasterClient, WatchedEvent
 from mooncake_core.store.master_service import MasterService, ServiceOptions
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]

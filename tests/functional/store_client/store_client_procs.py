@@ -23,7 +23,7 @@ import yaml
 
 from mooncake_core.config.models import MasterConfig
 from mooncake_core.store.client import Client
-from mooncake_core.store.client_options import ClientOptions
+from mooncake_core.store.client.options import ClientOptions
 
 MASTER_READY = re.compile(r"serving on ([\d.]+):(\d+) \(metrics on [\d.]+:(\d+)")
 NODE_READY = re.compile(r"serving segment (\S+) .* at ([\d.]+:\d+) \(health on ([\d.]+:\d+)\)")

@@ -12,7 +12,7 @@ from store_client_procs import Cluster, make_client
 
 from mooncake_core.store import ReplicateConfig
 from mooncake_core.store.client import Client
-from mooncake_core.store.client_options import SegmentSpec
+from mooncake_core.store.client.options import SegmentSpec
 from mooncake_core.store.errors import ErrorCode, NotFoundError, StoreError
 
 pytestmark = pytest.mark.integration

@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mooncake_core.config import load_config
 from mooncake_core.store.client import Client
-from mooncake_core.store.client_options import ClientOptions
+from mooncake_core.store.client.options import ClientOptions
 from mooncake_core.telemetry import poll_target, targets_from_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

@@ -58,7 +58,7 @@ def value_of(key: str) -> bytes:
 def read_back(master: str, cfg: ClusterConfig, keys: list[str]) -> dict[str, bytes]:
     """Read ``keys`` through a real store client (the data path, not the master)."""
     from mooncake_core.store.client import Client
-    from mooncake_core.store.client_options import ClientOptions
+    from mooncake_core.store.client.options import ClientOptions
 
     opts = ClientOptions.from_cluster(cfg, master=master, connect_timeout_s=5.0)
     with Client(opts) as c:
@@ -67,7 +67,7 @@ def read_back(master: str, cfg: ClusterConfig, keys: list[str]) -> dict[str, byt
 
 def _fill_store(master: str, cfg: ClusterConfig) -> None:
     from mooncake_core.store.client import Client
-    from mooncake_core.store.client_options import ClientOptions
+    from mooncake_core.store.client.options import ClientOptions
 
     opts = ClientOptions.from_cluster(cfg, master=master, connect_timeout_s=5.0)
     with Client(opts) as c:

@@ -546,7 +546,7 @@ def eos_stops_generation() -> None:
 # ------------------------------------------------------------------------ transfer engine
 def _engine(cfg: ClusterConfig, host_id: str) -> Any:
     """A Transfer Engine built from the transfer settings as a store client builds it."""
-    from mooncake_core.store.client_options import ClientOptions
+    from mooncake_core.store.client.options import ClientOptions
     from mooncake_core.transfer import TransferEngine
 
     opts = ClientOptions.from_cluster(cfg)

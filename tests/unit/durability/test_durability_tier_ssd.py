@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import xxhash
 
-from mooncake_core.store.tier_ssd import HEADER_SIZE, MAGIC, SsdTier, SsdTierOptions
-from mooncake_core.store.tier_stack import TieredCache
+from mooncake_core.store.tier.ssd import HEADER_SIZE, MAGIC, SsdTier, SsdTierOptions
+from mooncake_core.store.tier.stack import TieredCache
 
 
 def _tier(tmp_path: Path, capacity: int = 1 << 20, **kw: object) -> SsdTier:

@@ -9,9 +9,9 @@ import inspect
 
 from mooncake_core.rpc import store_pb2 as pb
 from mooncake_core.store import master_rpc as rpc
-from mooncake_core.store.client_master import SyncMaster
+from mooncake_core.store.client.async_master import MasterClient
+from mooncake_core.store.client.sync_master import SyncMaster
 from mooncake_core.store.fast_control import OPS
-from mooncake_core.store.master_client import MasterClient
 from mooncake_core.store.master_servicer import MasterServicer
 
 SERVICE = pb.DESCRIPTOR.services_by_name["MasterService"]

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from mooncake_core.store.client_data import Op, plan_window
+from mooncake_core.store.client.data import Op, plan_window
 from mooncake_core.store.errors import ErrorCode, InvalidArgumentError
 from mooncake_core.store.objects import Slice
 from mooncake_core.store.validation import MAX_PATTERN, check_key, compile_pattern

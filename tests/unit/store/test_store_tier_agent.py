@@ -15,10 +15,10 @@ import pytest
 from mooncake_core.cluster import plan
 from mooncake_core.config import ClusterConfig
 from mooncake_core.store import events as ev
+from mooncake_core.store.client.async_master import WatchedEvent
 from mooncake_core.store.errors import ConflictError, ErrorCode
-from mooncake_core.store.master_client import WatchedEvent
 from mooncake_core.store.objects import Slice
-from mooncake_core.store.tier_agent import (
+from mooncake_core.store.tier.agent import (
     Forget,
     ForgetAll,
     Offload,
@@ -27,8 +27,8 @@ from mooncake_core.store.tier_agent import (
     TierOutcome,
     wipe_tier_dir,
 )
-from mooncake_core.store.tier_ssd import HEADER_SIZE, SsdTier, SsdTierOptions
-from mooncake_core.store.tier_worker import TierWorker
+from mooncake_core.store.tier.ssd import HEADER_SIZE, SsdTier, SsdTierOptions
+from mooncake_core.store.tier.worker import TierWorker
 
 SEG = "n0"
 
@@ -364,7 +364,7 @@ def test_cluster_up_passes_the_ssd_tier_of_a_store_node() -> None:
 
 
 def test_client_options_refuse_a_negative_ssd_capacity() -> None:
-    from mooncake_core.store.client_options import ClientOptions, SegmentSpec
+    from mooncake_core.store.client.options import ClientOptions, SegmentSpec
     from mooncake_core.store.errors import InvalidArgumentError
 
     assert ClientOptions(segments=(SegmentSpec("n0", 1 << 20, ssd_capacity=1 << 30),))

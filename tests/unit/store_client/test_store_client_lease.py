@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mooncake_core.store.client_data import LEASE_TRIES, lease_outlasted_error, outlasted
+from mooncake_core.store.client.data import LEASE_TRIES, lease_outlasted_error, outlasted
 from mooncake_core.store.errors import ErrorCode, UnavailableError
 
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from mooncake_core.store.client_data import OwnerWatch
+from mooncake_core.store.client.data import OwnerWatch
 
 
 def _path(pid: int) -> str:

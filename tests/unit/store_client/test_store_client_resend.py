@@ -15,9 +15,9 @@ import pytest
 
 from mooncake_core.rpc import store_pb2 as pb
 from mooncake_core.store import master_rpc as rpc
-from mooncake_core.store.client_master import SyncMaster
+from mooncake_core.store.client.async_master import MasterClient
+from mooncake_core.store.client.sync_master import SyncMaster
 from mooncake_core.store.errors import ConflictError, NotFoundError, UnavailableError
-from mooncake_core.store.master_client import MasterClient
 
 EXISTS = pb.Error(code=pb.OBJECT_ALREADY_EXISTS, message="object 'k' already exists (PROCESSING)")
 MISSING = pb.Error(code=pb.OBJECT_NOT_FOUND, message="object 'k' not found")

@@ -10,10 +10,10 @@ import typer
 
 from mooncake_cli.store_cmd import parse_duration, parse_size
 from mooncake_core.config.models import TransferConfig
-from mooncake_core.store.client_batch import chunks
-from mooncake_core.store.client_data import Buffers, DataPath, plan
-from mooncake_core.store.client_options import ClientOptions, SegmentSpec
-from mooncake_core.store.client_tensor import decode, encode
+from mooncake_core.store.client.batch import chunks
+from mooncake_core.store.client.data import Buffers, DataPath, plan
+from mooncake_core.store.client.options import ClientOptions, SegmentSpec
+from mooncake_core.store.client.tensor import decode, encode
 from mooncake_core.store.errors import ErrorCode, InvalidArgumentError
 from mooncake_core.store.objects import Slice
 from mooncake_core.transfer import OpCode, TransferEngine

@@ -11,7 +11,7 @@ import json
 import struct
 from typing import TYPE_CHECKING
 
-from .errors import ErrorCode, InvalidArgumentError
+from ..errors import ErrorCode, InvalidArgumentError
 
 if TYPE_CHECKING:
     import torch

@@ -37,9 +37,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from mooncake_core.transfer import OpCode, Region, TransferEngine, TransferError
 
-from . import client_tensor
-from .client_batch import BatchOps
-from .client_data import (
+from ..errors import ErrorCode, InvalidArgumentError, StoreError, UnavailableError
+from ..objects import ObjectInfo, Replica
+from ..pins import Pin
+from ..results import GetResult, ListKeysResult, RemoveManyResult, ReplicateConfig
+from ..validation import check_key, compile_pattern, utf8_of
+from . import tensor as client_tensor
+from .async_master import default_client_id
+from .batch import BatchOps
+from .data import (
     LEASE_TRIES,
     Buffers,
     DataPath,
@@ -48,15 +54,9 @@ from .client_data import (
     plan,
     plan_window,
 )
-from .client_heartbeat import Heartbeat, Mount
-from .client_master import SyncMaster
-from .client_options import ClientOptions
-from .errors import ErrorCode, InvalidArgumentError, StoreError, UnavailableError
-from .master_client import default_client_id
-from .objects import ObjectInfo, Replica
-from .pins import Pin
-from .results import GetResult, ListKeysResult, RemoveManyResult, ReplicateConfig
-from .validation import check_key, compile_pattern, utf8_of
+from .heartbeat import Heartbeat, Mount
+from .options import ClientOptions
+from .sync_master import SyncMaster
 
 if TYPE_CHECKING:
     import torch

@@ -21,7 +21,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Literal
 
-from .tier_ssd import SsdTier
+from .ssd import SsdTier
 
 OffloadPolicy = Literal["on_evict", "write_through_pinned"]
 

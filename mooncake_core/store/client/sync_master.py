@@ -32,15 +32,15 @@ from google.protobuf.message import Message
 from mooncake_core.rpc import store_pb2 as pb
 from mooncake_core.rpc import store_pb2_grpc as pb_grpc
 
-from . import convert as cv
-from . import master_rpc as rpc
-from .auth import auth_metadata
-from .errors import AuthError, ErrorCode, UnavailableError
-from .fast_control import FastLost, FastRefused, FastUnknownOp, FastUnsent
-from .fast_control_client import FastChannels
-from .ha.discovery import SyncLeaderResolver, split_master_url
-from .ha.follow import Failover, leader_hint
-from .master_rpc import SyncCall, Unary
+from .. import convert as cv
+from .. import master_rpc as rpc
+from ..auth import auth_metadata
+from ..errors import AuthError, ErrorCode, UnavailableError
+from ..fast_control import FastLost, FastRefused, FastUnknownOp, FastUnsent
+from ..fast_control_client import FastChannels
+from ..ha.discovery import SyncLeaderResolver, split_master_url
+from ..ha.follow import Failover, leader_hint
+from ..master_rpc import SyncCall, Unary
 
 R = TypeVar("R")
 U = TypeVar("U")

@@ -44,8 +44,8 @@ from mooncake_core.transfer import (
 )
 from mooncake_core.transfer._c import native as _native
 
-from .errors import ErrorCode, InvalidArgumentError, StoreError, UnavailableError
-from .objects import Replica
+from ..errors import ErrorCode, InvalidArgumentError, StoreError, UnavailableError
+from ..objects import Replica
 
 _JOB = struct.Struct("<QQQ")
 _COPY_THREADS = 2

@@ -2,18 +2,18 @@
 
 The master decides what goes to disk and what comes back (docs/durability.md, "SSD
 tier"); the node that hosts a segment only moves bytes between that segment's memory and
-its :class:`~mooncake_core.store.tier_ssd.SsdTier` and confirms::
+its :class:`~mooncake_core.store.tier.ssd.SsdTier` and confirms::
 
     WatchEvents ──> TierAgent.decide(event) ──> Offload | Stage | Forget | ForgetAll | None
                                                    │
-        TierWorker (asyncio, tier_worker.py): one job per action, in event order per key
+        TierWorker (asyncio, worker.py): one job per action, in event order per key
                                                    │
            worker thread: TierAgent.offload / stage / forget (file I/O, memcpy)
                                                    │
            master: TierOffloadDone / TierStageDone / TierDropped
 
 :class:`TierAgent` is synchronous and holds no sockets (tests drive it with a real
-directory and a bytearray as segment memory); ``tier_worker.TierWorker`` is the IO shell
+directory and a bytearray as segment memory); ``worker.TierWorker`` is the IO shell
 that follows the event stream and talks to the master.
 """
 
@@ -28,9 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import events as ev
-from .objects import Replica
-from .tier_ssd import SsdMiss, SsdTier
+from .. import events as ev
+from ..objects import Replica
+from .ssd import SsdMiss, SsdTier
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """The IO shell of a store node's SSD tier: follow the master's events, run the
-:class:`~.tier_agent.TierAgent`'s actions in worker threads, confirm them to the master.
+:class:`~.agent.TierAgent`'s actions in worker threads, confirm them to the master.
 
 Ordering: jobs touching the same key run one after another in event order, so a
 ``Forget`` of an old version never deletes the file a later ``Offload`` wrote, and a
@@ -16,12 +16,12 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, ParamSpec, Protocol, TypeVar
 
-from . import events as ev
-from .errors import ErrorCode, StoreError
-from .tier_agent import Forget, Offload, Stage, TierAction, TierAgent
+from .. import events as ev
+from ..errors import ErrorCode, StoreError
+from .agent import Forget, Offload, Stage, TierAction, TierAgent
 
 if TYPE_CHECKING:
-    from .master_client import WatchedEvent
+    from ..client.async_master import WatchedEvent
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Literal
 
 from mooncake_core.config.models import MasterConfig, TransferConfig
 
-from .errors import ErrorCode, InvalidArgumentError
+from ..errors import ErrorCode, InvalidArgumentError
 
 if TYPE_CHECKING:
     from mooncake_core.config import ClusterConfig
@@ -118,7 +118,7 @@ class ClientOptions:
                 when the file exists (no file: no authentication).
             overrides: any other field of this class.
         """
-        from .auth import read_secret
+        from ..auth import read_secret
 
         if master is None:
             master = cfg.master_target

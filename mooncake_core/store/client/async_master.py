@@ -32,14 +32,14 @@ from google.protobuf.message import Message
 from mooncake_core.rpc import store_pb2 as pb
 from mooncake_core.rpc import store_pb2_grpc as pb_grpc
 
-from . import convert as cv
-from . import events as ev
-from . import master_rpc as rpc
-from .auth import auth_metadata
-from .errors import AuthError, ErrorCode, StoreError, UnavailableError
-from .ha.follow import Failover, leader_hint
-from .ha.readiness import Readiness
-from .master_rpc import AsyncCall, Unary
+from .. import convert as cv
+from .. import events as ev
+from .. import master_rpc as rpc
+from ..auth import auth_metadata
+from ..errors import AuthError, ErrorCode, StoreError, UnavailableError
+from ..ha.follow import Failover, leader_hint
+from ..ha.readiness import Readiness
+from ..master_rpc import AsyncCall, Unary
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -118,12 +118,12 @@ class MasterClient:
             master: the master target, e.g. ``ClusterConfig.master_target``.
             kwargs: as the constructor (client_id, secret, timeout_s, failover_timeout_s).
         """
-        from .ha.discovery import split_master_url
+        from ..ha.discovery import split_master_url
 
         endpoint, cluster = split_master_url(master)
         if endpoint is None:
             return cls(master, **kwargs)
-        from .ha.discovery import EtcdLeaderResolver
+        from ..ha.discovery import EtcdLeaderResolver
 
         resolver = EtcdLeaderResolver(endpoint, cluster)
         return cls(UNRESOLVED_LEADER, resolver=resolver, owns_resolver=True, **kwargs)
@@ -148,7 +148,7 @@ class MasterClient:
         Raises:
             UnavailableError: no leader within ``wait_s``.
         """
-        from .ha.discovery import EtcdLeaderResolver
+        from ..ha.discovery import EtcdLeaderResolver
 
         resolver = EtcdLeaderResolver(endpoint, cluster)
         deadline = time.monotonic() + wait_s

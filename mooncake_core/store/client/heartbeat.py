@@ -15,8 +15,8 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .errors import StoreError
-from .master_client import MasterClient
+from ..errors import StoreError
+from .async_master import MasterClient
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class Heartbeat:
 
     async def _start(self) -> None:
         master, client_id, secret, timeout_s = self._args
-        from .ha.discovery import split_master_url
+        from ..ha.discovery import split_master_url
 
         endpoint, cluster = split_master_url(master)
         if endpoint is None:

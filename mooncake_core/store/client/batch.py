@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING
 
 from mooncake_core.transfer import OpCode, Region
 
-from .client_data import Buffers, DataPath, Op, Pending, lease_outlasted_error, outlasted, plan
-from .errors import ErrorCode, InvalidArgumentError, StoreError, UnavailableError
-from .objects import Replica
-from .results import GetResult, ReplicateConfig
+from ..errors import ErrorCode, InvalidArgumentError, StoreError, UnavailableError
+from ..objects import Replica
+from ..results import GetResult, ReplicateConfig
+from .data import Buffers, DataPath, Op, Pending, lease_outlasted_error, outlasted, plan
 
 if TYPE_CHECKING:
-    from .client_master import SyncMaster
+    from .sync_master import SyncMaster
 
 _MAX_CHUNKS = 4
 _PIPELINE_MIN = 8 << 20
