@@ -9,6 +9,11 @@ setup(
             sources=["native/mc_native.c"],
             extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra", "-fvisibility=hidden"],
             libraries=["pthread"],
-        )
+        ),
+        Extension(
+            "mooncake_core._flat",
+            sources=["native/mc_flat.c"],
+            extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra", "-fvisibility=hidden"],
+        ),
     ],
 )

@@ -4,15 +4,18 @@ The Conductor does not build a decision's candidate rows (a row per instance, wi
 "why not" sentence: more work than the decision itself on a large cluster). It keeps the
 plain inputs they are made from (:data:`CandidateInputs`) and :func:`candidate_rows` makes
 the rows when someone reads them. The audit writes them from another process:
-:func:`decision_to_wire` turns a decision into tuples of numbers and strings that pickle
-without calling Python code per plan, and :func:`decision_from_wire` makes the decision
-again on the other side, where the rows are built and stored.
+:func:`pack_decision` turns a decision into bytes on the decision path (a C encoder,
+``mooncake_core._flat``, copies its numbers and names: ~3 us for 32 candidates, where
+pickle takes 10-17 us), and :func:`unpack_decision` makes the decision again on the other
+side, where the rows are built and stored. :func:`decision_to_wire` and
+:func:`decision_from_wire` are the tuple form in between.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from mooncake_core import _flat
 from mooncake_core.conductor.decision import (
     AdmissionResult,
     Candidate,
@@ -23,7 +26,14 @@ from mooncake_core.conductor.decision import (
 from mooncake_core.conductor.events import Tier
 from mooncake_core.conductor.policies.base import PrefillPlan, explain_losers
 
-__all__ = ["CandidateInputs", "candidate_rows", "decision_from_wire", "decision_to_wire"]
+__all__ = [
+    "CandidateInputs",
+    "candidate_rows",
+    "decision_from_wire",
+    "decision_to_wire",
+    "pack_decision",
+    "unpack_decision",
+]
 
 CandidateInputs = tuple[Any, ...]
 """``(plans, chosen, basis, d_idx, tbts, loads, fits, tbt_slo_s, input_len)``: the prefill
@@ -93,8 +103,31 @@ def candidate_rows(inputs: CandidateInputs) -> list[Candidate]:
     return out
 
 
+def pack_decision(d: Decision) -> bytes:
+    """``d`` as bytes for the audit's writer process (:func:`unpack_decision` reads them).
+
+    Raises:
+        TypeError, ValueError: ``d`` holds a value the encoding does not carry.
+    """
+    return _flat.pack(decision_to_wire(d))
+
+
+def unpack_decision(data: bytes) -> Decision:
+    """The decision :func:`pack_decision` made ``data`` from (see :func:`decision_from_wire`).
+
+    Raises:
+        ValueError: ``data`` is not a packed decision (the message names the problem).
+    """
+    w = _flat.unpack(data)
+    try:
+        return decision_from_wire(w)
+    except (TypeError, ValueError, IndexError) as exc:
+        raise ValueError(f"not a packed decision: {exc}") from None
+
+
 def decision_to_wire(d: Decision) -> tuple[Any, ...]:
-    """``d`` as nested tuples of numbers, strings and :class:`Tier` values.
+    """``d`` as nested tuples (named tuples included) of numbers, strings and :class:`Tier`
+    values, which ``_flat.pack`` encodes as they are.
 
     Only the number of block keys and the first one travel (all the audit stores). A
     table made from rows (not :meth:`CandidateTable.lazy`) travels as rows.
@@ -102,11 +135,8 @@ def decision_to_wire(d: Decision) -> tuple[Any, ...]:
     a, m, table = d.admission, d.migration, d.candidates
     keys = d.block_keys
     inputs = table.inputs
-    if inputs is not None:  # the inputs, even if the rows were read: fewer objects
-        plans, *rest = inputs
-        cands: tuple[Any, ...] = (True, list(map(tuple, plans)), *rest)
-    else:
-        cands = (False, list(map(tuple, table.rows())))
+    # The inputs, even if the rows were read: fewer objects.
+    cands: tuple[Any, ...] = (True, *inputs) if inputs is not None else (False, table.rows())
     return (
         d.time,
         d.request_id,
@@ -145,11 +175,20 @@ def decision_to_wire(d: Decision) -> tuple[Any, ...]:
     )
 
 
+def _plan(p: tuple[Any, ...]) -> PrefillPlan:
+    plan = PrefillPlan._make(p)
+    src = plan.source
+    if src is None or type(src[1]) is Tier:
+        return plan
+    return plan._replace(source=(src[0], Tier(src[1])))
+
+
 def decision_from_wire(w: tuple[Any, ...]) -> Decision:
     """The decision :func:`decision_to_wire` made ``w`` from, for the audit.
 
     Its ``block_keys`` hold the first key and zeros (the count is right), and a
-    migration's ``keys`` likewise: the audit keeps only counts and the first key.
+    migration's ``keys`` likewise: the audit keeps only counts and the first key. Tiers
+    may arrive as their string values (``_flat`` writes a str enum as its str).
     """
     (time, rid, input_len, out_len, n_keys, first, policy, threshold, prefill, decode,
      local, prefix, best, q, x, p, ttft, tbt, adm, mig, overhead, model_ttft, cands) = w  # fmt: skip
@@ -162,7 +201,7 @@ def decision_from_wire(w: tuple[Any, ...]) -> Decision:
         )
     if cands[0]:
         _, plans, *rest = cands
-        table = CandidateTable.lazy(candidate_rows, (tuple(map(PrefillPlan._make, plans)), *rest))
+        table = CandidateTable.lazy(candidate_rows, (tuple(map(_plan, plans)), *rest))
     else:
         table = CandidateTable([Candidate(*r) for r in cands[1]])
     return Decision(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import pickle
+import os
 import signal
 import sys
 import threading
@@ -19,10 +19,14 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import IO, Any
 
-from mooncake_core.conductor.candidates import decision_from_wire
+from mooncake_core.conductor.candidates import unpack_decision
 
-from .process_writer import read_frame, write_frame
+from .process_writer import read_frame, read_items, write_frame
 from .writer import AuditWriter, WriterOptions
+
+NICE = 10
+"""How much lower the writer process's CPU priority is than the conductor's: where the
+two want the same core, the decisions win; the audit catches up when there is room."""
 
 
 def _counters(w: AuditWriter) -> dict[str, Any]:
@@ -57,31 +61,27 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> int:
     try:
         while True:
             try:
-                resend, payload = read_frame(inp)
-                items = pickle.loads(payload)
+                resend, (first, items) = read_items(inp)
             except EOFError:
                 break
-            last = 0
-            for it in items:
-                kind, seq = it[0], it[1]
-                last = seq
-                if kind == "d":
+            for seq, it in enumerate(items, first):
+                if type(it) is bytes:
                     try:
-                        d = decision_from_wire(it[2])
-                    except Exception as exc:
-                        w.note_failure(f"decision frame {seq}: {exc}")
+                        d = unpack_decision(it)
+                    except ValueError as exc:
+                        w.note_failure(f"decision {seq}: {exc}")
                         continue
                     # Sent again after a writer process died: it may have committed
                     # this decision before it could acknowledge it.
                     if resend and w.stored(d.request_id, d.time):
                         continue
                     w.submit_source(d)
-                elif kind == "u":
-                    w.update_actual(it[2], it[3], it[4])
-                elif kind == "o":
-                    w.record_outcome(it[2], it[3], it[4])
+                elif it[0] == "u":
+                    w.update_actual(it[1], it[2], it[3])
+                elif it[0] == "o":
+                    w.record_outcome(it[1], it[2], it[3])
             if items:
-                w.when_written(functools.partial(_ack_at, ack, last))
+                w.when_written(functools.partial(_ack_at, ack, first + len(items) - 1))
     finally:
         w.close()
     return 0
@@ -91,6 +91,8 @@ def main() -> int:
     """Entry point: stdin/stdout are the frames; stderr is the log."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with contextlib.suppress(OSError):
+        os.nice(NICE)
     return serve(sys.stdin.buffer, sys.stdout.buffer)
 
 

@@ -71,6 +71,62 @@ def url(tmp_path: Path) -> str:
     return u
 
 
+def _stored(url: str) -> list[tuple[Any, ...]]:
+    """Every decision with its candidates, without the database's own ids."""
+    with create_engine(url).connect() as conn:
+        ds = conn.execute(text("select * from decisions order by request_id")).mappings().all()
+        cs = conn.execute(text("select * from candidates order by id")).mappings().all()
+    by_decision: dict[int, list[tuple[Any, ...]]] = {}
+    for c in cs:
+        row = tuple(v for k, v in c.items() if k not in ("id", "decision_id"))
+        by_decision.setdefault(c["decision_id"], []).append(row)
+    return [(tuple(v for k, v in d.items() if k != "id"), by_decision.get(d["id"], [])) for d in ds]
+
+
+def test_the_writer_process_stores_exactly_what_the_thread_writer_stores(
+    tmp_path: Path,
+) -> None:
+    # The decisions cross a pipe packed by the C encoder; every number, name and
+    # sentence of every row must come out as the conductor's own process makes it.
+    from mooncake_core.conductor.audit import AuditWriter
+
+    urls = []
+    for name in ("thread.db", "process.db"):
+        urls.append(f"sqlite:///{tmp_path / name}")
+        upgrade(urls[-1], "head")
+    ds = decisions(200)
+    with AuditWriter.open(urls[0]) as t, ProcessAuditWriter(urls[1]) as p:
+        for d in ds:
+            assert t.submit_source(d) and p.submit_source(d)
+    stored = _stored(urls[0])
+    assert len(stored) == 200 and all(len(c) == 32 for _, c in stored)
+    assert _stored(urls[1]) == stored
+
+
+def test_the_writer_process_yields_the_cpu_to_the_conductor(url: str) -> None:
+    from mooncake_core.conductor.audit.writer_child import NICE
+
+    with ProcessAuditWriter(url) as w:
+        assert w.pid is not None
+        mine = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, w.pid) == min(mine + NICE, 19) > mine
+
+
+def test_a_source_that_does_not_pack_is_refused_and_named(url: str) -> None:
+    class NotADecision:
+        def to_record(self) -> Any:
+            raise AssertionError("the process writer never builds records here")
+
+    with ProcessAuditWriter(url) as w:
+        assert not w.submit_source(NotADecision())  # type: ignore[arg-type]
+        assert w.submit_source(decisions(1)[0])
+        assert w.flush(30)
+        snap = w.snapshot()
+    assert (snap.dropped, snap.written) == (1, 1), snap
+    assert "a NotADecision does not pack" in (snap.last_error or ""), snap
+    assert counts(url)[:2] == (1, 1)
+
+
 def test_a_killed_writer_process_is_replaced_and_nothing_is_lost_or_doubled(url: str) -> None:
     ds = decisions(3000)
     w = ProcessAuditWriter(url, WriterOptions(batch_size=128, flush_interval_s=0.05))
@@ -163,19 +219,20 @@ def test_decisions_sent_again_after_a_restart_are_not_written_twice(url: str) ->
     import io
     import pickle
 
-    from mooncake_core.conductor.audit.process_writer import read_frame, write_frame
+    from mooncake_core.conductor.audit.process_writer import read_frame, write_frame, write_items
     from mooncake_core.conductor.audit.writer_child import serve
-    from mooncake_core.conductor.candidates import decision_to_wire
+    from mooncake_core.conductor.candidates import pack_decision
 
     ds = decisions(11)
-    items = [("d", k + 1, decision_to_wire(d)) for k, d in enumerate(ds)]
+    items = [pack_decision(d) for d in ds]  # sequence numbers 1..11
     opts = {"batch_size": 512, "flush_interval_s": 0.05, "retention_days": 30.0,
             "retention_rows": 10_000_000, "queue_max": 1000, "retention_interval_s": 60.0}  # fmt: skip
 
-    def run(*frames: object) -> list[Any]:
+    def run(*frames: tuple[bool, bytes]) -> list[Any]:
         inp, out = io.BytesIO(), io.BytesIO()
-        for f in ((url, opts), *frames):
-            write_frame(inp, f)
+        write_frame(inp, (url, opts))
+        for resend, payload in frames:
+            write_items(inp, resend, payload)
         inp.seek(0)
         assert serve(inp, out) == 0
         out.seek(0)
@@ -186,14 +243,14 @@ def test_decisions_sent_again_after_a_restart_are_not_written_twice(url: str) ->
             except EOFError:
                 return replies
 
-    def frame(resend: bool, its: list[Any]) -> tuple[bool, bytes]:
-        return resend, pickle.dumps(its)
+    def frame(resend: bool, first: int, its: list[Any]) -> tuple[bool, bytes]:
+        return resend, pickle.dumps((first, its))
 
-    assert run(frame(False, items[:10]))[-1][:2] == (10, True)
+    assert run(frame(False, 1, items[:10]))[-1][:2] == (10, True)
     assert counts(url)[:2] == (10, 10)
     # Sent again, with one more: only the new one is written; all are acknowledged.
-    assert run(frame(True, items))[-1][:2] == (11, True)
+    assert run(frame(True, 1, items))[-1][:2] == (11, True)
     assert counts(url)[:2] == (11, 11)
     # Not marked as sent again: the writer trusts the conductor and writes them.
-    run(frame(False, items[10:]))
+    run(frame(False, 11, items[10:]))
     assert counts(url)[:2] == (12, 11)

@@ -1,9 +1,7 @@
-"""A decision as plain tuples (what the audit's writer process receives) makes the same
+"""A decision packed into bytes (what the audit's writer process receives) makes the same
 audit records as the decision itself."""
 
 from __future__ import annotations
-
-import pickle
 
 from mooncake_core.conductor import (
     BlockStored,
@@ -14,7 +12,7 @@ from mooncake_core.conductor import (
     ScheduleRequest,
     Tier,
 )
-from mooncake_core.conductor.candidates import decision_from_wire, decision_to_wire
+from mooncake_core.conductor.candidates import pack_decision, unpack_decision
 from mooncake_core.config.models import ConductorConfig, HashingConfig
 
 
@@ -31,7 +29,7 @@ def conductor(admission: str = "none") -> Conductor:
 
 
 def through_the_pipe(d: object) -> object:
-    return decision_from_wire(pickle.loads(pickle.dumps(decision_to_wire(d))))  # type: ignore[arg-type]
+    return unpack_decision(pack_decision(d))  # type: ignore[arg-type]
 
 
 def test_a_migration_and_every_candidate_survive_the_trip() -> None:
@@ -70,3 +68,16 @@ def test_a_table_made_from_rows_travels_as_rows() -> None:
     assert plain.candidates.inputs is None
     back = through_the_pipe(plain)
     assert back.to_record() == d.to_record()  # type: ignore[attr-defined]
+
+
+def test_bytes_that_are_not_a_packed_decision_are_refused_by_name() -> None:
+    import pytest
+
+    from mooncake_core import _flat
+
+    with pytest.raises(ValueError, match="truncated"):
+        unpack_decision(
+            pack_decision(conductor().schedule(ScheduleRequest("a", (1,), 30, 5), 0.0))[:-1]
+        )
+    with pytest.raises(ValueError, match="not a packed decision"):
+        unpack_decision(_flat.pack((1, 2, 3)))
