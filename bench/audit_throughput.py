@@ -148,9 +148,10 @@ def build_conductor(seed: int, n_prefill: int, n_decode: int):  # type: ignore[n
 
 def decision_loop(
     m: int, writer: AuditWriter | None, seed: int, mode: str, shape: tuple[int, int]
-) -> float:
+) -> tuple[float, float]:
     """Mean seconds per decision of schedule, plus per ``mode``: ``none``, ``records``
-    (to_record only), ``submit`` (to_record + submit), ``source`` (submit_source)."""
+    (to_record only), ``submit`` (to_record + submit), ``source`` (submit_source); and
+    this process's CPU time (all threads) when the loop started."""
     from collections import deque
 
     from mooncake_core.conductor import ScheduleRequest
@@ -167,6 +168,7 @@ def decision_loop(
     inflight: deque[str] = deque()
     now = 1.8e9
     total = 0.0
+    cpu0 = time.process_time()
     for req in reqs:
         t = time.perf_counter()
         d = c.schedule(req, now)
@@ -186,7 +188,7 @@ def decision_loop(
             c.on_prefill_done(rid, now)
             c.on_decode_join(rid, now)
             c.on_decode_done(rid, now)
-    return total / m
+    return total / m, cpu0
 
 
 def paced_latency(
@@ -271,23 +273,35 @@ def open_writer(folder: Path, name: str, mode: str) -> AuditWriter | ProcessAudi
 
 
 MODES = ("none", "records", "submit", "source", "process")
+LOOP_LABELS = (
+    ("none", "schedule only"),
+    ("records", "+ to_record()"),
+    ("submit", "+ submit(*to_record()), writer on"),
+    ("source", "+ submit_source(decision), writer on"),
+    ("process", "+ submit_source, writer process"),
+)
 
 
 def bench_slowdown(
-    folder: Path, m: int, repeat: int, shape: tuple[int, int]
-) -> dict[str, list[float]]:
-    """Seconds per decision of each mode, one value per repeat (modes interleaved)."""
-    runs: dict[str, list[float]] = {mode: [] for mode in MODES}
+    folder: Path, m: int, repeat: int, shape: tuple[int, int], modes: tuple[str, ...] = MODES
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Microseconds per decision of each mode, one value per repeat (modes interleaved):
+    wall time in the loop, and this process's CPU time (every thread) from the loop's
+    start until the writer is closed (its last records committed, or with the writer
+    process, acknowledged)."""
+    runs: dict[str, list[float]] = {mode: [] for mode in modes}
+    cpu: dict[str, list[float]] = {mode: [] for mode in modes}
     for r in range(repeat):
         # Interleaved: this machine is shared, so noise hits every mode alike.
-        for mode in MODES:
+        for mode in modes:
             w = open_writer(folder, f"loop{shape}{r}{mode}.db", mode)
-            t = decision_loop(m, w, r, mode, shape)  # type: ignore[arg-type]
+            t, cpu0 = decision_loop(m, w, r, mode, shape)  # type: ignore[arg-type]
             if w is not None:
                 w.close()
                 assert w.snapshot().written == m, w.snapshot()
+            cpu[mode].append((time.process_time() - cpu0) / m * 1e6)
             runs[mode].append(t * 1e6)
-    return runs
+    return runs, cpu
 
 
 def main() -> None:
@@ -304,6 +318,13 @@ def main() -> None:
     )
     ap.add_argument(
         "--shapes", nargs="+", default=["3x1", "16x16"], help="PREFILLxDECODE instance counts"
+    )
+    ap.add_argument(
+        "--modes",
+        nargs="+",
+        default=list(MODES),
+        choices=MODES,
+        help="conductor-loop modes to run (none is always run: the baseline)",
     )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -336,32 +357,41 @@ def loops(folder: Path, args: argparse.Namespace) -> None:
     """Measurements 4-5: what the audit costs the conductor's decision loop."""
     for shape in args.shapes:
         p, d = (int(x) for x in shape.split("x"))
-        sl = bench_slowdown(folder, args.loop, args.repeat, (p, d))
+        modes = ("none", *(m for m in args.modes if m != "none"))
+        sl, cpu = bench_slowdown(folder, args.loop, args.repeat, (p, d), modes)
         print(
             f"conductor loop ({p} prefill + {d} decode: {p + d} candidates/decision, "
             f"kvcache_centric), best of {args.repeat} x {args.loop} decisions:"
         )
         best = {k: min(v) for k, v in sl.items()}
         med = {k: statistics.median(v) for k, v in sl.items()}
+        cmed = {k: statistics.median(v) for k, v in cpu.items()}
         print(f"  {'':<38} {'best':>8}            {'median':>8}")
-        for mode, label in (
-            ("none", "schedule only"),
-            ("records", "+ to_record()"),
-            ("submit", "+ submit(*to_record()), writer on"),
-            ("source", "+ submit_source(decision), writer on"),
-            ("process", "+ submit_source, writer process"),
-        ):
+        for mode, label in LOOP_LABELS:
+            if mode not in sl:
+                continue
             print(
                 f"  {label:<38} {best[mode]:8.1f} us {(best[mode] / best['none'] - 1) * 100:+6.1f} %"
                 f"  {med[mode]:8.1f} us {(med[mode] / med['none'] - 1) * 100:+6.1f} %"
             )
-        ratios = [x / n - 1 for x, n in zip(sl["process"], sl["none"], strict=True)]
-        print(
-            "  writer process, per repeat: "
-            + ", ".join(f"{r * 100:+.1f}%" for r in ratios)
-            + f"; median {statistics.median(ratios) * 100:+.1f}%"
-        )
+        for mode in ("source", "process"):
+            if mode not in sl:
+                continue
+            ratios = [x / n - 1 for x, n in zip(sl[mode], sl["none"], strict=True)]
+            print(
+                f"  {mode}, per repeat: "
+                + ", ".join(f"{r * 100:+.1f}%" for r in ratios)
+                + f"; median {statistics.median(ratios) * 100:+.1f}%"
+            )
+        print("  this process's CPU per decision (every thread, until the writer closed), median:")
+        for mode in sl:
+            print(
+                f"    {mode:<8} {cmed[mode]:8.1f} us "
+                f"{(cmed[mode] / cmed['none'] - 1) * 100:+6.1f} %"
+            )
 
+    if args.paced_decisions <= 0:
+        return
     for shape in args.shapes:
         p, d = (int(x) for x in shape.split("x"))
         pr = bench_paced(folder, args.paced_decisions, args.paced_rate, (p, d))
