@@ -220,7 +220,7 @@ static int enc(out_t *o, PyObject *v, int depth) {
 static PyObject *py_pack(PyObject *self, PyObject *obj) {
     (void)self;
     char stack[STACK_BUF];
-    out_t o; /* ~20 KiB on the stack: the buffer and the table of objects written */
+    out_t o; /* ~11 KiB on the stack: the buffer and the table of tuples written */
     o.buf = stack;
     o.len = 0;
     o.cap = sizeof stack;

@@ -29,10 +29,12 @@ read, which is also what happens when the conductor dies.
 
 Frames, both ways: a 4-byte big-endian length, then a pickle; except the frames of items
 to the writer process (:func:`write_items`), whose first byte says whether they are sent
-again (1) or not (0), followed by the pickled list of items (not pickled a second time,
-nor copied into one string with its length: a frame is up to ~6 MB). Items are ``("d", seq, packed decision)``, ``("u", seq, request_id, ttft,
-tbt)``, ``("o", seq, request_id, outcome, detail)`` or ``("b", seq)``; back ``(seq, ok,
-counters)``, where ``counters`` are the writer process's :class:`WriterSnapshot` fields.
+again (1) or not (0), followed by the pickled ``(first sequence number, items)`` (not
+pickled a second time, nor copied into one string with its length: a frame is up to a
+few MB). The items have consecutive sequence numbers; each is a packed decision
+(``bytes``), ``("u", request_id, ttft, tbt)``, ``("o", request_id, outcome, detail)`` or
+``("b",)`` (a barrier). Back: ``(seq, ok, counters)``, where ``counters`` are the writer
+process's :class:`WriterSnapshot` fields.
 """
 
 from __future__ import annotations
@@ -114,8 +116,9 @@ def read_frame(inp: IO[bytes]) -> Any:
     return pickle.loads(_read_raw(inp))
 
 
-def read_items(inp: IO[bytes]) -> tuple[bool, list[Any]]:
-    """Read a frame :func:`write_items` wrote: (sent again, items).
+def read_items(inp: IO[bytes]) -> tuple[bool, Any]:
+    """Read a frame :func:`write_items` wrote: (sent again, what was pickled: the first
+    sequence number and the items).
 
     Raises:
         EOFError: the stream ended (before or inside a frame).
