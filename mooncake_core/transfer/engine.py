@@ -40,6 +40,7 @@ from .rdma_info import SegmentKey
 from .region import Region, allocate_shm, resolve_buffer
 from .request import OpCode, TransferError, TransferRequest, TransferState, TransferStatus
 from .server import DataServer
+from .shm import INLINE_MAX as SHM_INLINE_MAX
 from .shm import Job, ShmTransport, remove_ledgers, served
 from .stats import Counters, TransferSnapshot, nic_stats, transport_stats
 from .tcp import TcpInitiator
@@ -537,6 +538,60 @@ class TransferEngine:
         if rdma:
             self._rdma.submit(rdma)
 
+    def run_now(self, requests: Sequence[TransferRequest]) -> bool:
+        """Do ``requests`` at once in this thread if every one goes over shm and they
+        total at most :data:`.shm.INLINE_MAX` bytes; False (nothing done): they do not,
+        submit them in a batch.
+
+        The same copies, checks and counters as a batch, without its bookkeeping (a
+        batch, a state per request, a condition to wait on): ~10 us less for one 4 KiB
+        request (docs/transfer.md).
+
+        Raises:
+            TransferError: the engine is closed, or a request is invalid (as
+                :meth:`submit`; nothing was copied).
+        """
+        total = 0
+        for req in requests:
+            if req.segment.transport != "shm" or req.segment.info.shm_path is None:
+                return False
+            total += req.length
+        if total > SHM_INLINE_MAX:
+            return False
+        if self._closed:
+            raise TransferError("engine is closed")
+        for i, req in enumerate(requests):
+            validate_request(i, req, self._regions)
+        copies = []
+        for req in requests:
+            info = req.segment.info
+            remote = self._shm.map(info.shm_path or "", info.size) + req.target_offset
+            local = req.local.address + req.local_offset
+            read = req.op == OpCode.READ
+            copies.append((local, remote, req.length) if read else (remote, local, req.length))
+        held: list[Region] = []
+        try:
+            for req in requests:
+                req.local.acquire(1)  # unregister waits for the copy
+                held.append(req.local)
+            self._shm.copy_now(copies)
+        finally:
+            for region in held:
+                region.release(1)
+        with self._outcome.cv:
+            for req in requests:
+                self._stats.add("shm|requests_completed")
+                self._count_shm(req)
+        return True
+
+    def _count_shm(self, req: TransferRequest) -> None:
+        # Caller holds the outcome lock.
+        self._stats.add("shm|bytes", req.length)
+        self._stats.add("shm|slices")
+        info = req.segment.info
+        if info.shm_path is not None:
+            self._shm.account(info.shm_path, req.op == OpCode.READ, req.length)
+
     def _shm_job(self, st: RequestState) -> Job:
         req = st.request
         info = req.segment.info
@@ -553,13 +608,7 @@ class TransferEngine:
             for st in states:
                 if self._outcome.complete(st, st.request.length):
                     self._stats.add("shm|requests_completed")
-                self._stats.add("shm|bytes", st.request.length)
-                self._stats.add("shm|slices")
-                info = st.request.segment.info
-                if info.shm_path is not None:
-                    self._shm.account(
-                        info.shm_path, st.request.op == OpCode.READ, st.request.length
-                    )
+                self._count_shm(st.request)
             self._outcome.cv.notify_all()
         for st in states:
             st.request.local.release(1)

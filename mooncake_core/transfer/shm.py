@@ -208,15 +208,24 @@ class ShmTransport:
             if ledger is not None:
                 ledger.add(read, nbytes)
 
+    def copy_now(self, copies: list[tuple[int, int, int]]) -> None:
+        """Copy ``(dst, src, length)`` triples (bounds-checked by the engine, together at
+        most :data:`INLINE_MAX` bytes) in this thread, the GIL released.
+
+        Raises:
+            TransferError: the engine is closed.
+        """
+        if self._closed:
+            raise TransferError("engine is closed")
+        self.bytes += _native.copy_many(
+            b"".join(COPY_JOB.pack(dst, src, n) for dst, src, n in copies), 1, SPLIT_MIN
+        )
+
     def submit(self, jobs: list[Job]) -> None:
         """Copy one batch (already bounds-checked by the engine): a small one at once in
         this thread, a larger one on the copy thread (the caller goes on meanwhile)."""
         if sum(j[3] for j in jobs) <= INLINE_MAX:
-            if self._closed:
-                raise TransferError("engine is closed")
-            self.bytes += _native.copy_many(
-                b"".join(COPY_JOB.pack(dst, src, n) for _, dst, src, n in jobs), 1, SPLIT_MIN
-            )
+            self.copy_now([(dst, src, n) for _, dst, src, n in jobs])
             self._on_done([j[0] for j in jobs])
             return
         with self._cv:

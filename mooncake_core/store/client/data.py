@@ -428,7 +428,11 @@ class DataPath:
                     continue
                 reqs.append(TransferRequest(o.op, o.region, o.offset, seg, o.seg_offset, o.length))
                 owners.append(g)
-        batch = self._submit(reqs, owners, errors) if reqs else None
+        batch = (
+            self._submit(reqs, owners, errors)
+            if reqs and not self._now(reqs, owners, errors)
+            else None
+        )
         if jobs:
             # Runs while the engine moves the remote slices; GIL released in C.
             _native.copy_many(b"".join(jobs), _COPY_THREADS, _SPLIT_MIN)
@@ -438,6 +442,7 @@ class DataPath:
         """Wait for what :meth:`start` submitted; per group ``None`` or a reason."""
         if p.batch is not None:
             self._finish(p.batch, p.reqs, p.owners, p.errors, p.failed)
+        if p.reqs:
             self._check_shm_owners(p)
         return p.errors
 
@@ -464,6 +469,17 @@ class DataPath:
                 if p.failed:
                     p.failed[g].add(segment)
                 self.forget(segment)
+
+    def _now(
+        self, reqs: list[TransferRequest], owners: list[int], errors: list[str | None]
+    ) -> bool:
+        """Small shm requests done at once by the engine (no batch); False: submit them."""
+        try:
+            return self.engine.run_now(reqs)
+        except TransferError as exc:  # nothing was copied, as for a refused submit
+            for g in owners:
+                errors[g] = errors[g] or str(exc)
+            return True
 
     def _submit(
         self, reqs: list[TransferRequest], owners: list[int], errors: list[str | None]

@@ -98,3 +98,42 @@ def test_small_shm_batches_are_copied_before_submit_returns(start_target, make_e
     eng.free_batch(big)
     assert bytes(local.view()) == pattern(4 * MiB)
     assert eng.snapshot().transport("shm").bytes == 64 * 4096 + 4 * MiB
+
+
+def test_run_now_copies_small_shm_requests_without_a_batch(start_target, make_engine):
+    """``run_now`` does small shm requests in the caller's thread: the same bytes, checks
+    and counters as a batch. Anything it cannot do at once (not shm, too large) it
+    leaves untouched and says so; an invalid request is refused before any copy."""
+    from mooncake_core.transfer.shm import INLINE_MAX
+
+    target = start_target(size=4 * MiB, shm=True)
+    tcp_target = start_target(size=MiB, shm=True, host_id="some-other-host")
+    eng = make_engine()
+    seg = eng.open_segment(target.name)
+    far = eng.open_segment(tcp_target.name)
+    assert (seg.transport, far.transport) == ("shm", "tcp")
+    local = eng.register_memory(bytearray(4 * MiB))
+    reads = [TransferRequest(OpCode.READ, local, i * 4096, seg, i * 4096, 4096) for i in range(4)]
+    assert eng.run_now(reads) is True
+    assert bytes(local.view()[: 4 * 4096]) == pattern(4 * MiB)[: 4 * 4096]
+    data = pattern(8192, seed=11)
+    local.view()[MiB : MiB + 8192] = data
+    assert eng.run_now([TransferRequest(OpCode.WRITE, local, MiB, seg, 3 * MiB, 8192)])
+    assert target.sha256(3 * MiB, 8192) == hashlib.sha256(data).hexdigest()
+    shm = eng.snapshot().transport("shm")
+    assert (shm.bytes, shm.requests_completed) == (4 * 4096 + 8192, 5)
+    # Not done at once (False, nothing moved): a tcp segment, or more than INLINE_MAX.
+    local.view()[:] = bytes(4 * MiB)
+    assert eng.run_now([TransferRequest(OpCode.READ, local, 0, far, 0, 4096)]) is False
+    too_big = INLINE_MAX + 1
+    assert eng.run_now([TransferRequest(OpCode.READ, local, 0, seg, 0, too_big)]) is False
+    assert bytes(local.view()) == bytes(4 * MiB)
+    # An invalid request refuses the whole call before anything is copied.
+    bad = [
+        TransferRequest(OpCode.READ, local, 0, seg, 0, 4096),
+        TransferRequest(OpCode.READ, local, 0, seg, 4 * MiB - 100, 4096),
+    ]
+    with pytest.raises(TransferError, match="outside segment"):
+        eng.run_now(bad)
+    assert bytes(local.view()) == bytes(4 * MiB)
+    assert eng.snapshot().transport("shm").bytes == 4 * 4096 + 8192
