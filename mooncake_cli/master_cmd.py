@@ -309,6 +309,7 @@ def master_settings(
         host=bind,
         port=mcfg.port if port is None else port,
         fast_port=fast_port,
+        fast_unix=mcfg.fast_unix,
         metrics_host=bind,
         metrics_port=mcfg.metrics_port if metrics_port is None else metrics_port,
         secret=secret,

@@ -102,6 +102,10 @@ class MasterConfig(_Strict):
     """Port of the fast control channel: the hot Store calls (exist, replica lookup, put
     start/end, remove) without a gRPC round trip (docs/store.md); ``null``: off, every
     call over gRPC. Clients learn it from the master; nothing else needs it."""
+    fast_unix: bool = True
+    """Also serve the fast control channel on an abstract Unix socket with a random
+    name: clients on the master's host (in its network namespace) use it instead of
+    loopback TCP, ~20 us cheaper a round trip (docs/store.md); false: TCP only."""
     lease_ttl_s: PositiveSeconds = 10.0
     """Lease granted by GetReplicaList; protects an object from eviction and removal."""
     client_ttl_s: PositiveSeconds = 10.0

@@ -25,12 +25,39 @@ from .fast_control import (
     frame,
 )
 
+UNIX = "unix:"
+"""Prefix of a fast channel address that is an abstract Unix socket (``unix:@name``)."""
+
+
+def _unix_connect(name: str, timeout_s: float) -> socket.socket:
+    if not name.startswith("@"):
+        raise OSError(f"not an abstract socket name: {name!r}")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout_s)
+        sock.connect("\0" + name[1:])
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def unix_reachable(name: str, timeout_s: float) -> bool:
+    """Whether the abstract Unix socket ``name`` (``@...``, from a master's readiness)
+    accepts a connection here: only on the master's host, in its network namespace."""
+    try:
+        _unix_connect(name, timeout_s).close()
+    except OSError:
+        return False
+    return True
+
 
 class FastConnection:
     """One blocking connection to a master's fast channel (one user thread at a time).
 
     Args:
-        address: ``host:port`` of the fast channel.
+        address: ``host:port`` of the fast channel, or ``unix:@name`` for its abstract
+            Unix socket on this host.
         secret: the cluster secret (``None``: none).
         timeout_s: connect and per-call deadline.
 
@@ -40,14 +67,17 @@ class FastConnection:
     """
 
     def __init__(self, address: str, secret: bytes | None, timeout_s: float) -> None:
-        host, _, port = address.rpartition(":")
         self.address = address
         self._next = 0
         try:
-            self._sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+            if address.startswith(UNIX):
+                self._sock = _unix_connect(address[len(UNIX) :], timeout_s)
+            else:
+                host, _, port = address.rpartition(":")
+                self._sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+                self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError as exc:
             raise FastUnsent(f"fast control {address}: {exc}") from None
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # The deadline is the kernel's (SO_RCVTIMEO/SO_SNDTIMEO on a blocking socket): a
         # Python-level timeout would poll() before every send and recv.
         self._sock.settimeout(None)

@@ -6,7 +6,9 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import secrets
 import socket
+import sys
 from collections.abc import Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +38,7 @@ log = logging.getLogger(__name__)
 
 
 class FastControlServer:
-    """Serves :data:`OPS` on a TCP port for one :class:`~.master_service.MasterService`.
+    """Serves :data:`OPS` on a TCP port (and an abstract Unix socket) for one :class:`~.master_service.MasterService`.
 
     Args:
         service: the running master (its ``serving`` gate and counters).
@@ -57,12 +59,22 @@ class FastControlServer:
         self._token = control_token(secret).encode() if secret is not None else b""
         self._on_refused = on_refused
         self._server: asyncio.Server | None = None
+        self._unix: asyncio.Server | None = None
         self._conns: set[_Conn] = set()
         self.port = 0
         """Bound port (after :meth:`start`)."""
+        self.unix_name = ""
+        """The same channel on an abstract Unix socket, ``@`` + its name (after
+        :meth:`start` with ``unix``; empty: none)."""
 
-    async def start(self, host: str, port: int) -> None:
-        """Bind and serve.
+    async def start(self, host: str, port: int, *, unix: bool = False) -> None:
+        """Bind and serve; with ``unix`` (Linux), also on an abstract Unix socket.
+
+        The Unix socket is for clients on this host, in this network namespace: a round
+        trip over it costs ~30 us where loopback TCP costs ~50 us (docs/store.md). Its
+        name is random, so a client on another host never finds one of the same name;
+        abstract names live in the network namespace (a partitioned namespace cannot
+        reach it) and the same HELLO token guards it as the TCP port.
 
         Raises:
             RuntimeError: the port could not be bound.
@@ -77,14 +89,24 @@ class FastControlServer:
                 f"cannot bind the fast control port on {host}:{port}: {exc.strerror or exc}"
             ) from None
         self.port = self._server.sockets[0].getsockname()[1]
+        if unix and sys.platform == "linux":
+            name = f"mooncake-fast-{secrets.token_hex(12)}"
+            try:
+                self._unix = await loop.create_unix_server(lambda: _Conn(self), "\0" + name)
+            except OSError as exc:  # the TCP port still serves
+                log.warning("fast control: no abstract Unix socket (%s); TCP only", exc)
+            else:
+                self.unix_name = "@" + name
 
     async def stop(self) -> None:
         """Stop accepting and drop every connection (clients fall back to gRPC)."""
-        if self._server is not None:
-            self._server.close()
-            for conn in list(self._conns):
-                conn.abort()
-            await self._server.wait_closed()
+        servers = [s for s in (self._server, self._unix) if s is not None]
+        for server in servers:
+            server.close()
+        for conn in list(self._conns):
+            conn.abort()
+        for server in servers:
+            await server.wait_closed()
 
     def track(self, conn: _Conn) -> None:
         """A connection opened (it is aborted by :meth:`stop`)."""

@@ -79,6 +79,9 @@ class ServiceOptions:
     fast_port: int | None = None
     """Port of the fast control channel for the hot calls (``fast_control``); 0 picks a
     free one; ``None``: no fast channel, every call over gRPC."""
+    fast_unix: bool = True
+    """Also serve the fast channel on an abstract Unix socket, for clients on this host
+    (advertised in the readiness; clients elsewhere use the port)."""
     metrics_host: str = "127.0.0.1"
     """Bind address of /metrics, /health, /snapshot."""
     metrics_port: int | None = 9003
@@ -351,7 +354,7 @@ class MasterService:
                 opts.secret,
                 lambda: self.metrics.auth_failures.labels("FastControl").inc(),
             )
-            await fast.start(opts.host, opts.fast_port)
+            await fast.start(opts.host, opts.fast_port, unix=opts.fast_unix)
             self._fast = fast
         await server.start()
         self._server = server
@@ -751,6 +754,7 @@ class MasterService:
             "durable": self.sink is not None and self._sink_error is None,
             "journal_seq": self.sink.last_seq if self.sink is not None else None,
             "fast_port": self.fast_port,
+            "fast_unix": self._fast.unix_name if self._fast is not None else "",
         }
         if self._sink_error is not None:
             out["journal_error"] = self._sink_error

@@ -116,7 +116,12 @@ class Client(BatchOps):
         o = self.options
         try:
             self._master = SyncMaster(
-                o.master, self.client_id, o.secret, o.rpc_timeout_s, fast=o.fast_control
+                o.master,
+                self.client_id,
+                o.secret,
+                o.rpc_timeout_s,
+                fast=o.fast_control,
+                fast_unix=o.fast_unix,
             )
             self._master.wait_ready(o.connect_timeout_s)
             try:

@@ -58,6 +58,8 @@ class ClientOptions:
         heartbeat_interval_s: heartbeat period.
         fast_control: send the hot master calls over the master's fast control channel
             when it has one (docs/store.md); ``False``: every call over gRPC.
+        fast_unix: on the master's host, reach the fast channel through the abstract
+            Unix socket it advertises (docs/store.md); ``False``: its TCP port.
     """
 
     master: str = "127.0.0.1:50051"
@@ -73,6 +75,7 @@ class ClientOptions:
     connect_timeout_s: float = 10.0
     heartbeat_interval_s: float = 1.0
     fast_control: bool = True
+    fast_unix: bool = True
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.segments]

@@ -37,7 +37,7 @@ from .. import master_rpc as rpc
 from ..auth import auth_metadata
 from ..errors import AuthError, ErrorCode, UnavailableError
 from ..fast_control import FastLost, FastRefused, FastUnknownOp, FastUnsent
-from ..fast_control_client import FastChannels
+from ..fast_control_client import UNIX, FastChannels, unix_reachable
 from ..ha.discovery import SyncLeaderResolver, split_master_url
 from ..ha.follow import Failover, leader_hint
 from ..master_rpc import SyncCall, Unary
@@ -61,6 +61,8 @@ class SyncMaster:
         fast: send the hot calls over the master's fast control channel when it has one
             (``fast_control``); every other call, and every hot call the fast channel
             cannot serve (a follower, a lost connection), goes over gRPC.
+        fast_unix: on the master's host, use the fast channel's abstract Unix socket
+            (``fast_unix`` in its readiness) instead of its TCP port.
     """
 
     FAST_RETRY_S = 5.0
@@ -74,6 +76,7 @@ class SyncMaster:
         timeout_s: float = 10.0,
         *,
         fast: bool = True,
+        fast_unix: bool = True,
     ) -> None:
         endpoint, cluster = split_master_url(address)
         self._resolver = SyncLeaderResolver(endpoint, cluster) if endpoint else None
@@ -87,6 +90,7 @@ class SyncMaster:
         self.address = "" if self._resolver is not None else address
         self._channel: grpc.Channel | None = None
         self._fast = FastChannels(secret, timeout_s) if fast else None
+        self._fast_unix = fast_unix
         self._fast_at: dict[str, str] = {}
         """gRPC address -> its master's fast channel address, once learnt."""
         self._fast_off: dict[str, float] = {}
@@ -240,6 +244,10 @@ class SyncMaster:
             self._fast_off[address] = time.monotonic() + self.FAST_RETRY_S
             return None
         target = f"{address.rpartition(':')[0]}:{r.fast_port}"
+        # On the master's host the same channel answers on a Unix socket, ~20 us a round
+        # trip cheaper than loopback TCP; elsewhere its random name is not found.
+        if self._fast_unix and r.fast_unix and unix_reachable(r.fast_unix, min(1.0, self._timeout)):
+            target = UNIX + r.fast_unix
         self._fast_at[address] = target
         return target
 

@@ -26,6 +26,8 @@ class Readiness:
     leader_address: str = ""
     fast_port: int = 0
     """Port of this master's fast control channel for the hot calls (0: none)."""
+    fast_unix: str = ""
+    """The same channel's abstract Unix socket, ``@name`` (empty: none)."""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Readiness:
@@ -42,4 +44,5 @@ class Readiness:
             leader_id=str(d.get("leader_id") or ""),
             leader_address=str(d.get("leader_address") or ""),
             fast_port=int(d.get("fast_port") or 0),
+            fast_unix=str(d.get("fast_unix") or ""),
         )

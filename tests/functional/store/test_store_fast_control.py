@@ -36,7 +36,7 @@ from mooncake_core.store.fast_control import (
     FastUnknownOp,
     FastUnsent,
 )
-from mooncake_core.store.fast_control_client import FastConnection
+from mooncake_core.store.fast_control_client import FastConnection, unix_reachable
 from mooncake_core.store.fast_packed import unpack_reads
 from mooncake_core.store.results import ReplicateConfig
 
@@ -231,6 +231,62 @@ def test_a_wrong_or_missing_token_is_refused_before_anything_is_read(
         assert bad.fast_calls == 0
     finally:
         bad.close()
+
+
+def test_a_client_on_the_masters_host_uses_its_unix_socket_with_the_same_token(
+    start_master: StartMaster, tmp_path: Path
+) -> None:
+    """The master advertises an abstract Unix socket beside the port; a client on the
+    same host takes it, the calls answer what TCP answers, and it asks the token first."""
+    m = start_master(extra=["--secret-file", str(_secret_file(tmp_path))])
+    name = str(_health(m)["readiness"]["fast_unix"])  # type: ignore[index]
+    assert name.startswith("@mooncake-fast-") and len(name) > len("@mooncake-fast-") + 16
+    _mount(m, SECRET)
+    c = SyncMaster(m.address, "w", SECRET, timeout_s=5)
+    try:
+        c.put_start("k", 10, None)
+        c.put_end("k")
+        assert c.exist("k") and not c.exist("nope")
+        assert c._fast_address(m.address) == "unix:" + name
+        assert c.fast_calls == 4
+        assert _metric(m, "master_fast_calls_total", rpc="Exist") == 2
+    finally:
+        c.close()
+    with pytest.raises(FastRefused, match="missing or wrong cluster token"):
+        FastConnection("unix:" + name, b"not-the-secret", 5)
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(5)
+    s.connect("\0" + name[1:])
+    body = pb.ExistRequest(key="k").SerializeToString()
+    s.sendall(HEADER.pack(len(body), 1, 9) + body)  # a request before HELLO
+    kind, call_id, _ = _read_frame(s)
+    assert (kind, call_id) == (AUTH_FAILED, 9) and _closed(s)
+    ok = FastConnection("unix:" + name, SECRET, 5)
+    try:
+        reply = ok.call("Exist", pb.ExistRequest(key="k"))
+        assert isinstance(reply, pb.ExistResponse) and reply.exists
+    finally:
+        ok.close()
+
+
+def test_without_the_unix_socket_or_out_of_its_reach_clients_use_the_port(
+    start_master: StartMaster,
+) -> None:
+    """``master.fast_unix: false`` advertises none; a name this host does not have (a
+    master on another host, or in another network namespace) is not reachable, so the
+    client keeps the TCP port."""
+    assert not unix_reachable("@mooncake-fast-" + "0" * 24, 1.0)
+    m = start_master(fast_unix=False)
+    assert _health(m)["readiness"]["fast_unix"] == ""  # type: ignore[index]
+    _mount(m, None)
+    c = SyncMaster(m.address, "w", None, timeout_s=5)
+    try:
+        c.put_start("k", 10, None)
+        c.put_end("k")
+        assert c.exist("k") and c.fast_calls == 3
+        assert c._fast_address(m.address) == f"127.0.0.1:{_fast_port(m)}"
+    finally:
+        c.close()
 
 
 def test_bad_frames_get_an_error_and_keep_the_master_serving(start_master: StartMaster) -> None:

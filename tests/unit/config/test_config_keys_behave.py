@@ -780,6 +780,7 @@ PROBES: dict[str, Probe] = {
     "master.port": Probe({"master.port": 50052}, seen_by(plan, launched)),
     "master.metrics_port": Probe({"master.metrics_port": 9004}, seen_by(plan, launched)),
     "master.fast_port": Probe({"master.fast_port": 50152}, seen_by(plan, launched)),
+    "master.fast_unix": Probe({"master.fast_unix": False}, launched),
     "master.lease_ttl_s": Probe({"master.lease_ttl_s": 20.0}, lease_granted),
     "master.client_ttl_s": Probe({"master.client_ttl_s": 20.0}, silent_client_expires),
     "master.heartbeat_interval_s": Probe(
