@@ -544,8 +544,9 @@ class TransferEngine:
         submit them in a batch.
 
         The same copies, checks and counters as a batch, without its bookkeeping (a
-        batch, a state per request, a condition to wait on): ~10 us less for one 4 KiB
-        request (docs/transfer.md).
+        batch, a state per request, a condition to wait on), and with one map lookup,
+        region pin and counter update per segment or region, not per request: ~10 us
+        less for one 4 KiB request (docs/transfer.md).
 
         Raises:
             TransferError: the engine is closed, or a request is invalid (as
@@ -560,28 +561,42 @@ class TransferEngine:
             return False
         if self._closed:
             raise TransferError("engine is closed")
+        regions = self._regions
         for i, req in enumerate(requests):
-            validate_request(i, req, self._regions)
+            validate_request(i, req, regions)
+        bases: dict[str, int] = {}
+        pins: dict[Region, int] = {}
+        done: dict[tuple[str, bool], list[int]] = {}
         copies = []
         for req in requests:
             info = req.segment.info
-            remote = self._shm.map(info.shm_path or "", info.size) + req.target_offset
+            path = info.shm_path or ""
+            base = bases.get(path)
+            if base is None:
+                base = bases[path] = self._shm.map(path, info.size)
+            remote = base + req.target_offset
             local = req.local.address + req.local_offset
             read = req.op == OpCode.READ
             copies.append((local, remote, req.length) if read else (remote, local, req.length))
-        held: list[Region] = []
+            pins[req.local] = pins.get(req.local, 0) + 1
+            tally = done.setdefault((path, read), [0, 0])
+            tally[0] += req.length
+            tally[1] += 1
+        held: list[tuple[Region, int]] = []
         try:
-            for req in requests:
-                req.local.acquire(1)  # unregister waits for the copy
-                held.append(req.local)
+            for region, n in pins.items():
+                region.acquire(n)  # unregister waits for the copy
+                held.append((region, n))
             self._shm.copy_now(copies)
         finally:
-            for region in held:
-                region.release(1)
+            for region, n in held:
+                region.release(n)
         with self._outcome.cv:
-            for req in requests:
-                self._stats.add("shm|requests_completed")
-                self._count_shm(req)
+            self._stats.add("shm|requests_completed", len(requests))
+            self._stats.add("shm|slices", len(requests))
+            self._stats.add("shm|bytes", total)
+            for (path, read), (nbytes, count) in done.items():
+                self._shm.account(path, read, nbytes, count)
         return True
 
     def _count_shm(self, req: TransferRequest) -> None:

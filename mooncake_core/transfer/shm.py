@@ -134,10 +134,10 @@ class _Ledger:
             os.close(fd)
         self.values = [0, 0, 0, 0]
 
-    def add(self, read: bool, nbytes: int) -> None:
+    def add(self, read: bool, nbytes: int, requests: int = 1) -> None:
         i = 2 if read else 0
         self.values[i] += nbytes
-        self.values[i + 1] += 1
+        self.values[i + 1] += requests
         _LEDGER.pack_into(self.map, 0, *self.values)
 
     def close(self) -> None:
@@ -201,12 +201,13 @@ class ShmTransport:
                     self._ledgers[path] = None  # counted here only; the copy still works
             return addr
 
-    def account(self, path: str, read: bool, nbytes: int) -> None:
-        """Count one finished copy in the ledger of the segment file at ``path``."""
+    def account(self, path: str, read: bool, nbytes: int, requests: int = 1) -> None:
+        """Count finished copies (``requests`` of them, ``nbytes`` together) in the
+        ledger of the segment file at ``path``."""
         with self._lock:
             ledger = self._ledgers.get(path)
             if ledger is not None:
-                ledger.add(read, nbytes)
+                ledger.add(read, nbytes, requests)
 
     def copy_now(self, copies: list[tuple[int, int, int]]) -> None:
         """Copy ``(dst, src, length)`` triples (bounds-checked by the engine, together at

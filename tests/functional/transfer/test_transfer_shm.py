@@ -104,7 +104,7 @@ def test_run_now_copies_small_shm_requests_without_a_batch(start_target, make_en
     """``run_now`` does small shm requests in the caller's thread: the same bytes, checks
     and counters as a batch. Anything it cannot do at once (not shm, too large) it
     leaves untouched and says so; an invalid request is refused before any copy."""
-    from mooncake_core.transfer.shm import INLINE_MAX
+    from mooncake_core.transfer.shm import INLINE_MAX, served
 
     target = start_target(size=4 * MiB, shm=True)
     tcp_target = start_target(size=MiB, shm=True, host_id="some-other-host")
@@ -122,6 +122,8 @@ def test_run_now_copies_small_shm_requests_without_a_batch(start_target, make_en
     assert target.sha256(3 * MiB, 8192) == hashlib.sha256(data).hexdigest()
     shm = eng.snapshot().transport("shm")
     assert (shm.bytes, shm.requests_completed) == (4 * 4096 + 8192, 5)
+    # The target's ledger counts every request, not one per call.
+    assert served(seg.info.shm_path) == (4 * 4096 + 8192, 5)
     # Not done at once (False, nothing moved): a tcp segment, or more than INLINE_MAX.
     local.view()[:] = bytes(4 * MiB)
     assert eng.run_now([TransferRequest(OpCode.READ, local, 0, far, 0, 4096)]) is False
