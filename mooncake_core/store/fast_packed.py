@@ -4,7 +4,8 @@ A 64-key ``BatchGetReplicaList`` reply costs ~520 us in protobuf conversion alon
 message per key, one per replica, one per slice, built on the master and read back on
 the client: 8 us a key), more than six times the master core's own work for the lookup
 (docs/benchmarks.md, "Where a 64-key batch goes"). The packed ops of
-:mod:`.fast_control` answer the same handlers' results in this flat form instead. The
+:mod:`.fast_control` answer the same handlers' results in this flat form instead (the
+single PutStart, Upsert and GetReplicaList as one-item replies). The
 requests stay protobuf, and gRPC keeps the protobuf replies.
 
 Layout, little-endian::

@@ -45,6 +45,7 @@ __all__ = ["BY_HAND", "SURFACE", "AsyncCall", "SyncCall", "Unary"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +157,15 @@ def _ended_many(r: Any, q: Any, resent: bool) -> list[StoreError | None]:
 
 def _removed(r: Any, q: Any, resent: bool) -> None:
     _raise_unless_own(r.error, ErrorCode.OBJECT_NOT_FOUND, "remove", q.key, resent)
+
+
+def _only(results: Sequence[T | StoreError]) -> T:
+    """The one result of a packed single call; its error raised. (A packed op is only
+    ever a first attempt: a lost one is resent over gRPC, whose reply reads a resend.)"""
+    (only,) = results
+    if isinstance(only, StoreError):
+        raise only
+    return only
 
 
 def _read(r: Any, q: Any, resent: bool) -> GetResult:
@@ -413,10 +423,12 @@ PUT_START = Unary(
     "Allocate replicas for a new object; write them, then ``put_end``. ``avoid``: "
     "segments this client could not reach (a retry), placed around.",
     fast=5,
+    packed=Packed("PutStartPacked", 18, lambda q, b: _only(unpack_placements(1, b))),
 )  # fmt: skip
 UPSERT = Unary(
-    "Upsert", _put_start, _placed, "Like ``put_start``, replacing a complete object.", fast=6
-)
+    "Upsert", _put_start, _placed, "Like ``put_start``, replacing a complete object.", fast=6,
+    packed=Packed("UpsertPacked", 19, lambda q, b: _only(unpack_placements(1, b))),
+)  # fmt: skip
 PUT_END = Unary("PutEnd", _key, _ended, "Make a written object readable.", fast=7)
 PUT_REVOKE = Unary("PutRevoke", _key, _none, "Abandon a write and free its space.", fast=8)
 BATCH_PUT_START = Unary(
@@ -436,8 +448,9 @@ BATCH_PUT_END = Unary(
 )  # fmt: skip
 BATCH_PUT_REVOKE = Unary("BatchPutRevoke", _keys, _errors, "``put_revoke`` for each key.", fast=12)
 GET_REPLICA_LIST = Unary(
-    "GetReplicaList", _get, _read, "Where to read ``key``; grants a read lease.", fast=3
-)
+    "GetReplicaList", _get, _read, "Where to read ``key``; grants a read lease.", fast=3,
+    packed=Packed("GetReplicaListPacked", 20, lambda q, b: _only(unpack_reads([q.key], b))),
+)  # fmt: skip
 BATCH_GET_REPLICA_LIST = Unary(
     "BatchGetReplicaList", _keys, _reads, "``get_replica_list`` for each key; errors per item.",
     fast=4,

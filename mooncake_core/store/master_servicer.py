@@ -184,28 +184,30 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
 
     # ------------------------------------------------------------------ writes
     async def PutStart(self, request: pb.PutStartRequest, context: Ctx) -> pb.PutStartResponse:
-        cfg = cv.config_from_pb(request.config)
-        avoid = tuple(request.avoid_segments)
-        r = await self._svc.call(
-            "PutStart",
-            lambda now: self._st.put_start(
-                request.key, request.size, request.client_id, now, cfg, avoid=avoid
-            ),
-            started=lambda reps: [started_record(request.key, request.size, reps)],
-        )
-        return _put_response(r)
+        return _put_response(await self._put_start("PutStart", request, upsert=False))
 
     async def Upsert(self, request: pb.PutStartRequest, context: Ctx) -> pb.PutStartResponse:
+        return _put_response(await self._put_start("Upsert", request, upsert=True))
+
+    async def PutStartPacked(self, request: pb.PutStartRequest, context: Ctx) -> bytes:
+        """PutStart with a packed reply (fast channel only, :mod:`.fast_packed`)."""
+        return pack_placements([await self._put_start("PutStart", request, upsert=False)])
+
+    async def UpsertPacked(self, request: pb.PutStartRequest, context: Ctx) -> bytes:
+        """Upsert with a packed reply (fast channel only)."""
+        return pack_placements([await self._put_start("Upsert", request, upsert=True)])
+
+    async def _put_start(
+        self, rpc: str, request: pb.PutStartRequest, *, upsert: bool
+    ) -> tuple[Replica, ...] | StoreError:
         cfg = cv.config_from_pb(request.config)
         avoid = tuple(request.avoid_segments)
-        r = await self._svc.call(
-            "Upsert",
-            lambda now: self._st.upsert_start(
-                request.key, request.size, request.client_id, now, cfg, avoid=avoid
-            ),
+        start = self._st.upsert_start if upsert else self._st.put_start
+        return await self._svc.call(
+            rpc,
+            lambda now: start(request.key, request.size, request.client_id, now, cfg, avoid=avoid),
             started=lambda reps: [started_record(request.key, request.size, reps)],
         )
-        return _put_response(r)
 
     async def PutEnd(self, request: pb.KeyRequest, context: Ctx) -> pb.KeyResponse:
         r = await self._svc.call("PutEnd", lambda now: self._st.put_end(request.key, now))
@@ -287,6 +289,12 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
         r = await self._read("GetReplicaList", [request.key])
         self._svc.count_item_failures("GetReplicaList", r)
         return _get_response(r[0])
+
+    async def GetReplicaListPacked(self, request: pb.GetReplicaListRequest, context: Ctx) -> bytes:
+        """GetReplicaList with a packed reply (fast channel only, :mod:`.fast_packed`)."""
+        r = await self._read("GetReplicaList", [request.key])
+        self._svc.count_item_failures("GetReplicaList", r)
+        return pack_reads(r)
 
     async def BatchGetReplicaList(
         self, request: pb.BatchKeysRequest, context: Ctx

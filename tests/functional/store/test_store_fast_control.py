@@ -38,7 +38,7 @@ from mooncake_core.store.fast_control import (
 )
 from mooncake_core.store.fast_control_client import FastConnection, unix_reachable
 from mooncake_core.store.fast_packed import unpack_reads
-from mooncake_core.store.results import ReplicateConfig
+from mooncake_core.store.results import GetResult, ReplicateConfig
 
 pytestmark = pytest.mark.integration
 
@@ -200,6 +200,59 @@ def test_packed_batch_replies_carry_what_grpc_carries(start_master: StartMaster)
     assert kind == OK
     (only,) = unpack_reads(["q"], reply)
     assert only == want[2]
+
+
+def test_packed_single_replies_carry_what_grpc_carries(start_master: StartMaster) -> None:
+    """PutStart, Upsert and GetReplicaList answer in the packed layout over the fast
+    channel too: the same replicas and lease as the protobuf replies over gRPC, and the
+    same errors raised (already exists, not found, being written)."""
+    m = start_master()
+    _mount(m, None)
+    fast = SyncMaster(m.address, "writer", None, timeout_s=5)
+    slow = SyncMaster(m.address, "reader", None, timeout_s=5, fast=False)
+    try:
+        reps = fast.put_start("a", 5000, None)
+        assert isinstance(reps, tuple) and reps[0][0].length == 5000
+        with pytest.raises(ConflictError) as fast_err:
+            fast.get_replica_list("a")  # being written
+        with pytest.raises(ConflictError) as slow_err:
+            slow.get_replica_list("a")
+        assert (fast_err.value.code, fast_err.value.message) == (
+            slow_err.value.code,
+            slow_err.value.message,
+        )
+        fast.put_end("a")
+        got, want = fast.get_replica_list("a"), slow.get_replica_list("a")
+        assert got == want and got.replicas == reps and got.size == 5000
+        with pytest.raises(ConflictError, match="already exists"):
+            fast.put_start("a", 10, None)
+        with pytest.raises(NotFoundError) as fast_missing:
+            fast.get_replica_list("missing")
+        with pytest.raises(NotFoundError) as slow_missing:
+            slow.get_replica_list("missing")
+        assert fast_missing.value.message == slow_missing.value.message
+        fast.remove("a", force=True)
+        new = fast.upsert("a", 64, None)
+        fast.put_end("a")
+        assert fast.get_replica_list("a").replicas == new == slow.get_replica_list("a").replicas
+        assert fast.fast_calls == 10 and slow.fast_calls == 0
+        # Counted under the RPC they serve.
+        assert _metric(m, "master_fast_calls_total", rpc="PutStart") == 2
+        assert _metric(m, "master_fast_calls_total", rpc="GetReplicaList") == 4
+        assert _metric(m, "master_fast_calls_total", rpc="Upsert") == 1
+    finally:
+        fast.close()
+        slow.close()
+    # The bytes on the wire are the packed layout.
+    s = _raw(_fast_port(m))
+    s.sendall(HEADER.pack(0, HELLO, 1))
+    assert _read_frame(s) == (OK, 1, b"")
+    body = pb.GetReplicaListRequest(key="a").SerializeToString()
+    s.sendall(HEADER.pack(len(body), OP_BY_NAME["GetReplicaListPacked"].code, 2) + body)
+    kind, _, reply = _read_frame(s)
+    assert kind == OK
+    (only,) = unpack_reads(["a"], reply)
+    assert isinstance(only, GetResult) and only.replicas == new
 
 
 def test_a_wrong_or_missing_token_is_refused_before_anything_is_read(
