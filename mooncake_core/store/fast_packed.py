@@ -18,6 +18,7 @@ Layout, little-endian::
     item := u8 code                 ErrorCode; 0 is a result, anything else an error
             code != 0: u32 length, utf-8 message
             code == 0: [u64 size, f64 lease_ttl_s]     (replica-list replies only)
+                       (an outcome reply, BatchPutEnd's, has nothing more)
                        u8 replicas, { u16 slices, { u16 segment, u64 offset, u64 length }
                        * slices } * replicas
 
@@ -37,7 +38,14 @@ from .errors import ErrorCode, StoreError, error_from_code
 from .objects import Replica, Slice
 from .results import GetResult
 
-__all__ = ["pack_placements", "pack_reads", "unpack_placements", "unpack_reads"]
+__all__ = [
+    "pack_errors",
+    "pack_placements",
+    "pack_reads",
+    "unpack_errors",
+    "unpack_placements",
+    "unpack_reads",
+]
 
 _U8 = struct.Struct("<B")
 _U16 = struct.Struct("<H")
@@ -118,6 +126,17 @@ def pack_reads(results: Sequence[GetResult | StoreError]) -> bytes:
         body += _READ_HEAD.pack(0, r.size, r.lease_ttl_s, len(reps))
         _pack_replicas(body, reps, seg)
     return seg.header(len(results)) + body
+
+
+def pack_errors(results: Sequence[StoreError | None]) -> bytes:
+    """A per-key outcome reply (``BatchPutEnd``): ``None`` (done, code 0) or the error."""
+    body = bytearray()
+    for r in results:
+        if r is None:
+            body += b"\0"
+        else:
+            _pack_error(body, r)
+    return _Table().header(len(results)) + body
 
 
 def pack_placements(results: Sequence[tuple[Replica, ...] | StoreError]) -> bytes:
@@ -224,6 +243,24 @@ def unpack_reads(keys: Sequence[str], buf: bytes) -> list[GetResult | StoreError
             continue
         size, lease = rd.take(_READ_TAIL)
         out.append(GetResult(key, int(size), rd.replicas(names), float(lease)))
+    rd.done()
+    return out
+
+
+def unpack_errors(count: int, buf: bytes) -> list[StoreError | None]:
+    """The outcomes :func:`pack_errors` packed, ``count`` of them.
+
+    Raises:
+        ValueError: the reply does not parse, or holds another number of results.
+    """
+    rd = _Reader(buf)
+    rd.header(count)
+    if buf[rd.pos :] == bytes(count):  # all done: the common case
+        return [None] * count
+    out: list[StoreError | None] = []
+    for _ in range(count):
+        (code,) = rd.take(_U8)
+        out.append(rd.error(int(code)) if code else None)
     rd.done()
     return out
 

@@ -35,7 +35,7 @@ from mooncake_core.rpc import store_pb2 as pb
 
 from . import convert as cv
 from .errors import ErrorCode, StoreError, UnavailableError
-from .fast_packed import unpack_placements, unpack_reads
+from .fast_packed import unpack_errors, unpack_placements, unpack_reads
 from .objects import Replica
 from .pins import Pin
 from .results import GetResult, RemoveManyResult, ReplicateConfig
@@ -445,6 +445,7 @@ BATCH_UPSERT = Unary(
 BATCH_PUT_END = Unary(
     "BatchPutEnd", _keys, _ended_many, "``put_end`` for each key; ``None`` where it succeeded.",
     fast=11,
+    packed=Packed("BatchPutEndPacked", 21, lambda q, b: unpack_errors(len(q.keys), b)),
 )  # fmt: skip
 BATCH_PUT_REVOKE = Unary("BatchPutRevoke", _keys, _errors, "``put_revoke`` for each key.", fast=12)
 GET_REPLICA_LIST = Unary(

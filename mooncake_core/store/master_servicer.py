@@ -17,7 +17,7 @@ from mooncake_core.rpc import store_pb2_grpc as pb_grpc
 
 from . import convert as cv
 from .errors import ErrorCode, StoreError
-from .fast_packed import pack_placements, pack_reads
+from .fast_packed import pack_errors, pack_placements, pack_reads
 from .ha.image import started_record
 from .ha.readiness import Readiness
 from .master import StagePending
@@ -275,12 +275,28 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
             "BatchPutRevoke", keys, lambda now: self._st.batch_put_revoke(keys, now)
         )
 
+    async def BatchPutEndPacked(self, request: pb.BatchKeysRequest, context: Ctx) -> bytes:
+        """BatchPutEnd with a packed reply (fast channel only, :mod:`.fast_packed`)."""
+        keys = list(request.keys)
+        return pack_errors(
+            await self._batch_outcomes(
+                "BatchPutEnd", keys, lambda now: self._st.batch_put_end(keys, now)
+            )
+        )
+
     async def _batch_keys(self, rpc: str, keys: list[str], fn: Any) -> pb.BatchKeyResponse:
         r = await self._svc.call(rpc, fn)
         if isinstance(r, StoreError):
             return pb.BatchKeyResponse(errors=[cv.error_to_pb(r) for _ in keys])
         self._svc.count_item_failures(rpc, r)
         return pb.BatchKeyResponse(errors=cv.batch_errors_to_pb(r))
+
+    async def _batch_outcomes(self, rpc: str, keys: list[str], fn: Any) -> list[StoreError | None]:
+        r = await self._svc.call(rpc, fn)
+        if isinstance(r, StoreError):
+            return [r for _ in keys]
+        self._svc.count_item_failures(rpc, r)
+        return list(r)
 
     # ------------------------------------------------------------------- reads
     async def GetReplicaList(

@@ -182,10 +182,18 @@ def test_packed_batch_replies_carry_what_grpc_carries(start_master: StartMaster)
             assert isinstance(a, StoreError) and isinstance(b, StoreError)
             assert (a.code, a.message) == (b.code, b.message)
         assert isinstance(got[1], NotFoundError)
-        assert fast.fast_calls == 3 and slow.fast_calls == 0
+        # Per-key outcomes (BatchPutEnd) too: the same errors as over gRPC.
+        ended, ended_slow = fast.batch_put_end(["p", "zz"]), slow.batch_put_end(["p", "zz"])
+        assert [type(e) for e in ended] == [ConflictError, NotFoundError]
+        assert [(e.code, e.message) for e in ended] == [  # type: ignore[union-attr]
+            (e.code, e.message)  # type: ignore[union-attr]
+            for e in ended_slow
+        ]
+        assert fast.fast_calls == 4 and slow.fast_calls == 0
         # Counted under the RPC they serve, beside its gRPC calls.
         assert _metric(m, "master_fast_calls_total", rpc="BatchGetReplicaList") == 1
         assert _metric(m, "master_fast_calls_total", rpc="BatchPutStart") == 1
+        assert _metric(m, "master_fast_calls_total", rpc="BatchPutEnd") == 2
     finally:
         fast.close()
         slow.close()

@@ -9,8 +9,10 @@ import pytest
 
 from mooncake_core.store.errors import ConflictError, ErrorCode, NotFoundError, StoreError
 from mooncake_core.store.fast_packed import (
+    pack_errors,
     pack_placements,
     pack_reads,
+    unpack_errors,
     unpack_placements,
     unpack_reads,
 )
@@ -104,3 +106,23 @@ def test_an_unknown_error_code_is_refused() -> None:
 def test_a_huge_count_costs_nothing_before_it_is_refused() -> None:
     with pytest.raises(ValueError, match="4294967295 results for 1 keys"):
         unpack_reads(["x"], struct.pack("<IH", 0xFFFFFFFF, 0))
+
+
+def test_outcomes_are_one_zero_byte_each_and_errors_round_trip() -> None:
+    assert pack_errors([None, None]) == struct.pack("<IH", 2, 0) + b"\0\0"
+    assert unpack_errors(2, pack_errors([None, None])) == [None, None]
+    mixed: list[StoreError | None] = [
+        None,
+        ConflictError(ErrorCode.INVALID_STATE, "object 'b' is already complete"),
+        None,
+    ]
+    got = unpack_errors(3, pack_errors(mixed))
+    assert got[0] is None and got[2] is None
+    assert isinstance(got[1], ConflictError) and got[1].code == ErrorCode.INVALID_STATE
+    assert got[1].message == "object 'b' is already complete"
+    with pytest.raises(ValueError, match="2 results for 3 keys"):
+        unpack_errors(3, pack_errors([None, None]))
+    with pytest.raises(ValueError, match="1 bytes after the last item"):
+        unpack_errors(2, pack_errors([None, mixed[1]]) + b"\0")
+    with pytest.raises(ValueError, match="truncated"):
+        unpack_errors(2, pack_errors([None, mixed[1]])[:-3])
