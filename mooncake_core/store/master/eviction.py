@@ -42,6 +42,57 @@ def strategy_for(ms: MasterCore, cfg: ReplicateConfig) -> AllocationStrategy:
     return ms.strategy
 
 
+class Placer:
+    """What placing writes needs that does not change between the objects of one call:
+    the usable segments and their capacity bounds, the strategy, the writer, the slice
+    lengths per size. A batch builds it once instead of once per key.
+
+    Args:
+        ms: the core.
+        segs: the usable segments (``ms.segments.allocatable()``; not empty).
+        client_id: the writer.
+        cfg: the write's options.
+    """
+
+    def __init__(
+        self, ms: MasterCore, segs: list[Segment], client_id: str, cfg: ReplicateConfig
+    ) -> None:
+        self.ms = ms
+        self.segs = segs
+        self.biggest = max(s.capacity for s in segs)
+        self.total = sum(s.capacity for s in segs)
+        self.strategy = strategy_for(ms, cfg)
+        self.ctx = AllocContext(client_id, cfg.preferred_segments)
+        self._lengths: dict[int, list[int]] = {}
+
+    def allocate(
+        self, key: str, size: int, replica_num: int, now: float, protected: Collection[str]
+    ) -> tuple[Replica, ...]:
+        """Place the replicas of a write, evicting rounds until they fit; CapacityError
+        if they cannot."""
+        lengths = self._lengths.get(size)
+        if lengths is None:
+            lengths = self._lengths[size] = slice_lengths(size, self.ms.config.max_slice_size)
+        if lengths[0] > self.biggest or size * replica_num > self.total:
+            # Hopeless even on an empty store: fail without evicting anything.
+            raise CapacityError(
+                ErrorCode.STORE_FULL,
+                f"object {key!r} ({size} bytes x {replica_num} replicas, slices up to "
+                f"{lengths[0]} bytes) cannot fit the usable segments (largest "
+                f"{self.biggest} bytes, total {self.total} bytes)",
+            )
+        while True:
+            replicas = place_replicas(self.segs, lengths, replica_num, self.strategy, self.ctx)
+            if replicas is not None:
+                return replicas
+            if evict_round(self.ms, now, protected, lambda: True) == 0:
+                raise CapacityError(
+                    ErrorCode.STORE_FULL,
+                    f"no space for object {key!r} ({size} bytes x {replica_num} replicas) "
+                    "and nothing left to evict",
+                )
+
+
 def allocate(
     ms: MasterCore,
     segs: list[Segment],
@@ -53,30 +104,8 @@ def allocate(
     now: float,
     protected: Collection[str],
 ) -> tuple[Replica, ...]:
-    """Place the replicas of a write, evicting rounds until they fit; CapacityError if they cannot."""
-    lengths = slice_lengths(size, ms.config.max_slice_size)
-    biggest = max(s.capacity for s in segs)
-    total = sum(s.capacity for s in segs)
-    if lengths[0] > biggest or size * replica_num > total:
-        # Hopeless even on an empty store: fail without evicting anything.
-        raise CapacityError(
-            ErrorCode.STORE_FULL,
-            f"object {key!r} ({size} bytes x {replica_num} replicas, slices up to "
-            f"{lengths[0]} bytes) cannot fit the usable segments (largest {biggest} "
-            f"bytes, total {total} bytes)",
-        )
-    strategy = strategy_for(ms, cfg)
-    ctx = AllocContext(client_id, cfg.preferred_segments)
-    while True:
-        replicas = place_replicas(segs, lengths, replica_num, strategy, ctx)
-        if replicas is not None:
-            return replicas
-        if evict_round(ms, now, protected, lambda: True) == 0:
-            raise CapacityError(
-                ErrorCode.STORE_FULL,
-                f"no space for object {key!r} ({size} bytes x {replica_num} replicas) "
-                "and nothing left to evict",
-            )
+    """Place the replicas of one write (:meth:`Placer.allocate`)."""
+    return Placer(ms, segs, client_id, cfg).allocate(key, size, replica_num, now, protected)
 
 
 def over_watermark(ms: MasterCore) -> bool:

@@ -30,10 +30,11 @@ def put_start(
     client_id: str,
     now: float,
     config: ReplicateConfig | None = None,
+    placer: evict_ops.Placer | None = None,
 ) -> tuple[Replica, ...]:
-    """Body of :meth:`MasterState.put_start`."""
+    """Body of :meth:`MasterState.put_start` (``placer``: a batch's, built once)."""
     cfg = config or ReplicateConfig()
-    segs = ms.segments.allocatable()
+    segs = placer.segs if placer is not None else ms.segments.allocatable()
     replica_num = validate_put(ms.config, key, size, client_id, cfg, len(segs))
     existing = ms.objects.get(key)
     if existing is not None:
@@ -41,9 +42,26 @@ def put_start(
             ErrorCode.OBJECT_ALREADY_EXISTS,
             f"object {key!r} already exists ({existing.state.name})",
         )
-    replicas = evict_ops.allocate(ms, segs, key, size, replica_num, client_id, cfg, now, ())
+    if placer is None:
+        placer = evict_ops.Placer(ms, segs, client_id, cfg)
+    replicas = placer.allocate(key, size, replica_num, now, ())
     install(ms, key, size, replicas, client_id, cfg, now)
     return replicas
+
+
+def batch_put_start(
+    ms: MasterCore,
+    items: Sequence[tuple[str, int]],
+    client_id: str,
+    now: float,
+    config: ReplicateConfig | None,
+) -> list[tuple[Replica, ...] | StoreError]:
+    """Body of :meth:`MasterState.batch_put_start`: one :class:`~.eviction.Placer` for
+    every key (the segments, bounds and strategy do not change within the call)."""
+    cfg = config or ReplicateConfig()
+    segs = ms.segments.allocatable()
+    placer = evict_ops.Placer(ms, segs, client_id, cfg) if segs else None
+    return each(items, lambda it: put_start(ms, it[0], it[1], client_id, now, cfg, placer))
 
 
 def upsert_start(
@@ -236,7 +254,7 @@ class WritesApi(MasterCore):
         config: ReplicateConfig | None = None,
     ) -> list[tuple[Replica, ...] | StoreError]:
         """:meth:`put_start` for each ``(key, size)``; each item succeeds or fails alone."""
-        return each(items, lambda it: self.put_start(it[0], it[1], client_id, now, config))
+        return batch_put_start(self, items, client_id, now, config)
 
     def batch_upsert_start(
         self,

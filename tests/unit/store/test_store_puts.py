@@ -186,6 +186,37 @@ def test_batches_fail_item_by_item(make_master: MakeMaster) -> None:
     assert isinstance(ups[0], tuple)
 
 
+def test_a_batch_places_exactly_as_the_same_puts_one_by_one(make_master: MakeMaster) -> None:
+    """The batch builds its placement context once; the outcome is still that of each
+    put in turn: the same replicas, errors, evictions and events (seeded strategy)."""
+    items = [("n1", 600), ("n2", 600), ("big", 5000), ("x/2", 10), ("n3", 700), ("n4", 900)]
+    one, many = base(make_master), base(make_master)
+    expected: list[object] = []
+    for key, size in items:
+        try:
+            expected.append(one.put_start(key, size, "c1", 1.0))
+        except StoreError as exc:
+            expected.append((exc.code, exc.message))
+    got = [
+        (r.code, r.message) if isinstance(r, StoreError) else r
+        for r in many.batch_put_start(items, "c1", 1.0)
+    ]
+    assert got == expected
+    codes = [r[0] if isinstance(r[0], ErrorCode) else "placed" for r in got]  # type: ignore[index]
+    assert codes == [
+        "placed",
+        "placed",
+        ErrorCode.STORE_FULL,  # larger than any segment: nothing evicted for it
+        ErrorCode.OBJECT_ALREADY_EXISTS,
+        ErrorCode.STORE_FULL,  # after evicting everything evictable
+        ErrorCode.STORE_FULL,
+    ]
+    events = many.take_events()
+    assert events == one.take_events()
+    assert [e.key for e in events if isinstance(e, ObjectRemoved)] == ["x/2", "y/1", "x/1"]
+    assert fingerprint(many) == fingerprint(one)
+
+
 def test_list_keys_pages_in_key_order(make_master: MakeMaster) -> None:
     m = make_master([("a", "c1", 100_000)])
     for k in ["p/3", "p/1", "q/1", "p/2", "o", "p/10", "p"]:
