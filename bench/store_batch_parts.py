@@ -19,14 +19,13 @@ import argparse
 import collections
 import ctypes
 import json
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from store_bench import _spawn, _stop, free_port
+from store_bench import master_and_node
 
 KEYS, SIZE = 64, 4096
 
@@ -51,29 +50,12 @@ def main() -> None:
     ap.add_argument("--profile", type=Path, default=None)
     args = ap.parse_args()
     out = Path(tempfile.mkdtemp(prefix="batch_parts_"))
-    cfg = out / "c.yaml"
-    cfg.write_text(json.dumps({"state_dir": str(out), "master": {}}))
-    port, py = free_port(), sys.executable
-    prof = ["-m", "cProfile", "-o", str(args.profile / "master.prof")] if args.profile else []
+    prof: tuple[str, ...] = ()
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
-    master = _spawn(
-        [py, *prof, "-m", "mooncake_cli", "master", "--config", str(cfg), "--port", str(port),
-         "--metrics-port", "0"],
-        "serving on", out / "master.log",
-    )  # fmt: skip
-    node = None
-    try:
-        node = _spawn(
-            [py, "-m", "mooncake_cli", "store", "node", "--name", "A", "--size", str(1 << 30),
-             "--master", f"127.0.0.1:{port}", "--config", str(cfg)],
-            "serving segment", out / "node.log",
-        )  # fmt: skip
-        print(json.dumps(_measure(f"127.0.0.1:{port}", args), indent=1))
-    finally:
-        if node is not None:
-            _stop(node)
-        _stop(master)
+        prof = ("-m", "cProfile", "-o", str(args.profile / "master.prof"))
+    with master_and_node(out, master_prefix=prof) as master:
+        print(json.dumps(_measure(master, args), indent=1))
 
 
 def _measure(master: str, args: argparse.Namespace) -> dict[str, Any]:

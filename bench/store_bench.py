@@ -31,6 +31,7 @@ Run it through ``bench/run_store_side_by_side.sh``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib.util
 import json
@@ -41,6 +42,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -229,6 +231,35 @@ def _stop(p: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+
+@contextlib.contextmanager
+def master_and_node(
+    out: Path, node_bytes: int = 1 << 30, master_prefix: tuple[str, ...] = ()
+) -> Iterator[str]:
+    """Our master and one store node ``A`` of ``node_bytes`` on 127.0.0.1 (logs and
+    config in ``out``) for the body; yields the master's address, stops both after.
+    ``master_prefix``: interpreter options for the master (``-m cProfile -o f``)."""
+    cfg = out / "c.yaml"
+    cfg.write_text(json.dumps({"state_dir": str(out), "master": {}}))
+    port, py = free_port(), sys.executable
+    master = _spawn(
+        [py, *master_prefix, "-m", "mooncake_cli", "master", "--config", str(cfg),
+         "--port", str(port), "--metrics-port", "0"],
+        "serving on", out / "master.log",
+    )  # fmt: skip
+    node = None
+    try:
+        node = _spawn(
+            [py, "-m", "mooncake_cli", "store", "node", "--name", "A", "--size",
+             str(node_bytes), "--master", f"127.0.0.1:{port}", "--config", str(cfg)],
+            "serving segment", out / "node.log",
+        )  # fmt: skip
+        yield f"127.0.0.1:{port}"
+    finally:
+        if node is not None:
+            _stop(node)
+        _stop(master)
 
 
 def run_ours(args: argparse.Namespace, config: str, out: Path, bm: ModuleType) -> dict[str, Any]:

@@ -17,13 +17,12 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from store_bench import _spawn, _stop, free_port
+from store_bench import master_and_node
 
 BLOCK = 100
 
@@ -34,27 +33,8 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=4096)
     ap.add_argument("--seconds", type=float, default=6.0)
     args = ap.parse_args()
-    out = Path(tempfile.mkdtemp(prefix="unix_ab_"))
-    cfg = out / "c.yaml"
-    cfg.write_text(json.dumps({"state_dir": str(out), "master": {}}))
-    port, py = free_port(), sys.executable
-    master = _spawn(
-        [py, "-m", "mooncake_cli", "master", "--config", str(cfg), "--port", str(port),
-         "--metrics-port", "0"],
-        "serving on", out / "master.log",
-    )  # fmt: skip
-    node = None
-    try:
-        node = _spawn(
-            [py, "-m", "mooncake_cli", "store", "node", "--name", "A", "--size", str(1 << 30),
-             "--master", f"127.0.0.1:{port}", "--config", str(cfg)],
-            "serving segment", out / "node.log",
-        )  # fmt: skip
-        print(json.dumps(_measure(f"127.0.0.1:{port}", args), indent=1))
-    finally:
-        if node is not None:
-            _stop(node)
-        _stop(master)
+    with master_and_node(Path(tempfile.mkdtemp(prefix="unix_ab_"))) as master:
+        print(json.dumps(_measure(master, args), indent=1))
 
 
 def _measure(master: str, args: argparse.Namespace) -> dict[str, Any]:

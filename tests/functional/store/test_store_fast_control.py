@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from google.protobuf.message import Message
 from prometheus_client.parser import text_string_to_metric_families
 from store_proc_support import MasterProc, http_get
 
@@ -97,6 +98,19 @@ def _read_frame(s: socket.socket) -> tuple[int, int, bytes]:
     while len(body) < length:
         body += s.recv(length - len(body))
     return kind, call_id, body
+
+
+def _packed_call(m: MasterProc, op: str, request: Message) -> bytes:
+    """One call of packed op ``op`` over a raw connection (no secret): its reply bytes."""
+    s = _raw(_fast_port(m))
+    s.sendall(HEADER.pack(0, HELLO, 1))
+    assert _read_frame(s) == (OK, 1, b"")
+    body = request.SerializeToString()
+    s.sendall(HEADER.pack(len(body), OP_BY_NAME[op].code, 2) + body)
+    kind, call_id, reply = _read_frame(s)
+    s.close()
+    assert (kind, call_id) == (OK, 2)
+    return reply
 
 
 def _closed(s: socket.socket) -> bool:
@@ -198,14 +212,7 @@ def test_packed_batch_replies_carry_what_grpc_carries(start_master: StartMaster)
         fast.close()
         slow.close()
     # The bytes on the wire are the packed layout.
-    s = _raw(_fast_port(m))
-    s.sendall(HEADER.pack(0, HELLO, 1))
-    assert _read_frame(s) == (OK, 1, b"")
-    body = pb.BatchKeysRequest(client_id="raw", keys=["q"]).SerializeToString()
-    code = OP_BY_NAME["BatchGetReplicaListPacked"].code
-    s.sendall(HEADER.pack(len(body), code, 2) + body)
-    kind, _, reply = _read_frame(s)
-    assert kind == OK
+    reply = _packed_call(m, "BatchGetReplicaListPacked", pb.BatchKeysRequest(keys=["q"]))
     (only,) = unpack_reads(["q"], reply)
     assert only == want[2]
 
@@ -252,13 +259,7 @@ def test_packed_single_replies_carry_what_grpc_carries(start_master: StartMaster
         fast.close()
         slow.close()
     # The bytes on the wire are the packed layout.
-    s = _raw(_fast_port(m))
-    s.sendall(HEADER.pack(0, HELLO, 1))
-    assert _read_frame(s) == (OK, 1, b"")
-    body = pb.GetReplicaListRequest(key="a").SerializeToString()
-    s.sendall(HEADER.pack(len(body), OP_BY_NAME["GetReplicaListPacked"].code, 2) + body)
-    kind, _, reply = _read_frame(s)
-    assert kind == OK
+    reply = _packed_call(m, "GetReplicaListPacked", pb.GetReplicaListRequest(key="a"))
     (only,) = unpack_reads(["a"], reply)
     assert isinstance(only, GetResult) and only.replicas == new
 
