@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 
 
 class FastControlServer:
-    """Serves :data:`OPS` on a TCP port (and an abstract Unix socket) for one :class:`~.master_service.MasterService`.
+    """Serves :data:`OPS` on a TCP port (and an abstract Unix socket) for one
+    :class:`~.master_service.MasterService`.
 
     Args:
         service: the running master (its ``serving`` gate and counters).

@@ -18,9 +18,9 @@ Layout, little-endian::
     item := u8 code                 ErrorCode; 0 is a result, anything else an error
             code != 0: u32 length, utf-8 message
             code == 0: [u64 size, f64 lease_ttl_s]     (replica-list replies only)
-                       (an outcome reply, BatchPutEnd's, has nothing more)
                        u8 replicas, { u16 slices, { u16 segment, u64 offset, u64 length }
                        * slices } * replicas
+                       (an outcome reply, BatchPutEnd's, has nothing after code 0)
 
 Decoding checks every count, index and length against the buffer and rejects trailing
 bytes: a reply that does not parse raises :class:`ValueError` naming what is wrong (the

@@ -256,10 +256,7 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
                 if not isinstance(reps, StoreError)
             ],
         )
-        if isinstance(r, StoreError):  # not expected: batch calls report per item
-            return [r for _ in items]
-        self._svc.count_item_failures(rpc, r)
-        return list(r)
+        return self._per_item(rpc, r, len(items))
 
     async def BatchPutEnd(self, request: pb.BatchKeysRequest, context: Ctx) -> pb.BatchKeyResponse:
         keys = list(request.keys)
@@ -285,16 +282,17 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
         )
 
     async def _batch_keys(self, rpc: str, keys: list[str], fn: Any) -> pb.BatchKeyResponse:
-        r = await self._svc.call(rpc, fn)
-        if isinstance(r, StoreError):
-            return pb.BatchKeyResponse(errors=[cv.error_to_pb(r) for _ in keys])
-        self._svc.count_item_failures(rpc, r)
-        return pb.BatchKeyResponse(errors=cv.batch_errors_to_pb(r))
+        outcomes = await self._batch_outcomes(rpc, keys, fn)
+        return pb.BatchKeyResponse(errors=cv.batch_errors_to_pb(outcomes))
 
     async def _batch_outcomes(self, rpc: str, keys: list[str], fn: Any) -> list[StoreError | None]:
-        r = await self._svc.call(rpc, fn)
+        return self._per_item(rpc, await self._svc.call(rpc, fn), len(keys))
+
+    def _per_item(self, rpc: str, r: Any, n: int) -> list[Any]:
+        """A batch call's per-item results, its failures counted; a whole-call error
+        (not expected: batch calls report per item) stands for each of the ``n``."""
         if isinstance(r, StoreError):
-            return [r for _ in keys]
+            return [r for _ in range(n)]
         self._svc.count_item_failures(rpc, r)
         return list(r)
 
@@ -303,13 +301,11 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
         self, request: pb.GetReplicaListRequest, context: Ctx
     ) -> pb.GetReplicaListResponse:
         r = await self._read("GetReplicaList", [request.key])
-        self._svc.count_item_failures("GetReplicaList", r)
         return _get_response(r[0])
 
     async def GetReplicaListPacked(self, request: pb.GetReplicaListRequest, context: Ctx) -> bytes:
         """GetReplicaList with a packed reply (fast channel only, :mod:`.fast_packed`)."""
         r = await self._read("GetReplicaList", [request.key])
-        self._svc.count_item_failures("GetReplicaList", r)
         return pack_reads(r)
 
     async def BatchGetReplicaList(
@@ -317,18 +313,17 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
     ) -> pb.BatchGetReplicaListResponse:
         keys = list(request.keys)
         r = await self._read("BatchGetReplicaList", keys)
-        self._svc.count_item_failures("BatchGetReplicaList", r)
         return pb.BatchGetReplicaListResponse(results=[_get_response(x) for x in r])
 
     async def BatchGetReplicaListPacked(self, request: pb.BatchKeysRequest, context: Ctx) -> bytes:
         """BatchGetReplicaList with a packed reply (fast channel only, :mod:`.fast_packed`)."""
         keys = list(request.keys)
         r = await self._read("BatchGetReplicaList", keys)
-        self._svc.count_item_failures("BatchGetReplicaList", r)
         return pack_reads(r)
 
     async def _read(self, rpc: str, keys: list[str]) -> list[GetResult | StoreError]:
-        """Replica lists of ``keys``, waiting for SSD-only objects to be staged.
+        """Replica lists of ``keys``, waiting for SSD-only objects to be staged; the
+        failed items are counted under ``rpc``.
 
         A read of an SSD-only object makes the core start (or join) a stage; the handler
         then waits on the key's shared future, resolved by the service at the next event
@@ -379,9 +374,9 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
                     )
                 break
             todo = pending
-        return [
-            x if x is not None else StoreError(ErrorCode.INTERNAL, "no result") for x in results
-        ]
+        out = [x if x is not None else StoreError(ErrorCode.INTERNAL, "no result") for x in results]
+        self._svc.count_item_failures(rpc, out)
+        return out
 
     async def Exist(self, request: pb.ExistRequest, context: Ctx) -> pb.ExistResponse:
         r = await self._svc.call("Exist", lambda now: self._st.exist(request.key, now))

@@ -69,6 +69,15 @@ def default_host_id() -> str:
     return f"{socket.gethostname()}/{boot}"
 
 
+def _shm_copy(req: TransferRequest, base: int) -> tuple[int, int, int]:
+    """``(dst, src, length)`` of a shm request whose peer segment is mapped at ``base``."""
+    remote = base + req.target_offset
+    local = req.local.address + req.local_offset
+    if req.op == OpCode.READ:
+        return (local, remote, req.length)
+    return (remote, local, req.length)
+
+
 class TransferEngine:
     """The data plane of one process.
 
@@ -574,12 +583,9 @@ class TransferEngine:
             base = bases.get(path)
             if base is None:
                 base = bases[path] = self._shm.map(path, info.size)
-            remote = base + req.target_offset
-            local = req.local.address + req.local_offset
-            read = req.op == OpCode.READ
-            copies.append((local, remote, req.length) if read else (remote, local, req.length))
+            copies.append(_shm_copy(req, base))
             pins[req.local] = pins.get(req.local, 0) + 1
-            tally = done.setdefault((path, read), [0, 0])
+            tally = done.setdefault((path, req.op == OpCode.READ), [0, 0])
             tally[0] += req.length
             tally[1] += 1
         held: list[tuple[Region, int]] = []
@@ -593,37 +599,32 @@ class TransferEngine:
                 region.release(n)
         with self._outcome.cv:
             self._stats.add("shm|requests_completed", len(requests))
-            self._stats.add("shm|slices", len(requests))
-            self._stats.add("shm|bytes", total)
             for (path, read), (nbytes, count) in done.items():
-                self._shm.account(path, read, nbytes, count)
+                self._count_shm(path, read, nbytes, count)
         return True
 
-    def _count_shm(self, req: TransferRequest) -> None:
-        # Caller holds the outcome lock.
-        self._stats.add("shm|bytes", req.length)
-        self._stats.add("shm|slices")
-        info = req.segment.info
-        if info.shm_path is not None:
-            self._shm.account(info.shm_path, req.op == OpCode.READ, req.length)
+    def _count_shm(self, path: str | None, read: bool, nbytes: int, count: int = 1) -> None:
+        # Finished shm copies (``count`` slices, ``nbytes`` together) of one segment file
+        # and direction; the caller holds the outcome lock.
+        self._stats.add("shm|bytes", nbytes)
+        self._stats.add("shm|slices", count)
+        if path is not None:
+            self._shm.account(path, read, nbytes, count)
 
     def _shm_job(self, st: RequestState) -> Job:
         req = st.request
         info = req.segment.info
         if info.shm_path is None:  # open_segment only picks shm when there is a path
             raise TransferError(f"{info.name} has no shared-memory file")
-        remote = self._shm.map(info.shm_path, info.size) + req.target_offset
-        local = req.local.address + req.local_offset
-        if req.op == OpCode.READ:
-            return (st, local, remote, req.length)
-        return (st, remote, local, req.length)
+        return (st, *_shm_copy(req, self._shm.map(info.shm_path, info.size)))
 
     def _shm_done(self, states: list[Any]) -> None:
         with self._outcome.cv:
             for st in states:
-                if self._outcome.complete(st, st.request.length):
+                req = st.request
+                if self._outcome.complete(st, req.length):
                     self._stats.add("shm|requests_completed")
-                self._count_shm(st.request)
+                self._count_shm(req.segment.info.shm_path, req.op == OpCode.READ, req.length)
             self._outcome.cv.notify_all()
         for st in states:
             st.request.local.release(1)

@@ -428,11 +428,7 @@ class DataPath:
                     continue
                 reqs.append(TransferRequest(o.op, o.region, o.offset, seg, o.seg_offset, o.length))
                 owners.append(g)
-        batch = (
-            self._submit(reqs, owners, errors)
-            if reqs and not self._now(reqs, owners, errors)
-            else None
-        )
+        batch = self._submit(reqs, owners, errors) if reqs else None
         if jobs:
             # Runs while the engine moves the remote slices; GIL released in C.
             _native.copy_many(b"".join(jobs), _COPY_THREADS, _SPLIT_MIN)
@@ -470,27 +466,23 @@ class DataPath:
                     p.failed[g].add(segment)
                 self.forget(segment)
 
-    def _now(
-        self, reqs: list[TransferRequest], owners: list[int], errors: list[str | None]
-    ) -> bool:
-        """Small shm requests done at once by the engine (no batch); False: submit them."""
-        try:
-            return self.engine.run_now(reqs)
-        except TransferError as exc:  # nothing was copied, as for a refused submit
-            for g in owners:
-                errors[g] = errors[g] or str(exc)
-            return True
-
     def _submit(
         self, reqs: list[TransferRequest], owners: list[int], errors: list[str | None]
     ) -> Batch | None:
-        batch = self.engine.allocate_batch(len(reqs))
+        """The engine batch moving ``reqs``; None when there is nothing to wait for:
+        small shm requests the engine did at once (``run_now``), or requests it refused
+        (their groups' errors say why)."""
+        batch = None
         try:
+            if self.engine.run_now(reqs):
+                return None
+            batch = self.engine.allocate_batch(len(reqs))
             self.engine.submit(batch, reqs)
         except TransferError as exc:
-            # submit validates everything first: nothing of this batch is in flight.
-            with contextlib.suppress(TransferError):
-                self.engine.free_batch(batch)
+            # run_now and submit validate everything first: nothing is in flight.
+            if batch is not None:
+                with contextlib.suppress(TransferError):
+                    self.engine.free_batch(batch)
             for g in owners:
                 errors[g] = errors[g] or str(exc)
             return None
