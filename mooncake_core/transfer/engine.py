@@ -603,6 +603,32 @@ class TransferEngine:
                 self._count_shm(path, read, nbytes, count)
         return True
 
+    def shm_mapping(self, segment: RemoteSegment) -> tuple[int, int] | None:
+        """``(base address, size)`` of a same-host segment's mapping in this process
+        (mapped on first use), or None: the segment does not go over shm.
+
+        For callers that copy many small slices of one segment themselves (the store
+        client's batches): they bounds-check each slice against ``size``, pin their
+        regions while copying and report the copies with :meth:`count_shm_copies`.
+
+        Raises:
+            TransferError: the engine is closed, or the file cannot be mapped.
+        """
+        info = segment.info
+        if segment.transport != "shm" or info.shm_path is None:
+            return None
+        if self._closed:
+            raise TransferError("engine is closed")
+        return self._shm.map(info.shm_path, info.size), info.size
+
+    def count_shm_copies(self, segment: RemoteSegment, read: bool, nbytes: int, count: int) -> None:
+        """Count ``count`` finished copies (``nbytes`` together) to or from ``segment``
+        made through :meth:`shm_mapping`, as if they had been requests of a batch."""
+        with self._outcome.cv:
+            self._stats.add("shm|requests_completed", count)
+            self._count_shm(segment.info.shm_path, read, nbytes, count)
+        self._shm.bytes += nbytes
+
     def _count_shm(self, path: str | None, read: bool, nbytes: int, count: int = 1) -> None:
         # Finished shm copies (``count`` slices, ``nbytes`` together) of one segment file
         # and direction; the caller holds the outcome lock.

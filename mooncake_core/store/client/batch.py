@@ -24,7 +24,7 @@ from mooncake_core.transfer import OpCode, Region
 from ..errors import ErrorCode, InvalidArgumentError, StoreError, UnavailableError
 from ..objects import Replica
 from ..results import GetResult, ReplicateConfig
-from .data import Buffers, DataPath, Op, Pending, lease_outlasted_error, outlasted, plan
+from .data import Buffers, DataPath, Flat, Op, Pending, lease_outlasted_error, outlasted, plan
 
 if TYPE_CHECKING:
     from .sync_master import SyncMaster
@@ -51,6 +51,19 @@ def chunks(idx: Sequence[int], sizes: Sequence[int]) -> list[list[int]]:
         out[-1].append(i)
         acc += sizes[i]
     return [c for c in out if c]
+
+
+def _flat(idx: Sequence[int], where: Sequence[Where], replicas: Sequence[Replica]) -> list[Flat]:
+    """The items of ``idx`` as :meth:`DataPath.start_flat` takes them, or ``[]`` when a
+    replica has more than one slice (then the ops are planned one by one)."""
+    out: list[Flat] = []
+    for i, rep in zip(idx, replicas, strict=True):
+        if len(rep) != 1:
+            return []
+        s = rep[0]
+        region, off = where[i]  # type: ignore[misc]
+        out.append((region, off, s.segment, s.offset, s.length))
+    return out
 
 
 def same_len(what: str, keys: Sequence[object], other: Sequence[object]) -> None:
@@ -169,11 +182,17 @@ class BatchOps:
             return got
 
         def write(got: list[tuple[int, tuple[Replica, ...]]]) -> tuple[list[int], Pending]:
+            idx = [i for i, _ in got]
+            if all(len(reps) == 1 for _, reps in got):
+                items = _flat(idx, where, [reps[0] for _, reps in got])
+                flat = self._dp.start_flat(OpCode.WRITE, items)
+                if flat is not None:
+                    return idx, flat
             groups: list[list[Op]] = []
             for i, reps in got:
                 region, off = where[i]  # type: ignore[misc]
                 groups.append([o for r in reps for o in plan(OpCode.WRITE, region, off, r)])
-            return [i for i, _ in got], self._dp.start(groups)
+            return idx, self._dp.start(groups)
 
         retry: list[tuple[int, set[str]]] = []
 
@@ -246,20 +265,22 @@ class BatchOps:
         return self._read_items(keys, where, sizes, chunks(ok, sizes), None)
 
     def _metas(self, keys: Sequence[str]) -> list[GetResult | StoreError]:
-        out: list[GetResult | StoreError] = []
+        out: list[GetResult | StoreError | None] = []
         ask: list[int] = []
         for i, k in enumerate(keys):
             try:
                 self._check_key(k)
                 ask.append(i)
-                out.append(StoreError(ErrorCode.INTERNAL, "not asked"))
+                out.append(None)  # asked below
             except StoreError as exc:
                 out.append(exc)
+        if len(ask) == len(keys):
+            return self._m.batch_get_replica_list(list(keys))
         if ask:
             res = self._m.batch_get_replica_list([keys[i] for i in ask])
             for i, r in zip(ask, res, strict=True):
                 out[i] = r
-        return out
+        return out  # type: ignore[return-value]  # every None was replaced
 
     def _read_items(
         self,
@@ -305,10 +326,14 @@ class BatchOps:
             return got
 
         def start(idx: list[int]) -> tuple[list[int], Pending]:
+            reps = [queues[i].pop(0) for i in idx]
+            flat = self._dp.start_flat(OpCode.READ, _flat(idx, where, reps))
+            if flat is not None:
+                return idx, flat
             groups = []
-            for i in idx:
+            for i, rep in zip(idx, reps, strict=True):
                 region, off = where[i]  # type: ignore[misc]
-                groups.append(plan(OpCode.READ, region, off, queues[i].pop(0)))
+                groups.append(plan(OpCode.READ, region, off, rep))
             return idx, self._dp.start(groups)
 
         def settle(idx: list[int], pending: Pending) -> None:

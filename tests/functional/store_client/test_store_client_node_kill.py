@@ -15,6 +15,7 @@ from store_client_procs import TEST_MASTER, Cluster, make_client, remove_shm_of,
 from mooncake_core.store import ReplicateConfig
 from mooncake_core.store.client import Client
 from mooncake_core.store.errors import NotFoundError, UnavailableError
+from mooncake_core.transfer import OpCode
 
 pytestmark = pytest.mark.integration
 
@@ -89,4 +90,76 @@ def test_kill_node_surviving_replicas_read_lost_ones_not_found(own_cluster: Clus
     assert shm.get("again") == fresh
     tcp.close()
     shm.close()
+    remove_shm_of(victim.pid)
+
+
+def test_batch_copies_made_in_the_client_keep_every_check(own_cluster: Cluster) -> None:
+    # Batches of one-slice objects on same-host segments are copied by the client itself
+    # (DataPath.start_flat: no request or batch per item). Exactly what it moves, what
+    # it refuses (nothing copied) and what it reports for a node that has exited.
+    c = make_client(own_cluster)
+    n = 16
+    buf = np.zeros(2 * n * 4096, dtype=np.uint8)
+    src, dst = buf[: n * 4096], buf[n * 4096 :]
+    src[:] = np.frombuffer(_blob(n * 4096, 7), dtype=np.uint8)
+    base = buf.ctypes.data
+    c.register_buffer(base, buf.nbytes)
+    keys = [f"flat-{i}" for i in range(n)]
+    ptrs = [base + i * 4096 for i in range(n)]
+    cfg = ReplicateConfig(preferred_segments=("n1",))
+    dp = c._dp
+    seen: list[object] = []
+    real = dp.start_flat
+
+    def spy(op: object, items: object) -> object:
+        seen.append(real(op, items))  # type: ignore[arg-type]
+        return seen[-1]
+
+    dp.start_flat = spy  # type: ignore[method-assign]
+
+    def shm_done() -> int:
+        snap = c._eng.snapshot()
+        return next(t.requests_completed for t in snap.transports if t.name == "shm")
+
+    before = shm_done()
+    assert c.batch_put_from(keys, ptrs, [4096] * n, cfg) == [None] * n
+    assert (
+        c.batch_get_into(keys, [base + (n + i) * 4096 for i in range(n)], [4096] * n) == [4096] * n
+    )
+    assert bytes(dst) == bytes(src)
+    assert len(seen) == 2 and all(p is not None for p in seen)  # both went the flat way
+    assert shm_done() - before == 2 * n
+    assert c.transport_of("n1") == "shm"
+
+    # A slice beyond its segment's end, a buffer range beyond its region: refused
+    # whole, before any byte moves (start() then reports the item).
+    (region, off) = c._buffers.find(base, 4096)
+    seg = c.stat(keys[0]).replicas[0][0]
+    segments = own_cluster.snapshot()["segments"]  # n1's capacity, from the master
+    cap = next(s["capacity"] for s in segments if s["name"] == "n1")
+    dst[:] = 0
+    assert real(OpCode.READ, [(region, off + n * 4096, "n1", seg.offset, 4096),
+                              (region, off, "n1", cap - 100, 4096)]) is None  # fmt: skip
+    assert real(OpCode.READ, [(region, buf.nbytes - 100, "n1", seg.offset, 4096)]) is None
+    assert not dst.any()
+    assert real(OpCode.READ, [(region, off + n * 4096, "n1", seg.offset, 4096)]) is not None
+    assert bytes(dst[:4096]) == bytes(src[:4096])
+
+    # The node is SIGKILLed: its file stays mapped here, so a copy "succeeds" into
+    # memory nobody serves. A write there is an error naming the exited process and the
+    # batch places those keys again on the live node.
+    victim = own_cluster.nodes["n1"].proc
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    p = real(OpCode.WRITE, [(region, off, "n1", seg.offset, 4096)])
+    assert p is not None and p.errors[0] is not None and f"{victim.pid}" in p.errors[0]
+    assert p.failed == [{"n1"}]
+    again = [f"again-{i}" for i in range(n)]
+    assert c.batch_put_from(again, ptrs, [4096] * n, cfg) == [None] * n
+    tcp = make_client(own_cluster, transport="tcp")
+    for i, k in enumerate(again):
+        assert tcp.stat(k).replicas[0][0].segment == "n0"
+        assert tcp.get(k) == bytes(src[i * 4096 : (i + 1) * 4096])
+    tcp.close()
+    c.close()
     remove_shm_of(victim.pid)
