@@ -36,7 +36,7 @@ from collections.abc import Sequence
 
 from .errors import ErrorCode, StoreError, error_from_code
 from .objects import Replica, Slice
-from .results import GetResult
+from .results import GetResult, ReadRow
 
 __all__ = [
     "pack_errors",
@@ -106,24 +106,24 @@ def _pack_replicas(out: bytearray, replicas: Sequence[Replica], seg: _Table) -> 
             out += _SLICE.pack(seg(s.segment), s.offset, s.length)
 
 
-def pack_reads(results: Sequence[GetResult | StoreError]) -> bytes:
-    """A replica-list reply: one :class:`GetResult` or error per key."""
+def pack_reads(results: Sequence[ReadRow | StoreError]) -> bytes:
+    """A replica-list reply: one result (``(size, replicas, lease_ttl_s)``, as
+    ``MasterState.read_rows`` gives it) or error per key."""
     seg = _Table()
     body = bytearray()
+    one = _READ_ONE.pack
     for r in results:
         if isinstance(r, StoreError):
             _pack_error(body, r)
             continue
-        reps = r.replicas
+        size, reps, lease = r
         if len(reps) == 1 and len(reps[0]) == 1:
             s = reps[0][0]
-            body += _READ_ONE.pack(
-                0, r.size, r.lease_ttl_s, 1, 1, seg(s.segment), s.offset, s.length
-            )
+            body += one(0, size, lease, 1, 1, seg(s.segment), s.offset, s.length)
             continue
         if len(reps) > 255:
             raise ValueError(f"{len(reps)} replicas exceed 255")
-        body += _READ_HEAD.pack(0, r.size, r.lease_ttl_s, len(reps))
+        body += _READ_HEAD.pack(0, size, lease, len(reps))
         _pack_replicas(body, reps, seg)
     return seg.header(len(results)) + body
 

@@ -22,7 +22,7 @@ from .ha.image import started_record
 from .ha.readiness import Readiness
 from .master import StagePending
 from .objects import Replica
-from .results import GetResult
+from .results import GetResult, ReadRow
 
 if TYPE_CHECKING:
     from .master import MasterState
@@ -301,7 +301,7 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
         self, request: pb.GetReplicaListRequest, context: Ctx
     ) -> pb.GetReplicaListResponse:
         r = await self._read("GetReplicaList", [request.key])
-        return _get_response(r[0])
+        return _get_response(_result(request.key, r[0]))
 
     async def GetReplicaListPacked(self, request: pb.GetReplicaListRequest, context: Ctx) -> bytes:
         """GetReplicaList with a packed reply (fast channel only, :mod:`.fast_packed`)."""
@@ -313,7 +313,9 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
     ) -> pb.BatchGetReplicaListResponse:
         keys = list(request.keys)
         r = await self._read("BatchGetReplicaList", keys)
-        return pb.BatchGetReplicaListResponse(results=[_get_response(x) for x in r])
+        return pb.BatchGetReplicaListResponse(
+            results=[_get_response(_result(k, x)) for k, x in zip(keys, r, strict=True)]
+        )
 
     async def BatchGetReplicaListPacked(self, request: pb.BatchKeysRequest, context: Ctx) -> bytes:
         """BatchGetReplicaList with a packed reply (fast channel only, :mod:`.fast_packed`)."""
@@ -321,9 +323,9 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
         r = await self._read("BatchGetReplicaList", keys)
         return pack_reads(r)
 
-    async def _read(self, rpc: str, keys: list[str]) -> list[GetResult | StoreError]:
-        """Replica lists of ``keys``, waiting for SSD-only objects to be staged; the
-        failed items are counted under ``rpc``.
+    async def _read(self, rpc: str, keys: list[str]) -> list[ReadRow | StoreError]:
+        """Replica lists of ``keys`` (as ``MasterState.read_rows`` gives them), waiting
+        for SSD-only objects to be staged; the failed items are counted under ``rpc``.
 
         A read of an SSD-only object makes the core start (or join) a stage; the handler
         then waits on the key's shared future, resolved by the service at the next event
@@ -331,7 +333,7 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
         again. The future is taken inside the core call, under the service lock, so a
         stage that settles before this coroutine waits is not missed.
         """
-        results: list[GetResult | StoreError | None] = [None] * len(keys)
+        results: list[ReadRow | StoreError | None] = [None] * len(keys)
         todo = list(range(len(keys)))
         # Each stage settles within stage_timeout_s (the upkeep fails it after that):
         # a key with no news for longer than this is reported, not waited for forever.
@@ -340,7 +342,7 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
             sub = [keys[i] for i in todo]
 
             def fn(now: float, sub: list[str] = sub) -> tuple[list[Any], list[Any]]:
-                out = self._st.batch_read(sub, now)
+                out = self._st.read_rows(sub, now)
                 waits = [
                     self._svc.key_changed(k)
                     for k, x in zip(sub, out, strict=True)
@@ -518,6 +520,10 @@ def _put_response(r: object) -> pb.PutStartResponse:
         return pb.PutStartResponse(error=cv.error_to_pb(r))
     assert isinstance(r, tuple)
     return pb.PutStartResponse(error=cv.OK, replicas=cv.replicas_to_pb(r))
+
+
+def _result(key: str, r: ReadRow | StoreError) -> GetResult | StoreError:
+    return r if isinstance(r, StoreError) else GetResult(key, *r)
 
 
 def _get_response(r: GetResult | StoreError) -> pb.GetReplicaListResponse:

@@ -39,6 +39,11 @@ class GetResult:
     lease_ttl_s: float
 
 
+ReadRow = tuple[int, tuple[Replica, ...], float]
+"""A :class:`GetResult` without its key, as a plain tuple: ``(size, replicas,
+lease_ttl_s)`` (``MasterState.read_rows``; a third of the cost of the object)."""
+
+
 @dataclass(frozen=True, slots=True)
 class RemoveManyResult:
     """Outcome of a bulk removal."""

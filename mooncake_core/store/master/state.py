@@ -27,9 +27,9 @@ from collections.abc import Sequence
 
 from .. import events as ev
 from ..errors import ConflictError, ErrorCode, InvalidArgumentError, NotFoundError, StoreError
-from ..objects import ObjectInfo
+from ..objects import ObjectInfo, ObjectState
 from ..pins import Pin
-from ..results import GetResult, KeyEntry, ListKeysResult, MasterSnapshot
+from ..results import GetResult, KeyEntry, ListKeysResult, MasterSnapshot, ReadRow
 from ..validation import check_key, each, pin_expiry
 from . import eviction as evict_ops
 from . import removal as removal_ops
@@ -113,7 +113,41 @@ class MasterState(SegmentsApi, WritesApi, ReplicasApi, RemovalApi, TierApi, Rest
         self, keys: Sequence[str], now: float
     ) -> list[GetResult | StagePending | StoreError]:
         """:meth:`read` for each key; each item succeeds or fails alone."""
-        return each(keys, lambda k: self.read(k, now))
+        return [
+            GetResult(k, *r) if type(r) is tuple else r  # type: ignore[misc]
+            for k, r in zip(keys, self.read_rows(keys, now), strict=True)
+        ]
+
+    def read_rows(
+        self, keys: Sequence[str], now: float
+    ) -> list[ReadRow | StagePending | StoreError]:
+        """:meth:`batch_read` with each result as a :data:`ReadRow` tuple instead of a
+        :class:`GetResult` (the fast channel packs them: a third of the cost).
+
+        The same lease, recency and staging as :meth:`read`: a complete object with a
+        DRAM replica is granted here, anything else goes through :meth:`read`.
+        """
+        out: list[ReadRow | StagePending | StoreError] = []
+        objects = self.objects
+        until = now + self.config.lease_ttl_s
+        for key in keys:
+            obj = objects.get(key)
+            if obj is None or obj.state is not ObjectState.COMPLETE or not obj.replicas:
+                try:
+                    r = self.read(key, now)
+                except StoreError as exc:
+                    out.append(exc)
+                    continue
+                out.append(
+                    r if isinstance(r, StagePending) else (r.size, r.replicas, r.lease_ttl_s)
+                )
+                continue
+            # As read() grants it.
+            obj.lease_expiry = max(obj.lease_expiry, until)
+            obj.last_access = now
+            objects.touch(key, obj)
+            out.append((obj.size, obj.replicas, obj.lease_expiry - now))
+        return out
 
     def batch_get_replica_list(
         self, keys: Sequence[str], now: float

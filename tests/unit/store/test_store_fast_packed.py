@@ -17,13 +17,13 @@ from mooncake_core.store.fast_packed import (
     unpack_reads,
 )
 from mooncake_core.store.objects import Slice
-from mooncake_core.store.results import GetResult
+from mooncake_core.store.results import GetResult, ReadRow
 
 A0 = Slice("seg-a", 0, 4096)
 
 
 def test_one_read_is_the_documented_layout_byte_for_byte() -> None:
-    got = pack_reads([GetResult("k", 4096, ((A0,),), 5.0)])
+    got = pack_reads([(4096, ((A0,),), 5.0)])
     want = (
         struct.pack("<IHH", 1, 1, 5) + b"seg-a"  # one result, one segment name
         + struct.pack("<BQdB", 0, 4096, 5.0, 1)  # ok, size, lease, one replica
@@ -42,14 +42,15 @@ def test_reads_round_trip_with_errors_many_replicas_and_slices() -> None:
         (Slice("seg-a", 8192, 100), Slice("seg-b", 0, 28)),
         (Slice("ség-ü", 1 << 40, 128),),
     )
-    results: list[GetResult | StoreError] = [
-        GetResult("x", 4096, ((A0,),), 5.0),
+    results: list[ReadRow | StoreError] = [
+        (4096, ((A0,),), 5.0),
         NotFoundError(None, "no 'y'"),
-        GetResult("z", 128, two, 0.25),
+        (128, two, 0.25),
         ConflictError(None, ""),
     ]
     back = unpack_reads(["x", "y", "z", "w"], pack_reads(results))
-    assert back[0] == results[0] and back[2] == results[2]
+    assert back[0] == GetResult("x", 4096, ((A0,),), 5.0)
+    assert back[2] == GetResult("z", 128, two, 0.25)
     assert isinstance(back[1], NotFoundError) and back[1].message == "no 'y'"
     assert isinstance(back[3], ConflictError) and back[3].message == ""
     # The key is the caller's: a result is named after the request's key at its place.
@@ -88,8 +89,8 @@ def test_a_reply_that_does_not_parse_raises_naming_the_fault(
 ) -> None:
     b = pack_reads(
         [
-            GetResult("x", 4096, ((A0,),), 5.0),
-            GetResult("y", 1, ((Slice("seg-a", 8192, 1), Slice("seg-a", 0, 0)),), 5.0),
+            (4096, ((A0,),), 5.0),
+            (1, ((Slice("seg-a", 8192, 1), Slice("seg-a", 0, 0)),), 5.0),
         ]
     )
     assert len(unpack_reads(["x", "y"], b)) == 2

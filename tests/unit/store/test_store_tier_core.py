@@ -436,3 +436,44 @@ def test_an_ssd_only_object_on_a_drained_segment_is_still_staged() -> None:
         ("DRAINED", 0),
         ("MOUNTED", 0),
     ]
+
+
+def test_read_rows_grants_exactly_what_read_grants_one_key_at_a_time() -> None:
+    # The batch read's fast loop against read() key by key, on twin cores: the same
+    # results, leases, recency order, stages and events, for every kind of key.
+    def build() -> MasterState:
+        m = master()
+        ssd_only(m, "ssd", 300)
+        put(m, "old", 100, 2.1)
+        put(m, "new", 100, 2.2)
+        m.put_start("writing", 50, "w", 2.3, ReplicateConfig(preferred_segments=("b",)))
+        m.take_events()
+        return m
+
+    keys = ["new", "missing", "ssd", "writing", "old", "ssd", "a\x00bad"]
+    one, many = build(), build()
+    singly: list[Any] = []
+    for k in keys:
+        try:
+            r = one.read(k, 5.0)
+        except StoreError as exc:
+            singly.append(exc)
+            continue
+        singly.append(r if isinstance(r, StagePending) else (r.size, r.replicas, r.lease_ttl_s))
+    rows = many.read_rows(keys, 5.0)
+    assert [type(r) for r in rows] == [type(r) for r in singly]
+    for a, b in zip(rows, singly, strict=True):
+        if isinstance(a, StoreError):
+            assert (a.code, a.message) == (b.code, b.message)
+        else:
+            assert a == b
+    assert rows[0] == (100, ((Slice("a", 100, 100),),), many.config.lease_ttl_s)  # full lease
+    assert isinstance(rows[2], StagePending) and rows[5] == rows[2]  # one stage, joined
+    assert list(many.objects.keys()) == list(one.objects.keys())  # recency: old last
+    assert list(many.objects.keys())[-1] == "old"
+    for k in ("new", "old", "ssd", "writing"):
+        a, b = many.objects[k], one.objects[k]
+        assert (a.lease_expiry, a.last_access) == (b.lease_expiry, b.last_access)
+    assert many.take_events() == one.take_events()
+    # batch_read is the same rows as results.
+    assert many.batch_read(["old"], 6.0)[0] == one.batch_read(["old"], 6.0)[0]
