@@ -48,6 +48,15 @@ def place_replicas(
         The replicas, or ``None`` when they do not fit (nothing is left allocated then).
     """
     segments = healthy(segments, replica_num, ctx)
+    if replica_num == 1 and len(lengths) == 1:
+        # The common write (one replica of one slice), as the loop below places it
+        # (the same candidates, the same one call of the strategy), without its sets.
+        length = lengths[0]
+        cands = [s for s in segments if s.allocator.fits(length)]
+        if not cands:
+            return None
+        seg = strategy.choose(cands, length, ctx)
+        return ((Slice(seg.name, _allocate(seg, length), length),),)
     taken: set[str] = set()
     replicas: list[Replica] = []
     done: list[Slice] = []
@@ -65,15 +74,19 @@ def place_replicas(
                 _rollback(segments, done + slices)
                 return None
             seg = strategy.choose(cands, length, ctx)
-            offset = seg.allocator.allocate(length)
-            if offset is None:  # fits() said yes; an allocator that disagrees is a bug
-                raise RuntimeError(f"segment {seg.name} refused {length} bytes after fits()")
-            slices.append(Slice(seg.name, offset, length))
+            slices.append(Slice(seg.name, _allocate(seg, length), length))
             mine.add(seg.name)
         taken |= mine
         done.extend(slices)
         replicas.append(tuple(slices))
     return tuple(replicas)
+
+
+def _allocate(seg: Segment, length: int) -> int:
+    offset = seg.allocator.allocate(length)
+    if offset is None:  # fits() said yes; an allocator that disagrees is a bug
+        raise RuntimeError(f"segment {seg.name} refused {length} bytes after fits()")
+    return offset
 
 
 def healthy(segments: Sequence[Segment], replica_num: int, ctx: AllocContext) -> Sequence[Segment]:
@@ -82,7 +95,10 @@ def healthy(segments: Sequence[Segment], replica_num: int, ctx: AllocContext) ->
     A suspect segment hosted by the writer or named in its preferences stays: the writer
     is alive, and a preference it asked for is worth one retry if the node is dead.
     """
-    if not any(s.suspect for s in segments):
+    for s in segments:  # a loop, not any(): this runs once per write
+        if s.suspect:
+            break
+    else:
         return segments
     keep = [
         s
