@@ -39,6 +39,7 @@ class SegmentTable:
         "_order",
         "_reported",
         "alignment",
+        "any_ssd",
         "report_hold_s",
         "suspect_after_s",
     )
@@ -54,6 +55,8 @@ class SegmentTable:
         self._clients: dict[str, float] = {}
         self._reported: dict[str, float] = {}  # client -> when its data port was reported
         self._avoid: frozenset[str] = frozenset()
+        self.any_ssd = False
+        """Whether some segment has an SSD tier (a write's tier checks skip otherwise)."""
 
     def __len__(self) -> int:
         return len(self._order)
@@ -112,12 +115,14 @@ class SegmentTable:
         )
         self._by_name[name] = seg
         self._order = sorted(self._by_name.values(), key=lambda s: s.name)
+        self.any_ssd = self.any_ssd or ssd_capacity > 0
         return seg
 
     def remove(self, name: str) -> None:
         """Forget a segment."""
         del self._by_name[name]
         self._order = [s for s in self._order if s.name != name]
+        self.any_ssd = any(s.ssd_capacity > 0 for s in self._order)
 
     def owned_by(self, client_id: str) -> list[Segment]:
         """Segments hosted by ``client_id``, in name order."""

@@ -248,6 +248,8 @@ def tier_object(ms: MasterCore, key: str, ident: int, what: str) -> ObjectMeta:
 
 def on_ssd_segment(ms: MasterCore, obj: ObjectMeta) -> bool:
     """Whether a replica of the object starts on a segment with an SSD tier."""
+    if not ms.segments.any_ssd:
+        return False
     for r in obj.replicas:
         seg = ms.segments.find(r[0].segment)
         if seg is not None and seg.ssd_capacity > 0:
