@@ -18,10 +18,14 @@ id), then the payload.
   :func:`~.auth.control_token` as payload (empty without a cluster secret). The master
   answers ``OK``, or ``AUTH_FAILED`` and closes. Nothing else is read before it.
 * A request's kind is its op code (:data:`OPS`), its payload the serialized request.
+  (A client may send a request and do other work before it reads the reply: the
+  store client reads a cached replica location while its lookup is under way.)
   The call id is the caller's; the reply carries it back, so calls may be pipelined.
   The reply's payload is the serialized response, except for the packed ops (batch
   replica lookups and batch put starts), whose replies are :mod:`.fast_packed`'s flat
-  layout: per-key protobuf objects cost more than the master's work for the key.
+  layout: per-key protobuf objects cost more than the master's work for the key. The
+  single lookup's (``GetReplicaListVersioned``) also carries the version of the
+  object's replica set (``ObjectMeta.version``, with the master's run id).
 * A reply's kind is a status: ``OK`` (payload: the serialized response), ``REFUSED``
   (the master does not serve now: an HA follower, a leader whose lease is not
   confirmed; payload: why, in words; nothing was done, the client asks gRPC, which
@@ -76,7 +80,7 @@ class Op:
     def rpc(self) -> str:
         """The RPC this op serves (a packed op's is its protobuf twin's): the name its
         calls are counted under."""
-        return self.name.removesuffix("Packed")
+        return self.name.removesuffix("Packed").removesuffix("Versioned")
 
 
 _SERVICE = pb.DESCRIPTOR.services_by_name["MasterService"]
@@ -87,6 +91,10 @@ def _types(method: str) -> tuple[type[Message], type[Message]]:
     return getattr(pb, m.input_type.name), getattr(pb, m.output_type.name)
 
 
+KEPT_OPS: tuple[Op, ...] = (Op(20, "GetReplicaListPacked", pb.GetReplicaListRequest, None),)
+"""Ops no call of this version sends, still answered for clients of an earlier one
+(GetReplicaList's packed op is now ``GetReplicaListVersioned``, 22)."""
+
 OPS: tuple[Op, ...] = tuple(
     sorted(
         [Op(c.fast, c.method, *_types(c.method)) for c in SURFACE if c.fast]
@@ -94,7 +102,8 @@ OPS: tuple[Op, ...] = tuple(
             Op(c.packed.code, c.packed.name, _types(c.method)[0], None)
             for c in SURFACE
             if c.packed is not None
-        ],
+        ]
+        + list(KEPT_OPS),
         key=lambda op: op.code,
     )
 )

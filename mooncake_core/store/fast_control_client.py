@@ -109,8 +109,26 @@ class FastConnection:
             FastLost: the connection broke after the request went out (outcome unknown).
             FastUnsent: the request could not be sent at all.
         """
+        return self.receive(name, self.send(name, request))
+
+    def send(self, name: str, request: Message) -> int:
+        """Send one request without waiting; returns its call id for :meth:`receive`
+        (the caller may do other work meanwhile, but send nothing else on this
+        connection before it has received the reply).
+
+        Raises:
+            FastUnsent: the request could not be sent.
+        """
+        return self._send(OP_BY_NAME[name].code, request.SerializeToString())
+
+    def receive(self, name: str, call_id: int) -> Message | bytes:
+        """The reply to call ``call_id`` of op ``name``, sent by :meth:`send`.
+
+        Raises:
+            (as :meth:`call`, less FastUnsent)
+        """
         op = OP_BY_NAME[name]
-        kind, payload = self._roundtrip(op.code, request.SerializeToString())
+        kind, payload = self._receive(call_id)
         if kind == OK:
             return payload if op.response is None else op.response.FromString(payload)
         text = payload.decode(errors="replace")
@@ -121,12 +139,18 @@ class FastConnection:
         raise FastLost(f"fast control {self.address}: {op.name}: {text}")
 
     def _roundtrip(self, kind: int, payload: bytes) -> tuple[int, bytes]:
+        return self._receive(self._send(kind, payload))
+
+    def _send(self, kind: int, payload: bytes) -> int:
         self._next = (self._next + 1) & 0xFFFFFFFF
         call_id = self._next
         try:
             self._sock.sendall(frame(kind, call_id, payload))
         except OSError as exc:
             raise FastUnsent(f"fast control {self.address}: {exc}") from None
+        return call_id
+
+    def _receive(self, call_id: int) -> tuple[int, bytes]:
         try:
             # One recv usually holds the whole reply (header and body).
             have = self._recv_into(0, HEADER.size)

@@ -41,9 +41,11 @@ from .results import GetResult, ReadRow
 __all__ = [
     "pack_errors",
     "pack_placements",
+    "pack_read_versioned",
     "pack_reads",
     "unpack_errors",
     "unpack_placements",
+    "unpack_read_versioned",
     "unpack_reads",
 ]
 
@@ -57,6 +59,7 @@ _PUT_HEAD = struct.Struct("<BB")  # code 0, replicas
 # The common shape (one replica of one slice), packed in one call.
 _READ_ONE = struct.Struct("<BQdBHHQQ")
 _PUT_ONE = struct.Struct("<BBHHQQ")
+_VERSION = struct.Struct("<QQ")  # master run id, object version
 _MAX_U16 = 0xFFFF
 _CODES = frozenset(int(c) for c in ErrorCode if c)
 
@@ -116,7 +119,7 @@ def pack_reads(results: Sequence[ReadRow | StoreError]) -> bytes:
         if isinstance(r, StoreError):
             _pack_error(body, r)
             continue
-        size, reps, lease = r
+        size, reps, lease, _ = r
         if len(reps) == 1 and len(reps[0]) == 1:
             s = reps[0][0]
             body += one(0, size, lease, 1, 1, seg(s.segment), s.offset, s.length)
@@ -126,6 +129,30 @@ def pack_reads(results: Sequence[ReadRow | StoreError]) -> bytes:
         body += _READ_HEAD.pack(0, size, lease, len(reps))
         _pack_replicas(body, reps, seg)
     return seg.header(len(results)) + body
+
+
+def pack_read_versioned(result: ReadRow | StoreError, run_id: int) -> bytes:
+    """One key's :func:`pack_reads` reply followed by the version of its replica set
+    (``run_id`` and the row's version; zeros for an error)."""
+    if isinstance(result, StoreError):
+        return pack_reads([result]) + _VERSION.pack(0, 0)
+    return pack_reads([result]) + _VERSION.pack(run_id, result[3])
+
+
+def unpack_read_versioned(key: str, buf: bytes) -> GetResult | StoreError:
+    """The result :func:`pack_read_versioned` packed; its ``version`` is the run id
+    above bit 64 and the object's version below (0 for a version of 0).
+
+    Raises:
+        ValueError: the reply does not parse.
+    """
+    if len(buf) < _VERSION.size:
+        raise ValueError(f"versioned reply of {len(buf)} bytes")
+    run_id, version = _VERSION.unpack_from(buf, len(buf) - _VERSION.size)
+    (r,) = unpack_reads([key], buf[: len(buf) - _VERSION.size])
+    if isinstance(r, StoreError) or not (run_id and version):
+        return r
+    return GetResult(r.key, r.size, r.replicas, r.lease_ttl_s, run_id << 64 | version)
 
 
 def pack_errors(results: Sequence[StoreError | None]) -> bytes:

@@ -35,7 +35,7 @@ from mooncake_core.rpc import store_pb2 as pb
 
 from . import convert as cv
 from .errors import ErrorCode, StoreError, UnavailableError
-from .fast_packed import unpack_errors, unpack_placements, unpack_reads
+from .fast_packed import unpack_errors, unpack_placements, unpack_read_versioned, unpack_reads
 from .objects import Replica
 from .pins import Pin
 from .results import GetResult, RemoveManyResult, ReplicateConfig
@@ -450,7 +450,9 @@ BATCH_PUT_END = Unary(
 BATCH_PUT_REVOKE = Unary("BatchPutRevoke", _keys, _errors, "``put_revoke`` for each key.", fast=12)
 GET_REPLICA_LIST = Unary(
     "GetReplicaList", _get, _read, "Where to read ``key``; grants a read lease.", fast=3,
-    packed=Packed("GetReplicaListPacked", 20, lambda q, b: _only(unpack_reads([q.key], b))),
+    packed=Packed(
+        "GetReplicaListVersioned", 22, lambda q, b: _only([unpack_read_versioned(q.key, b)])
+    ),
 )  # fmt: skip
 BATCH_GET_REPLICA_LIST = Unary(
     "BatchGetReplicaList", _keys, _reads, "``get_replica_list`` for each key; errors per item.",

@@ -17,11 +17,11 @@ from mooncake_core.rpc import store_pb2_grpc as pb_grpc
 
 from . import convert as cv
 from .errors import ErrorCode, StoreError
-from .fast_packed import pack_errors, pack_placements, pack_reads
+from .fast_packed import pack_errors, pack_placements, pack_read_versioned, pack_reads
 from .ha.image import started_record
 from .ha.readiness import Readiness
 from .master import StagePending
-from .objects import Replica
+from .objects import RUN_ID, Replica
 from .results import GetResult, ReadRow
 
 if TYPE_CHECKING:
@@ -307,6 +307,14 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
         """GetReplicaList with a packed reply (fast channel only, :mod:`.fast_packed`)."""
         r = await self._read("GetReplicaList", [request.key])
         return pack_reads(r)
+
+    async def GetReplicaListVersioned(
+        self, request: pb.GetReplicaListRequest, context: Ctx
+    ) -> bytes:
+        """GetReplicaList with a packed reply and the replica set's version (fast
+        channel only, :mod:`.fast_packed`)."""
+        r = await self._read("GetReplicaList", [request.key])
+        return pack_read_versioned(r[0], RUN_ID)
 
     async def BatchGetReplicaList(
         self, request: pb.BatchKeysRequest, context: Ctx

@@ -7,6 +7,8 @@ and :class:`ObjectMeta` uses ``__slots__``: about 0.5 KiB per object with its ke
 
 from __future__ import annotations
 
+import itertools
+import secrets
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import NamedTuple
@@ -33,6 +35,12 @@ Replica = tuple[Slice, ...]
 """One full copy of an object: its slices in object order."""
 
 
+RUN_ID = secrets.randbits(63) | 1
+"""This process's random id: with it, an object ``version`` is never handed out twice,
+by this master process or another (a restarted master, a new HA leader)."""
+_NEXT = itertools.count(1).__next__
+
+
 def replica_segments(replica: Replica) -> frozenset[str]:
     """Segments a replica touches."""
     return frozenset(s.segment for s in replica)
@@ -47,20 +55,26 @@ class ObjectMeta:
     version (an object with no replica but a non-empty ``ssd`` is *SSD-only*);
     ``token`` identifies the version (0 until PutEnd); ``stages`` counts how often it
     was staged back into DRAM (promotion after ``promote_after``).
+
+    ``version`` changes whenever ``replicas`` is set (a new object, a replica added,
+    dropped, staged or evicted): a number this process never hands out twice (with
+    :data:`RUN_ID`, no master does). A client that read a location of version ``v``
+    knows the bytes there are still this object's while the master answers ``v``.
     """
 
     __slots__ = (
+        "_replicas",
         "client_id",
         "last_access",
         "lease_expiry",
         "read_hold",
-        "replicas",
         "size",
         "ssd",
         "stages",
         "started",
         "state",
         "token",
+        "version",
     )
 
     def __init__(
@@ -79,6 +93,16 @@ class ObjectMeta:
         self.ssd: tuple[str, ...] = ()
         self.token = 0
         self.stages = 0
+
+    @property
+    def replicas(self) -> tuple[Replica, ...]:
+        """Where the object's bytes are (every assignment gives a new ``version``)."""
+        return self._replicas
+
+    @replicas.setter
+    def replicas(self, value: tuple[Replica, ...]) -> None:
+        self._replicas = value
+        self.version = _NEXT()
 
     def leased(self, now: float) -> bool:
         """Whether a reader's lease still protects this object."""

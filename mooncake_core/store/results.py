@@ -37,11 +37,16 @@ class GetResult:
     size: int
     replicas: tuple[Replica, ...]
     lease_ttl_s: float
+    version: int = 0
+    """The replica set's version (``ObjectMeta.version``; through the fast channel's
+    versioned lookup, with the master's ``RUN_ID`` above bit 64): two answers with the
+    same non-zero version name the same bytes. 0: not known (gRPC)."""
 
 
-ReadRow = tuple[int, tuple[Replica, ...], float]
+ReadRow = tuple[int, tuple[Replica, ...], float, int]
 """A :class:`GetResult` without its key, as a plain tuple: ``(size, replicas,
-lease_ttl_s)`` (``MasterState.read_rows``; a third of the cost of the object)."""
+lease_ttl_s, version)`` (``MasterState.read_rows``; a third of the cost of the
+object)."""
 
 
 @dataclass(frozen=True, slots=True)

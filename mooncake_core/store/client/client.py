@@ -30,9 +30,10 @@ or the item's :class:`StoreError`) and raise only for whole-call problems.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import threading
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mooncake_core.transfer import OpCode, Region, TransferEngine, TransferError
@@ -69,6 +70,11 @@ STREAM_WINDOW = 16 << 20
 master's ``max_slice_size``)."""
 _RANK = {"local": 0, "shm": 1, "unknown": 2, "tcp": 3}
 """Read preference by how a segment is reached (lower first)."""
+OVERLAP_MAX = 256 << 10
+"""Largest object a get reads from its remembered location while it asks the master
+(see :meth:`Client._overlapped`): above it the transfer, not the lookup, is the cost."""
+LOCATIONS_MAX = 4096
+"""Most remembered locations (the oldest is forgotten first)."""
 
 
 class Readable(Protocol):
@@ -98,6 +104,10 @@ class Client(BatchOps):
         self._local: dict[str, Region] = {}
         self._staging: Region | None = None
         self._staging_lock = threading.Lock()
+        self._locations: dict[str, tuple[int, int, Replica]] = {}
+        """Key -> (version, size, replica) of its last tcp read (:meth:`_overlapped`)."""
+        self.overlapped_reads = [0, 0]
+        """Gets that read a remembered location meanwhile: [used, void]."""
         self._closed = False
 
     # ---------------------------------------------------------------- lifecycle
@@ -494,15 +504,20 @@ class Client(BatchOps):
                 outlasted its read lease (the bytes might have been reused).
         """
         self._check_key(key)
+        out: list[bytes] = []
         for _ in range(LEASE_TRIES):
             asked = time.monotonic()
-            res = self._m.get_replica_list(key)
-            with self._staging_lock:
-                st = self._stage(res.size)
-                self._read(res, st, 0)
-                took = time.monotonic() - asked
-                if not outlasted(asked, res.lease_ttl_s, asked + took):
-                    return bytes(st.view()[: res.size])
+            out.clear()
+            got = self._early(key, OVERLAP_MAX, lambda st, n: out.append(bytes(st.view()[:n])))
+            res = self._m.get_replica_list(key) if got is None else got[0]
+            if not out:
+                with self._staging_lock:
+                    st = self._stage(res.size)
+                    self._read(res, st, 0)
+                    out.append(bytes(st.view()[: res.size]))
+            took = time.monotonic() - asked
+            if not outlasted(asked, res.lease_ttl_s, asked + took):
+                return out[0]
         raise lease_outlasted_error(key, took, res.lease_ttl_s, LEASE_TRIES)
 
     def get_into(self, key: str, buffer_ptr: int, size: int) -> int:
@@ -515,20 +530,100 @@ class Client(BatchOps):
         """
         self._check_key(key)
         region, off = self._buffers.find(buffer_ptr, size)
+        dest = region.address + off
         for _ in range(LEASE_TRIES):
             asked = time.monotonic()
-            res = self._m.get_replica_list(key)
+            got = self._early(key, size, lambda st, n: ctypes.memmove(dest, st.address, n))
+            res = self._m.get_replica_list(key) if got is None else got[0]
             if res.size > size:
                 raise InvalidArgumentError(
                     ErrorCode.INVALID_PARAMS,
                     f"get_into {key!r}: buffer of {size} bytes is smaller than the object "
                     f"({res.size} bytes)",
                 )
-            self._read(res, region, off)
+            if got is None or not got[1]:
+                self._read(res, region, off)
             took = time.monotonic() - asked
             if not outlasted(asked, res.lease_ttl_s, asked + took):
                 return res.size
         raise lease_outlasted_error(key, took, res.lease_ttl_s, LEASE_TRIES)
+
+    def _early(
+        self, key: str, limit: int, take: Callable[[Region, int], object]
+    ) -> tuple[GetResult, bool] | None:
+        """:meth:`_overlapped`, when ``key`` has a remembered location of at most
+        ``limit`` bytes and the staging buffer is free (another thread's get is not
+        waited for); ``take(staging, size)`` copies the bytes out when they are used."""
+        hit = self._locations.get(key)
+        if hit is None or hit[1] > limit or not self._staging_lock.acquire(blocking=False):
+            return None
+        try:
+            got = self._overlapped(key)
+            if got is not None and got[1]:
+                take(self._stage(got[0].size), got[0].size)
+            return got
+        finally:
+            self._staging_lock.release()
+
+    def _overlapped(self, key: str) -> tuple[GetResult, bool] | None:
+        """Read ``key``'s remembered location into the staging buffer while the master
+        is asked where ``key`` is (caller holds ``_staging_lock``): the two round trips
+        overlap, where a get otherwise waits for one, then the other.
+
+        The bytes are used only if the master's answer carries the version they were
+        remembered under: every change of an object's replicas (a new object, a replica
+        dropped, moved, evicted or staged) gives a new version, so the same version
+        means no byte there was reused, from before the lookup until its lease ends.
+
+        Returns:
+            ``(answer, True)``: the staging buffer holds ``key``'s bytes; ``(answer,
+            False)``: the read is void (the location changed, or the read failed): read
+            ``answer`` as usual; ``None``: nothing remembered, or the fast channel
+            cannot take the lookup now: ask the master as usual.
+
+        Raises:
+            StoreError: the master's answer (no such key, not ready, ...).
+        """
+        hit = self._locations.get(key)
+        if hit is None:
+            return None
+        version, size, replica = hit
+        sent = self._m.lookup_start(key)
+        if sent is None:
+            return None
+        pending = self._dp.start([plan(OpCode.READ, self._stage(size), 0, replica)])
+        try:
+            res = self._m.lookup_finish(sent)
+        except StoreError:
+            self._locations.pop(key, None)
+            raise
+        finally:
+            (err,) = self._dp.finish(pending)
+        if res is None:
+            return None
+        used = err is None and res.version == version and res.size == size
+        self.overlapped_reads[0 if used else 1] += 1
+        if not used:
+            self._locations.pop(key, None)
+        return res, used
+
+    def _remember(self, res: GetResult, replica: Replica) -> None:
+        """Keep where ``res.key`` was just read from, when the next get can read there
+        while it asks the master: a versioned answer, a small object, and a replica
+        reached over tcp (a copy from shm costs less than the lookup it would hide)."""
+        locs = self._locations
+        tr = self._dp.transport_of
+        if (
+            not res.version
+            or res.size > OVERLAP_MAX
+            or any(tr(s.segment) != "tcp" for s in replica)
+        ):
+            locs.pop(res.key, None)
+            return
+        if len(locs) >= LOCATIONS_MAX and res.key not in locs:
+            with contextlib.suppress(StopIteration, KeyError, RuntimeError):
+                del locs[next(iter(locs))]
+        locs[res.key] = (res.version, res.size, replica)
 
     def _order(self, replicas: Sequence[Replica]) -> list[Replica]:
         """Cheapest path first: this process's memory, shm, not yet opened, tcp.
@@ -546,6 +641,7 @@ class Client(BatchOps):
         for replica in self._order(res.replicas):
             (err,) = self._dp.run([plan(OpCode.READ, region, off, replica)])
             if err is None:
+                self._remember(res, replica)
                 return
             reasons.append(err)
         raise UnavailableError(

@@ -24,6 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
@@ -37,15 +38,30 @@ from .. import master_rpc as rpc
 from ..auth import auth_metadata
 from ..errors import AuthError, ErrorCode, UnavailableError
 from ..fast_control import FastLost, FastRefused, FastUnknownOp, FastUnsent
-from ..fast_control_client import UNIX, FastChannels, unix_reachable
+from ..fast_control_client import UNIX, FastChannels, FastConnection, unix_reachable
 from ..ha.discovery import SyncLeaderResolver, split_master_url
 from ..ha.follow import Failover, leader_hint
 from ..master_rpc import SyncCall, Unary
+from ..results import GetResult
 
 R = TypeVar("R")
 U = TypeVar("U")
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class FastSent:
+    """A call sent on the fast channel whose reply is not read yet."""
+
+    name: str
+    address: str
+    """The gRPC address of the master it went to."""
+    target: str
+    """That master's fast channel."""
+    conn: FastConnection
+    call_id: int = 0
+    key: str = ""
 
 
 class SyncMaster:
@@ -193,6 +209,11 @@ class SyncMaster:
     def _call_fast(self, name: str, req: object) -> object | None:
         """``name`` over the fast channel; ``None``: ask gRPC instead (nothing was done,
         or the outcome is unknown: then ``_tls.retried`` is set, as for a resend)."""
+        sent = self._send_fast(name, req)
+        return None if sent is None else self._receive_fast(sent)
+
+    def _send_fast(self, name: str, req: object) -> FastSent | None:
+        """Send ``name`` over the fast channel without waiting; ``None``: ask gRPC."""
         assert self._fast is not None
         address = self.address
         target = self._fast_address(address)
@@ -207,23 +228,72 @@ class SyncMaster:
             self._fast_off[address] = time.monotonic() + self.FAST_RETRY_S
             self._fast_at.pop(address, None)
             return None
+        sent = FastSent(name, address, target, conn)
         try:
-            reply = conn.call(name, req)  # type: ignore[arg-type]
-        except FastUnknownOp:
-            self._unpacked.add(target)  # nothing was done; an older master
+            sent.call_id = conn.send(name, req)  # type: ignore[arg-type]
+        except FastUnsent as exc:
+            self._fast_failed(sent, exc)
             return None
-        except FastRefused:
-            # Not serving (a follower, an unconfirmed lease): gRPC follows the leader.
-            self._fast_at.pop(address, None)
-            return None
-        except (FastUnsent, FastLost) as exc:
-            self._fast.drop(conn)
-            self._fast_at.pop(address, None)
-            if isinstance(exc, FastLost):
-                self._tls.retried = True  # it may have been applied
+        return sent
+
+    def _receive_fast(self, sent: FastSent) -> object | None:
+        """The reply to what :meth:`_send_fast` sent; ``None``: ask gRPC (see
+        :meth:`_call_fast`)."""
+        try:
+            reply = sent.conn.receive(sent.name, sent.call_id)
+        except (FastUnknownOp, FastRefused, FastLost) as exc:
+            self._fast_failed(sent, exc)
             return None
         self.fast_calls += 1
         return reply
+
+    def _fast_failed(self, sent: FastSent, exc: Exception) -> None:
+        if isinstance(exc, FastUnknownOp):
+            self._unpacked.add(sent.target)  # nothing was done; an older master
+        elif isinstance(exc, FastRefused):
+            # Not serving (a follower, an unconfirmed lease): gRPC follows the leader.
+            self._fast_at.pop(sent.address, None)
+        else:
+            assert self._fast is not None
+            self._fast.drop(sent.conn)
+            self._fast_at.pop(sent.address, None)
+            if isinstance(exc, FastLost):
+                self._tls.retried = True  # it may have been applied
+
+    def lookup_start(self, key: str) -> FastSent | None:
+        """Ask where ``key`` is (:meth:`get_replica_list`) over the fast channel without
+        waiting for the answer, so the caller can read meanwhile; ``None``: the fast
+        channel cannot take it now (call :meth:`get_replica_list`)."""
+        self._tls.retried = False
+        if self._fast is None:
+            return None
+        target = self._fast_address(self.address)
+        if target is None or target in self._unpacked:
+            return None
+        packed = rpc.GET_REPLICA_LIST.packed
+        assert packed is not None
+        sent = self._send_fast(packed.name, rpc.GET_REPLICA_LIST.request(self.client_id, key))
+        if sent is not None:
+            sent.key = key
+        return sent
+
+    def lookup_finish(self, sent: FastSent) -> GetResult | None:
+        """The answer to :meth:`lookup_start` (with its ``version``); ``None``: the
+        fast channel failed meanwhile (call :meth:`get_replica_list`).
+
+        Raises:
+            StoreError: the master's answer (no such key, not ready, ...).
+        """
+        raw = self._receive_fast(sent)
+        if raw is None:
+            return None
+        packed = rpc.GET_REPLICA_LIST.packed
+        assert packed is not None and isinstance(raw, bytes)
+        try:
+            return packed.read(pb.GetReplicaListRequest(key=sent.key), raw)
+        except ValueError as exc:
+            log.warning("store client %s: %s: %s", self.client_id, packed.name, exc)
+            return None
 
     def _fast_address(self, address: str) -> str | None:
         """The fast channel of the master at ``address``, learnt from its readiness."""

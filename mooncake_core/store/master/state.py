@@ -107,7 +107,7 @@ class MasterState(SegmentsApi, WritesApi, ReplicasApi, RemovalApi, TierApi, Rest
         obj.lease_expiry = max(obj.lease_expiry, now + self.config.lease_ttl_s)
         obj.last_access = now
         self.objects.touch(key, obj)
-        return GetResult(key, obj.size, obj.replicas, obj.lease_expiry - now)
+        return GetResult(key, obj.size, obj.replicas, obj.lease_expiry - now, obj.version)
 
     def batch_read(
         self, keys: Sequence[str], now: float
@@ -139,14 +139,16 @@ class MasterState(SegmentsApi, WritesApi, ReplicasApi, RemovalApi, TierApi, Rest
                     out.append(exc)
                     continue
                 out.append(
-                    r if isinstance(r, StagePending) else (r.size, r.replicas, r.lease_ttl_s)
+                    r
+                    if isinstance(r, StagePending)
+                    else (r.size, r.replicas, r.lease_ttl_s, r.version)
                 )
                 continue
             # As read() grants it.
             obj.lease_expiry = max(obj.lease_expiry, until)
             obj.last_access = now
             objects.touch(key, obj)
-            out.append((obj.size, obj.replicas, obj.lease_expiry - now))
+            out.append((obj.size, obj.replicas, obj.lease_expiry - now, obj.version))
         return out
 
     def batch_get_replica_list(

@@ -9,6 +9,7 @@ back to gRPC (never losing or doubling a write) when the channel is gone.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import socket
 import struct
@@ -38,7 +39,7 @@ from mooncake_core.store.fast_control import (
     FastUnsent,
 )
 from mooncake_core.store.fast_control_client import FastConnection, unix_reachable
-from mooncake_core.store.fast_packed import unpack_reads
+from mooncake_core.store.fast_packed import unpack_read_versioned, unpack_reads
 from mooncake_core.store.results import GetResult, ReplicateConfig
 
 pytestmark = pytest.mark.integration
@@ -238,7 +239,11 @@ def test_packed_single_replies_carry_what_grpc_carries(start_master: StartMaster
         )
         fast.put_end("a")
         got, want = fast.get_replica_list("a"), slow.get_replica_list("a")
-        assert got == want and got.replicas == reps and got.size == 5000
+        assert got.replicas == reps and got.size == 5000
+        # gRPC carries no version: the same answer, version 0 ("not known").
+        assert got == dataclasses.replace(want, version=got.version)
+        assert got.version != 0 and want.version == 0
+        assert fast.get_replica_list("a").version == got.version  # reads do not change it
         with pytest.raises(ConflictError, match="already exists"):
             fast.put_start("a", 10, None)
         with pytest.raises(NotFoundError) as fast_missing:
@@ -250,18 +255,24 @@ def test_packed_single_replies_carry_what_grpc_carries(start_master: StartMaster
         new = fast.upsert("a", 64, None)
         fast.put_end("a")
         assert fast.get_replica_list("a").replicas == new == slow.get_replica_list("a").replicas
-        assert fast.fast_calls == 10 and slow.fast_calls == 0
+        assert fast.fast_calls == 11 and slow.fast_calls == 0
         # Counted under the RPC they serve.
         assert _metric(m, "master_fast_calls_total", rpc="PutStart") == 2
-        assert _metric(m, "master_fast_calls_total", rpc="GetReplicaList") == 4
+        assert _metric(m, "master_fast_calls_total", rpc="GetReplicaList") == 5
         assert _metric(m, "master_fast_calls_total", rpc="Upsert") == 1
     finally:
         fast.close()
         slow.close()
     # The bytes on the wire are the packed layout.
+    # This version's lookup carries the replica set's version; an earlier client's op
+    # (GetReplicaListPacked) is still answered, without it.
+    reply = _packed_call(m, "GetReplicaListVersioned", pb.GetReplicaListRequest(key="a"))
+    versioned = unpack_read_versioned("a", reply)
+    assert isinstance(versioned, GetResult) and versioned.replicas == new
+    assert versioned.version not in (0, got.version)  # upsert: a new object
     reply = _packed_call(m, "GetReplicaListPacked", pb.GetReplicaListRequest(key="a"))
     (only,) = unpack_reads(["a"], reply)
-    assert isinstance(only, GetResult) and only.replicas == new
+    assert only == dataclasses.replace(versioned, version=0)
 
 
 def test_a_wrong_or_missing_token_is_refused_before_anything_is_read(

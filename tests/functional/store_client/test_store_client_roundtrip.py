@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from store_client_procs import Cluster, make_client
+from store_client_procs import Cluster, make_client, start_cluster
 
 from mooncake_core.store import ReplicateConfig
 from mooncake_core.store.client import Client
@@ -182,3 +184,50 @@ def test_pipelined_batches_of_1mib_round_trip(client: Client, tcp_client: Client
         c.unregister_buffer(a)
         c.unregister_buffer(b)
     assert client.remove_by_prefix("pipe/", force=True).removed == 2 * n
+
+
+def test_a_remembered_location_is_read_only_under_the_version_the_master_confirms(
+    tmp_path: Path,
+) -> None:
+    # A tcp get reads where the key was last read while it asks the master, and keeps
+    # those bytes only if the master answers the version they were read under. Here the
+    # old location is made to hold another key's bytes (removed, the range reused by
+    # "other", the key written again elsewhere): the get must return the key's new bytes.
+    lease = 0.5  # a removed object's range is reused once the readers' leases end
+    cluster = start_cluster(tmp_path, ("v0",), master_settings={"lease_ttl_s": lease})
+    c = make_client(cluster, transport="tcp")
+    n = 12 * KiB + 8
+    dst = np.zeros(n, dtype=np.uint8)
+    addr = c.register_buffer(dst)
+    try:
+        c.put("k", blob(n, 1))
+        c.put("guard", blob(n, 2))  # k's range is not merged with the free space after it
+        assert c.get("k") == blob(n, 1)  # read as usual, location remembered
+        assert c.get("k") == blob(n, 1)  # read there while asking
+        assert c.get_into("k", addr, n) == n and dst.tobytes() == blob(n, 1)
+        assert c.overlapped_reads == [2, 0]
+        (was,) = c.stat("k").replicas[0]
+
+        c.remove("k", force=True)
+        time.sleep(lease + 1.0)
+        c.put("other", blob(n, 3))
+        assert c.stat("other").replicas[0] == (was,), "precondition: k's range reused"
+        c.put("k", blob(n, 4))
+        assert c.stat("k").replicas[0][0] != was
+        assert c.get_into("k", addr, n) == n and dst.tobytes() == blob(n, 4)
+        assert c.overlapped_reads == [2, 1]  # read there meanwhile, not used
+        assert c.get("k") == blob(n, 4)  # from the new location, remembered anew
+        assert c.overlapped_reads == [3, 1]
+
+        # Removed: not found, whatever the remembered range holds; the buffer untouched.
+        c.remove("k", force=True)
+        dst[:] = 7
+        with pytest.raises(NotFoundError):
+            c.get_into("k", addr, n)
+        assert dst.tobytes() == bytes([7]) * n
+        with pytest.raises(NotFoundError):
+            c.get("k")
+    finally:
+        c.unregister_buffer(addr)
+        c.close()
+        cluster.close()

@@ -11,9 +11,11 @@ from mooncake_core.store.errors import ConflictError, ErrorCode, NotFoundError, 
 from mooncake_core.store.fast_packed import (
     pack_errors,
     pack_placements,
+    pack_read_versioned,
     pack_reads,
     unpack_errors,
     unpack_placements,
+    unpack_read_versioned,
     unpack_reads,
 )
 from mooncake_core.store.objects import Slice
@@ -23,13 +25,31 @@ A0 = Slice("seg-a", 0, 4096)
 
 
 def test_one_read_is_the_documented_layout_byte_for_byte() -> None:
-    got = pack_reads([(4096, ((A0,),), 5.0)])
+    got = pack_reads([(4096, ((A0,),), 5.0, 7)])
     want = (
         struct.pack("<IHH", 1, 1, 5) + b"seg-a"  # one result, one segment name
         + struct.pack("<BQdB", 0, 4096, 5.0, 1)  # ok, size, lease, one replica
         + struct.pack("<HHQQ", 1, 0, 0, 4096)  # one slice: segment 0, offset, length
     )  # fmt: skip
     assert got == want
+
+
+def test_a_versioned_read_is_the_read_then_run_id_and_version() -> None:
+    row: ReadRow = (4096, ((A0,),), 5.0, 7)
+    got = pack_read_versioned(row, 0xABC)
+    assert got == pack_reads([row]) + struct.pack("<QQ", 0xABC, 7)
+    back = unpack_read_versioned("k", got)
+    assert back == GetResult("k", 4096, ((A0,),), 5.0, 0xABC << 64 | 7)
+    # An error carries no version; a version of 0 (not known) stays 0.
+    err = unpack_read_versioned("k", pack_read_versioned(NotFoundError(None, "no"), 0xABC))
+    assert isinstance(err, NotFoundError) and err.message == "no"
+    assert unpack_read_versioned("k", pack_read_versioned((*row[:3], 0), 0xABC)) == (
+        GetResult("k", 4096, ((A0,),), 5.0, 0)
+    )
+    with pytest.raises(ValueError, match="versioned reply of 15 bytes"):
+        unpack_read_versioned("k", bytes(15))
+    with pytest.raises(ValueError, match="after the last item"):
+        unpack_read_versioned("k", got[:-16] + b"x" + got[-16:])
 
 
 def test_an_error_is_its_code_and_message() -> None:
@@ -43,12 +63,13 @@ def test_reads_round_trip_with_errors_many_replicas_and_slices() -> None:
         (Slice("ség-ü", 1 << 40, 128),),
     )
     results: list[ReadRow | StoreError] = [
-        (4096, ((A0,),), 5.0),
+        (4096, ((A0,),), 5.0, 7),
         NotFoundError(None, "no 'y'"),
-        (128, two, 0.25),
+        (128, two, 0.25, 8),
         ConflictError(None, ""),
     ]
     back = unpack_reads(["x", "y", "z", "w"], pack_reads(results))
+    # The batch reply carries no version: 0, "not known".
     assert back[0] == GetResult("x", 4096, ((A0,),), 5.0)
     assert back[2] == GetResult("z", 128, two, 0.25)
     assert isinstance(back[1], NotFoundError) and back[1].message == "no 'y'"
@@ -89,8 +110,8 @@ def test_a_reply_that_does_not_parse_raises_naming_the_fault(
 ) -> None:
     b = pack_reads(
         [
-            (4096, ((A0,),), 5.0),
-            (1, ((Slice("seg-a", 8192, 1), Slice("seg-a", 0, 0)),), 5.0),
+            (4096, ((A0,),), 5.0, 7),
+            (1, ((Slice("seg-a", 8192, 1), Slice("seg-a", 0, 0)),), 5.0, 9),
         ]
     )
     assert len(unpack_reads(["x", "y"], b)) == 2

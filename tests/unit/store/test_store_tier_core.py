@@ -21,6 +21,7 @@ from mooncake_core.store.errors import (
 )
 from mooncake_core.store.master import StagePending
 from mooncake_core.store.objects import Slice
+from mooncake_core.store.results import GetResult
 
 
 def master(ssd: dict[str, int] | None = None, **cfg: Any) -> MasterState:
@@ -462,12 +463,15 @@ def test_read_rows_grants_exactly_what_read_grants_one_key_at_a_time() -> None:
         singly.append(r if isinstance(r, StagePending) else (r.size, r.replicas, r.lease_ttl_s))
     rows = many.read_rows(keys, 5.0)
     assert [type(r) for r in rows] == [type(r) for r in singly]
-    for a, b in zip(rows, singly, strict=True):
+    for k, a, b in zip(keys, rows, singly, strict=True):
         if isinstance(a, StoreError):
             assert (a.code, a.message) == (b.code, b.message)
+        elif isinstance(a, tuple):
+            # Each core numbers its own versions: the row carries its object's.
+            assert a[:3] == b and a[3] == many.objects[k].version
         else:
             assert a == b
-    assert rows[0] == (100, ((Slice("a", 100, 100),),), many.config.lease_ttl_s)  # full lease
+    assert rows[0][:3] == (100, ((Slice("a", 100, 100),),), many.config.lease_ttl_s)
     assert isinstance(rows[2], StagePending) and rows[5] == rows[2]  # one stage, joined
     assert list(many.objects.keys()) == list(one.objects.keys())  # recency: old last
     assert list(many.objects.keys())[-1] == "old"
@@ -476,4 +480,41 @@ def test_read_rows_grants_exactly_what_read_grants_one_key_at_a_time() -> None:
         assert (a.lease_expiry, a.last_access) == (b.lease_expiry, b.last_access)
     assert many.take_events() == one.take_events()
     # batch_read is the same rows as results.
-    assert many.batch_read(["old"], 6.0)[0] == one.batch_read(["old"], 6.0)[0]
+    (a,), (b,) = many.batch_read(["old"], 6.0), one.batch_read(["old"], 6.0)
+    assert isinstance(a, GetResult) and isinstance(b, GetResult)
+    assert (a.key, a.size, a.replicas, a.lease_ttl_s) == (b.key, b.size, b.replicas, b.lease_ttl_s)
+    assert (a.version, b.version) == (many.objects["old"].version, one.objects["old"].version)
+
+
+def test_a_version_changes_with_every_change_of_the_replica_set_and_only_then() -> None:
+    # A client's cached location is good while the master answers the version it was
+    # read under: any replica change must give a new one, reads and PutEnd must not.
+    m = master(ssd={"a": 10_000})
+    m.put_start("k", 100, "w", 1.0, ReplicateConfig(preferred_segments=("a",)))
+    seen = [m.objects["k"].version]
+    m.put_end("k", 1.1)  # the same bytes, now readable
+    assert m.objects["k"].version == seen[-1]
+    r = m.read("k", 1.2)
+    assert isinstance(r, GetResult) and r.version == seen[-1]
+    assert m.read_rows(["k"], 1.3)[0][3] == seen[-1]  # type: ignore[index]
+
+    def changed() -> None:
+        v = m.objects["k"].version
+        assert v not in seen, f"version {v} handed out again"
+        seen.append(v)
+
+    m.tick(20.0)  # leases over
+    m.upsert_start("k", 100, "w", 20.0, ReplicateConfig(preferred_segments=("a",)))
+    changed()  # a new object
+    m.put_end("k", 20.1)
+    offload(m, "k", "a", "ca", 20.2)
+    assert m.objects["k"].version == seen[-1]  # an SSD copy is not a replica
+    m.put_start("fill", 950, "w", 40.0, ReplicateConfig(preferred_segments=("a",)))
+    assert m.stat("k", 40.0).replicas == ()  # evicted to SSD
+    changed()
+    m.put_revoke("fill", 40.0)
+    st = m.read("k", 41.0)
+    assert isinstance(st, StagePending)
+    m.tier_stage_done("ca", "k", "a", st.request_id, True, 41.1)
+    assert m.stat("k", 41.1).replicas != ()  # staged back: maybe the same offset
+    changed()
