@@ -645,7 +645,9 @@ def cmd_rpc_floor(args: argparse.Namespace) -> None:
     out = Path(args.out).parent if args.out else Path("/tmp")
     mport = free_port()
     cfg = out / "rpc_floor.yaml"
-    cfg.write_text(json.dumps({"state_dir": str(out), "master": {}}))
+    # The segment is mounted once and never heartbeats: a slow run must not outlive the
+    # client's TTL (the master would unmount it and drop every key it reads).
+    cfg.write_text(json.dumps({"state_dir": str(out), "master": {"client_ttl_s": 3600}}))
     m = _spawn(
         [
             sys.executable,
