@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from store_bench import master_and_node
+from store_unix_ab import turn_summary
 
 BLOCK = 100
 WARM = 300
@@ -83,15 +84,7 @@ def _measure(master: str, size: int, seconds: float) -> dict[str, Any]:
         for c in clients.values():
             c.close()
     res: dict[str, Any] = {"size": size, "overlapped_reads_used_void": used}
-    for op, by in lat.items():
-        for name, v in by.items():
-            v.sort()
-            res[f"{op}.{name}"] = {
-                "calls": len(v),
-                "p50_us": round(v[len(v) // 2] * 1e6, 1),
-                "p90_us": round(v[len(v) * 9 // 10] * 1e6, 1),
-            }
-    return res
+    return res | turn_summary(lat)
 
 
 if __name__ == "__main__":

@@ -81,6 +81,13 @@ def _measure(master: str, args: argparse.Namespace) -> dict[str, Any]:
         for c in clients.values():
             c.close()
     res: dict[str, Any] = {"transport": args.transport, "size": size, "fast_paths": paths}
+    return res | turn_summary(lat)
+
+
+def turn_summary(lat: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, float]]:
+    """``{"op.client": {calls, p50_us, p90_us}}`` from seconds per call, by op and client
+    (sorts the lists)."""
+    res = {}
     for op, by in lat.items():
         for name, v in by.items():
             v.sort()

@@ -145,11 +145,7 @@ class SyncMaster:
     def _call_packed(self, name: str, req: object, decode: Callable[[bytes], U]) -> U | None:
         """``name``, a packed op, over the fast channel, its reply decoded; ``None``: ask
         gRPC instead (then ``_tls.retried`` says whether the call may have been applied)."""
-        self._tls.retried = False
-        if self._fast is None:
-            return None
-        target = self._fast_address(self.address)
-        if target is None or target in self._unpacked:
+        if not self._packed_usable():
             return None
         raw = self._call_fast(name, req)
         if raw is None:
@@ -162,6 +158,15 @@ class SyncMaster:
             log.warning("store client %s: %s: %s; asking gRPC", self.client_id, name, exc)
             self._tls.retried = True  # the master may have applied it
             return None
+
+    def _packed_usable(self) -> bool:
+        """Whether a packed op may go over the fast channel now (a new call: resets
+        ``_tls.retried``)."""
+        self._tls.retried = False
+        if self._fast is None:
+            return False
+        target = self._fast_address(self.address)
+        return target is not None and target not in self._unpacked
 
     def _call(self, name: str, req: object, *, resent: bool = False, fast: bool = False) -> Any:
         """One unary call of method ``name``; on UNAVAILABLE follow the leader (the
@@ -264,11 +269,7 @@ class SyncMaster:
         """Ask where ``key`` is (:meth:`get_replica_list`) over the fast channel without
         waiting for the answer, so the caller can read meanwhile; ``None``: the fast
         channel cannot take it now (call :meth:`get_replica_list`)."""
-        self._tls.retried = False
-        if self._fast is None:
-            return None
-        target = self._fast_address(self.address)
-        if target is None or target in self._unpacked:
+        if not self._packed_usable():
             return None
         packed = rpc.GET_REPLICA_LIST.packed
         assert packed is not None
