@@ -18,17 +18,23 @@ import asyncio
 import shlex
 import threading
 import time
+import warnings
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
-
-import asyncssh
 
 from mooncake_core.config import HostConfig
 
 from .launcher import Started
 from .runstate import LOG_DIR, RUN_DIR, ComponentRecord
 from .spec import ComponentSpec
+
+with warnings.catch_warnings():
+    # cryptography 51 warns, on asyncssh's import, that DSA keys are deprecated: every
+    # command that imports the cluster package (cluster up, web, ...) printed it on
+    # stderr. The launcher never offers DSA keys itself; a user's DSA key still works.
+    warnings.filterwarnings("ignore", message="DSA is deprecated", module="asyncssh")
+    import asyncssh
 
 T = TypeVar("T")
 
