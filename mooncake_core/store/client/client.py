@@ -70,7 +70,7 @@ STREAM_WINDOW = 16 << 20
 master's ``max_slice_size``)."""
 _RANK = {"local": 0, "shm": 1, "unknown": 2, "tcp": 3}
 """Read preference by how a segment is reached (lower first)."""
-OVERLAP_MAX = 256 << 10
+OVERLAP_MAX = 1 << 20
 """Largest object a get reads from its remembered location while it asks the master
 (see :meth:`Client._overlapped`): above it the transfer, not the lookup, is the cost."""
 LOCATIONS_MAX = 4096
