@@ -75,12 +75,9 @@ class Op:
     name: str
     request: type[Message]
     response: type[Message] | None
-
-    @property
-    def rpc(self) -> str:
-        """The RPC this op serves (a packed op's is its protobuf twin's): the name its
-        calls are counted under."""
-        return self.name.removesuffix("Packed").removesuffix("Versioned")
+    rpc: str
+    """The RPC this op serves (a packed op's is its protobuf twin's): the name its
+    calls are counted under."""
 
 
 _SERVICE = pb.DESCRIPTOR.services_by_name["MasterService"]
@@ -91,15 +88,17 @@ def _types(method: str) -> tuple[type[Message], type[Message]]:
     return getattr(pb, m.input_type.name), getattr(pb, m.output_type.name)
 
 
-KEPT_OPS: tuple[Op, ...] = (Op(20, "GetReplicaListPacked", pb.GetReplicaListRequest, None),)
+KEPT_OPS: tuple[Op, ...] = (
+    Op(20, "GetReplicaListPacked", pb.GetReplicaListRequest, None, "GetReplicaList"),
+)
 """Ops no call of this version sends, still answered for clients of an earlier one
 (GetReplicaList's packed op is now ``GetReplicaListVersioned``, 22)."""
 
 OPS: tuple[Op, ...] = tuple(
     sorted(
-        [Op(c.fast, c.method, *_types(c.method)) for c in SURFACE if c.fast]
+        [Op(c.fast, c.method, *_types(c.method), c.method) for c in SURFACE if c.fast]
         + [
-            Op(c.packed.code, c.packed.name, _types(c.method)[0], None)
+            Op(c.packed.code, c.packed.name, _types(c.method)[0], None, c.method)
             for c in SURFACE
             if c.packed is not None
         ]

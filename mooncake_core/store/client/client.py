@@ -558,16 +558,17 @@ class Client(BatchOps):
         if hit is None or hit[1] > limit or not self._staging_lock.acquire(blocking=False):
             return None
         try:
-            got = self._overlapped(key)
+            got = self._overlapped(key, hit)
             if got is not None and got[1]:
                 take(self._stage(got[0].size), got[0].size)
             return got
         finally:
             self._staging_lock.release()
 
-    def _overlapped(self, key: str) -> tuple[GetResult, bool] | None:
+    def _overlapped(self, key: str, hit: tuple[int, int, Replica]) -> tuple[GetResult, bool] | None:
         """Read ``key``'s remembered location into the staging buffer while the master
-        is asked where ``key`` is (caller holds ``_staging_lock``): the two round trips
+        is asked where ``key`` is (caller holds ``_staging_lock``; ``hit``: its
+        ``_locations`` entry, version, size, replica): the two round trips
         overlap, where a get otherwise waits for one, then the other.
 
         The bytes are used only if the master's answer carries the version they were
@@ -578,15 +579,12 @@ class Client(BatchOps):
         Returns:
             ``(answer, True)``: the staging buffer holds ``key``'s bytes; ``(answer,
             False)``: the read is void (the location changed, or the read failed): read
-            ``answer`` as usual; ``None``: nothing remembered, or the fast channel
-            cannot take the lookup now: ask the master as usual.
+            ``answer`` as usual; ``None``: the fast channel cannot take the lookup
+            now: ask the master as usual.
 
         Raises:
             StoreError: the master's answer (no such key, not ready, ...).
         """
-        hit = self._locations.get(key)
-        if hit is None:
-            return None
         version, size, replica = hit
         sent = self._m.lookup_start(key)
         if sent is None:

@@ -60,8 +60,8 @@ class FastSent:
     target: str
     """That master's fast channel."""
     conn: FastConnection
+    request: object
     call_id: int = 0
-    key: str = ""
 
 
 class SyncMaster:
@@ -152,11 +152,16 @@ class SyncMaster:
             return None
         if not isinstance(raw, bytes):  # unreachable: packed ops answer bytes
             raise TypeError(f"{name}: the fast channel answered {type(raw).__name__}")
+        return self._decoded(name, raw, decode)
+
+    def _decoded(self, name: str, raw: bytes, decode: Callable[[bytes], U]) -> U | None:
+        """``decode(raw)``, a packed op's reply; ``None`` (logged): it does not decode,
+        ask gRPC (``_tls.retried``: the master may have applied it)."""
         try:
             return decode(raw)
         except ValueError as exc:
             log.warning("store client %s: %s: %s; asking gRPC", self.client_id, name, exc)
-            self._tls.retried = True  # the master may have applied it
+            self._tls.retried = True
             return None
 
     def _packed_usable(self) -> bool:
@@ -233,7 +238,7 @@ class SyncMaster:
             self._fast_off[address] = time.monotonic() + self.FAST_RETRY_S
             self._fast_at.pop(address, None)
             return None
-        sent = FastSent(name, address, target, conn)
+        sent = FastSent(name, address, target, conn, req)
         try:
             sent.call_id = conn.send(name, req)  # type: ignore[arg-type]
         except FastUnsent as exc:
@@ -273,10 +278,7 @@ class SyncMaster:
             return None
         packed = rpc.GET_REPLICA_LIST.packed
         assert packed is not None
-        sent = self._send_fast(packed.name, rpc.GET_REPLICA_LIST.request(self.client_id, key))
-        if sent is not None:
-            sent.key = key
-        return sent
+        return self._send_fast(packed.name, rpc.GET_REPLICA_LIST.request(self.client_id, key))
 
     def lookup_finish(self, sent: FastSent) -> GetResult | None:
         """The answer to :meth:`lookup_start` (with its ``version``); ``None``: the
@@ -290,11 +292,7 @@ class SyncMaster:
             return None
         packed = rpc.GET_REPLICA_LIST.packed
         assert packed is not None and isinstance(raw, bytes)
-        try:
-            return packed.read(pb.GetReplicaListRequest(key=sent.key), raw)
-        except ValueError as exc:
-            log.warning("store client %s: %s: %s", self.client_id, packed.name, exc)
-            return None
+        return self._decoded(sent.name, raw, lambda b: packed.read(sent.request, b))
 
     def _fast_address(self, address: str) -> str | None:
         """The fast channel of the master at ``address``, learnt from its readiness."""
