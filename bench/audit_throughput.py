@@ -14,6 +14,10 @@ Four measurements; 1-3 use decisions with 4 candidates (3 prefill + 1 decode):
    (the writer thread builds the records). Loops alternate and the best of ``--repeat``
    runs is kept to reduce noise.
 
+6. (``--audit-cpu``) The audit's CPU in the conductor's process per decision, one writer
+   warmed up: the deciding thread's ``submit_source`` calls, and every thread of the
+   process until the decisions are committed (the writer process's CPU is its own).
+
 The database is SQLite in a temporary folder (WAL, synchronous=NORMAL), upgraded with the
 real migrations. Run: ``python bench/audit_throughput.py [--decisions 200000]``.
 """
@@ -24,8 +28,10 @@ import argparse
 import random
 import statistics
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from mooncake_core.conductor.audit import AuditWriter, WriterOptions, sample, upgrade
 from mooncake_core.conductor.audit.process_writer import ProcessAuditWriter
@@ -304,6 +310,55 @@ def bench_slowdown(
     return runs, cpu
 
 
+def prebuilt_decisions(m: int, shape: tuple[int, int], seed: int = 7) -> list[Any]:
+    """``m`` real decisions of a conductor of ``shape`` (made before anything is timed)."""
+    from mooncake_core.conductor import ScheduleRequest
+
+    c, chains = build_conductor(seed, *shape)
+    rng = random.Random(seed + 1)
+    out = []
+    now = 1.8e9
+    for i in range(m):
+        chain = chains[min(int(rng.paretovariate(1.2)) - 1, len(chains) - 1)]
+        keys = (*chain[: rng.randint(5, 25)], *range(10**9 + 5 * i, 10**9 + 5 * i + 3))
+        out.append(c.schedule(ScheduleRequest(f"c{seed}-{i}", keys, len(keys) * 512, 300), now))
+        now += 0.01
+    return out
+
+
+def bench_audit_cpu(
+    folder: Path, m: int, repeat: int, shape: tuple[int, int], mode: str
+) -> tuple[list[float], list[float]]:
+    """Measurement 6: the audit's CPU in the conductor's process, per decision, with one
+    writer warmed up (as a conductor runs it): the ``submit_source`` calls (the deciding
+    thread's CPU) and every thread of this process from the first call until ``flush``
+    returns (the writer process's own CPU is not this process's)."""
+    import resource
+
+    def cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    ds = prebuilt_decisions(m, shape)
+    w = open_writer(folder, f"cpu-{mode}-{shape[0]}x{shape[1]}.db", mode)
+    assert w is not None
+    path, proc = [], []
+    for rep in range(repeat + 2):  # two rounds warm the writer up
+        c0, t0 = cpu(), time.thread_time()
+        for d in ds:
+            w.submit_source(d)
+        t1 = time.thread_time()
+        committed = threading.Event()
+        w.when_written(lambda ok, e=committed: e.set())
+        assert committed.wait(120)
+        c1 = cpu()
+        if rep >= 2:
+            path.append((t1 - t0) / m * 1e6)
+            proc.append((c1 - c0) / m * 1e6)
+    w.close()
+    return path, proc
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--decisions", type=int, default=200_000, help="for the max-rate run")
@@ -315,6 +370,11 @@ def main() -> None:
     ap.add_argument("--paced-decisions", type=int, default=6000)
     ap.add_argument(
         "--loops-only", action="store_true", help="only the conductor-loop measurements (4, 5)"
+    )
+    ap.add_argument(
+        "--audit-cpu",
+        action="store_true",
+        help="only measurement 6: the audit's CPU per decision in the conductor's process",
     )
     ap.add_argument(
         "--shapes", nargs="+", default=["3x1", "16x16"], help="PREFILLxDECODE instance counts"
@@ -329,6 +389,9 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
+        if args.audit_cpu:
+            audit_cpu(folder, args)
+            return
         if not args.loops_only:
             write_rates(folder, args)
         loops(folder, args)
@@ -351,6 +414,22 @@ def write_rates(folder: Path, args: argparse.Namespace) -> None:
         f"written {s['written']:.0f}, dropped {s['dropped']:.0f}, peak queue "
         f"{s['peak_queue']:.0f}, final drain {s['drain_s'] * 1000:.0f} ms"
     )
+
+
+def audit_cpu(folder: Path, args: argparse.Namespace) -> None:
+    """Measurement 6, for each shape and each writer mode in ``--modes``."""
+    for shape in args.shapes:
+        p, d = (int(x) for x in shape.split("x"))
+        print(
+            f"audit CPU in the conductor's process ({p}P+{d}D: {p + d} candidates), "
+            f"{args.repeat} x {args.loop} decisions, one writer, min / median us per decision:"
+        )
+        for mode in (m for m in args.modes if m in ("source", "process")):
+            path, proc = bench_audit_cpu(folder, args.loop, args.repeat, (p, d), mode)
+            print(
+                f"  {mode:<8} deciding thread {min(path):6.2f} / {statistics.median(path):6.2f}"
+                f"   every thread {min(proc):6.2f} / {statistics.median(proc):6.2f}"
+            )
 
 
 def loops(folder: Path, args: argparse.Namespace) -> None:

@@ -217,20 +217,253 @@ static int enc(out_t *o, PyObject *v, int depth) {
     return -1;
 }
 
+static void out_init(out_t *o, char *stack, size_t cap) {
+    o->buf = stack;
+    o->len = 0;
+    o->cap = cap;
+    o->heap = 0;
+    o->numbered = o->seen_count = 0;
+    memset(o->seen_obj, 0, sizeof o->seen_obj);
+}
+
 static PyObject *py_pack(PyObject *self, PyObject *obj) {
     (void)self;
     char stack[STACK_BUF];
     out_t o; /* ~11 KiB on the stack: the buffer and the table of tuples written */
-    o.buf = stack;
-    o.len = 0;
-    o.cap = sizeof stack;
-    o.heap = 0;
-    o.numbered = o.seen_count = 0;
-    memset(o.seen_obj, 0, sizeof o.seen_obj);
+    out_init(&o, stack, sizeof stack);
     PyObject *r = NULL;
     if (enc(&o, obj, 0) == 0) r = PyBytes_FromStringAndSize(o.buf, (Py_ssize_t)o.len);
     if (o.heap) PyMem_Free(o.buf);
     return r;
+}
+
+/*
+ * A ring of packed records in memory two processes share (the audit's writer
+ * process reads what the conductor's process writes; one writing process, whose
+ * threads the GIL keeps apart, and one reading process).
+ *
+ *   offset   0  u64 head: bytes ever written (the writer's; stored with release)
+ *   offset   8  u64 count: records ever written (the writer's)
+ *   offset  64  u64 tail: bytes the reader is done with (the reader's; release)
+ *   offset  72  u64 done: records the reader is done with (the reader's)
+ *   offset 128  u64 size: bytes of the data area (a multiple of 8, set before use)
+ *   offset 136  u64 soft end: 0, or where the writer goes back to the start whenever
+ *               what is unread fits before it (set before use)
+ *   other words before 256: the two sides' own (ring_get, ring_set)
+ *   offset 256  the data area
+ *
+ * A record at head % size: u32 payload length, u32 kind, the payload, zeros up to a
+ * multiple of 8. One that would not fit before the end of the area (or that starts past
+ * the soft end, with room at the start) leaves a u32 0xFFFFFFFF there (the reader skips
+ * to the start) and is written at the start.
+ */
+#define RING_HEAD 0
+#define RING_COUNT 8
+#define RING_TAIL 64
+#define RING_DONE 72
+#define RING_SIZE 128
+#define RING_SOFT 136
+#define RING_DATA 256
+#define RING_WRAP 0xFFFFFFFFu
+
+typedef struct {
+    Py_buffer view;
+    unsigned char *base;
+    uint64_t size;
+} ring_t;
+
+static uint64_t *ring_word(const ring_t *r, size_t at) { return (uint64_t *)(r->base + at); }
+
+/* The ring in ``obj`` (a writable buffer), its header checked; -1 with an exception. */
+static int ring_open(ring_t *r, PyObject *obj) {
+    if (PyObject_GetBuffer(obj, &r->view, PyBUF_WRITABLE) < 0) return -1;
+    r->base = (unsigned char *)r->view.buf;
+    if (((uintptr_t)r->base & 7) || (size_t)r->view.len < RING_DATA + 8) {
+        PyBuffer_Release(&r->view);
+        PyErr_SetString(PyExc_ValueError, "flat ring: the buffer is not 8-aligned or too small");
+        return -1;
+    }
+    r->size = __atomic_load_n(ring_word(r, RING_SIZE), __ATOMIC_ACQUIRE);
+    if (r->size < 8 || (r->size & 7) || r->size > (uint64_t)r->view.len - RING_DATA) {
+        PyBuffer_Release(&r->view);
+        PyErr_Format(PyExc_ValueError, "flat ring: a data area of %llu bytes does not fit",
+                     (unsigned long long)r->size);
+        return -1;
+    }
+    return 0;
+}
+
+/* A header word: head, count, tail, done, size, or another 8-aligned word before the
+ * data area that the two sides agree on. */
+static int ring_field(long at) {
+    if (at >= 0 && at < RING_DATA && !(at & 7)) return 1;
+    PyErr_SetString(PyExc_ValueError, "flat ring: not a header word (8-aligned, below 256)");
+    return 0;
+}
+
+static uint64_t pad8(uint64_t n) { return (n + 7) & ~(uint64_t)7; }
+
+/* ring_push(ring, kind, obj) -> int: obj packed as one record; returns the records
+ * ever written, this one included (its sequence number), or 0: no room. */
+static PyObject *py_ring_push(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "ring_push(ring, kind, obj)");
+        return NULL;
+    }
+    long kind = PyLong_AsLong(args[1]);
+    if (kind == -1 && PyErr_Occurred()) return NULL;
+    if (kind < 0 || kind > (long)UINT32_MAX - 1) {
+        PyErr_SetString(PyExc_ValueError, "flat ring: kind out of range");
+        return NULL;
+    }
+    ring_t r;
+    if (ring_open(&r, args[0]) < 0) return NULL;
+    char stack[STACK_BUF];
+    out_t o;
+    out_init(&o, stack, sizeof stack);
+    PyObject *res = NULL;
+    if (enc(&o, args[2], 0) < 0) goto done;
+    uint64_t need = 8 + pad8(o.len);
+    if (o.len >= RING_WRAP || need > r.size) {
+        PyErr_Format(PyExc_ValueError, "flat ring: a record of %zu bytes is larger than the ring",
+                     o.len);
+        goto done;
+    }
+    uint64_t head = __atomic_load_n(ring_word(&r, RING_HEAD), __ATOMIC_RELAXED);
+    uint64_t tail = __atomic_load_n(ring_word(&r, RING_TAIL), __ATOMIC_ACQUIRE);
+    uint64_t at = head % r.size, left = r.size - at, skip = need > left ? left : 0;
+    /* Back to the start early, past the soft end, when what is unread and this record
+     * fit before here: a reader that keeps up touches only the first soft bytes. */
+    uint64_t soft = __atomic_load_n(ring_word(&r, RING_SOFT), __ATOMIC_RELAXED);
+    if (!skip && soft && at >= soft && head - tail + need <= at) skip = left;
+    if (head - tail + skip + need > r.size) {
+        res = PyLong_FromLong(0);
+        goto done;
+    }
+    unsigned char *data = r.base + RING_DATA;
+    if (skip) {
+        uint32_t wrap = RING_WRAP;
+        memcpy(data + at, &wrap, 4);
+        at = 0;
+    }
+    uint32_t h[2] = {(uint32_t)o.len, (uint32_t)kind};
+    memcpy(data + at, h, 8);
+    memcpy(data + at + 8, o.buf, o.len);
+    memset(data + at + 8 + o.len, 0, pad8(o.len) - o.len);
+    uint64_t count = __atomic_load_n(ring_word(&r, RING_COUNT), __ATOMIC_RELAXED) + 1;
+    __atomic_store_n(ring_word(&r, RING_COUNT), count, __ATOMIC_RELAXED);
+    __atomic_store_n(ring_word(&r, RING_HEAD), head + skip + need, __ATOMIC_RELEASE);
+    res = PyLong_FromUnsignedLongLong(count);
+done:
+    if (o.heap) PyMem_Free(o.buf);
+    PyBuffer_Release(&r.view);
+    return res;
+}
+
+/* ring_read(ring, pos) -> (kind, payload bytes, next pos) | None when pos is the head.
+ * ValueError: pos or the record there is not one the writer could have made. */
+static PyObject *py_ring_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "ring_read(ring, pos)");
+        return NULL;
+    }
+    unsigned long long pos = PyLong_AsUnsignedLongLong(args[1]);
+    if (pos == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    ring_t r;
+    if (ring_open(&r, args[0]) < 0) return NULL;
+    PyObject *res = NULL;
+    uint64_t head = __atomic_load_n(ring_word(&r, RING_HEAD), __ATOMIC_ACQUIRE);
+    const unsigned char *data = r.base + RING_DATA;
+    if (pos == head) {
+        res = Py_None;
+        Py_INCREF(res);
+        goto done;
+    }
+    if (pos > head || head - pos > r.size || (pos & 7)) {
+        PyErr_Format(PyExc_ValueError, "flat ring: position %llu is not in the ring (head %llu)",
+                     pos, (unsigned long long)head);
+        goto done;
+    }
+    uint64_t at = pos % r.size;
+    uint32_t h[2];
+    memcpy(h, data + at, 4);
+    if (h[0] == RING_WRAP) {
+        pos += r.size - at;
+        at = 0;
+        if (pos >= head) goto corrupt;
+        memcpy(h, data, 4);
+    }
+    memcpy(&h[1], data + at + 4, 4);
+    if (r.size - at < 8 || pad8(h[0]) > r.size - at - 8 || pos + 8 + pad8(h[0]) > head) goto corrupt;
+    PyObject *payload = PyBytes_FromStringAndSize((const char *)data + at + 8, h[0]);
+    if (!payload) goto done;
+    res = Py_BuildValue("(kNK)", (unsigned long)h[1], payload,
+                        (unsigned long long)(pos + 8 + pad8(h[0])));
+    goto done;
+corrupt:
+    PyErr_Format(PyExc_ValueError, "flat ring: the record at %llu runs past the head %llu",
+                 pos, (unsigned long long)head);
+done:
+    PyBuffer_Release(&r.view);
+    return res;
+}
+
+/* ring_get(ring, field) -> int: a header field, loaded with acquire. */
+static PyObject *py_ring_get(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "ring_get(ring, field)");
+        return NULL;
+    }
+    long at = PyLong_AsLong(args[1]);
+    if (at == -1 && PyErr_Occurred()) return NULL;
+    if (!ring_field(at)) return NULL;
+    Py_buffer v;
+    if (PyObject_GetBuffer(args[0], &v, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *res = NULL;
+    if (((uintptr_t)v.buf & 7) || v.len < RING_DATA)
+        PyErr_SetString(PyExc_ValueError, "flat ring: the buffer is not 8-aligned or too small");
+    else
+        res = PyLong_FromUnsignedLongLong(
+            __atomic_load_n((uint64_t *)((char *)v.buf + at), __ATOMIC_ACQUIRE));
+    PyBuffer_Release(&v);
+    return res;
+}
+
+/* ring_set(ring, field, value, [field, value, ...]): store header words in order, each
+ * with release (checked first: all or none). */
+static PyObject *py_ring_set(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs < 3 || !(nargs & 1) || nargs > 17) {
+        PyErr_SetString(PyExc_TypeError, "ring_set(ring, field, value, ...): 1 to 8 pairs");
+        return NULL;
+    }
+    long at[8];
+    unsigned long long value[8];
+    Py_ssize_t n = (nargs - 1) / 2;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        at[i] = PyLong_AsLong(args[1 + 2 * i]);
+        if (at[i] == -1 && PyErr_Occurred()) return NULL;
+        if (!ring_field(at[i])) return NULL;
+        value[i] = PyLong_AsUnsignedLongLong(args[2 + 2 * i]);
+        if (value[i] == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    }
+    Py_buffer v;
+    if (PyObject_GetBuffer(args[0], &v, PyBUF_WRITABLE) < 0) return NULL;
+    PyObject *res = NULL;
+    if (((uintptr_t)v.buf & 7) || v.len < RING_DATA) {
+        PyErr_SetString(PyExc_ValueError, "flat ring: the buffer is not 8-aligned or too small");
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++)
+            __atomic_store_n((uint64_t *)((char *)v.buf + at[i]), (uint64_t)value[i],
+                             __ATOMIC_RELEASE);
+        res = Py_None;
+        Py_INCREF(res);
+    }
+    PyBuffer_Release(&v);
+    return res;
 }
 
 #define REFS_STACK 256
@@ -397,6 +630,14 @@ static PyObject *py_unpack(PyObject *self, PyObject *arg) {
 static PyMethodDef methods[] = {
     {"pack", py_pack, METH_O, "pack(obj) -> bytes: plain nested values, encoded."},
     {"unpack", py_unpack, METH_O, "unpack(data) -> object: the inverse of pack."},
+    {"ring_push", (PyCFunction)(void (*)(void))py_ring_push, METH_FASTCALL,
+     "ring_push(ring, kind, obj) -> int: obj packed into the shared ring; its number, 0: full."},
+    {"ring_read", (PyCFunction)(void (*)(void))py_ring_read, METH_FASTCALL,
+     "ring_read(ring, pos) -> (kind, payload, next) | None: the record at pos."},
+    {"ring_get", (PyCFunction)(void (*)(void))py_ring_get, METH_FASTCALL,
+     "ring_get(ring, field) -> int: a header field."},
+    {"ring_set", (PyCFunction)(void (*)(void))py_ring_set, METH_FASTCALL,
+     "ring_set(ring, field, value, ...): store header words in order."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -410,5 +651,12 @@ PyMODINIT_FUNC PyInit__flat(void) {
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     PyModule_AddIntConstant(m, "MAX_DEPTH", MAX_DEPTH);
+    PyModule_AddIntConstant(m, "RING_HEAD", RING_HEAD);
+    PyModule_AddIntConstant(m, "RING_COUNT", RING_COUNT);
+    PyModule_AddIntConstant(m, "RING_TAIL", RING_TAIL);
+    PyModule_AddIntConstant(m, "RING_DONE", RING_DONE);
+    PyModule_AddIntConstant(m, "RING_SIZE", RING_SIZE);
+    PyModule_AddIntConstant(m, "RING_SOFT", RING_SOFT);
+    PyModule_AddIntConstant(m, "RING_DATA", RING_DATA);
     return m;
 }

@@ -1,40 +1,40 @@
-"""The audit writer in its own process: the conductor keeps only an append per decision.
+"""The audit writer in its own process: the conductor keeps only a copy per decision.
 
 :class:`AuditWriter` writes on a thread of the conductor's process, so building the
 records (a row per candidate, its "why not" sentence) and the SQL run under the same
 GIL, on the same cores, as the decisions: +62% per decision with 32 candidates measured
 back to back. :class:`ProcessAuditWriter` has the same interface; what it does per item:
 
-- on the calling thread: the decision packed into bytes
-  (:func:`~mooncake_core.conductor.candidates.pack_decision`: the candidate *inputs*, not
-  rows, copied by a C encoder, ~3 us for 32 candidates) and a ``deque.append``. Packing
-  here rather than later keeps nothing of the decision alive: queued bytes are not
-  scanned by the garbage collector, queued decisions would be;
-- on a sender thread of this process: a batch of those bytes pickled at once and written
-  to a pipe (the write releases the GIL);
+- on the calling thread, in one C call: the decision's candidate *inputs* (not rows;
+  :func:`~mooncake_core.conductor.candidates.decision_to_wire`) encoded straight into a
+  ring in shared memory (:mod:`.ring`), ~3 us for 32 candidates. Nothing is allocated
+  for it and nothing of the decision stays alive; no other thread of this process
+  touches it again (no sender thread, no pickle, no pipe write per batch);
 - in the writer process (``python -m mooncake_core.conductor.audit.writer_child``): the
-  decision made again, its records built and committed by an :class:`AuditWriter` (the
-  same batching, group commit, retention and retry code), and each frame acknowledged
-  with its last sequence number once committed.
+  records read from the ring, the decision made again, its rows built and committed by
+  an :class:`AuditWriter` (the same batching, group commit, retention and retry code);
+  then the records' space released in the ring and the batch acknowledged with its last
+  sequence number.
 
-No decision is lost: every item keeps a sequence number and stays in memory until the
-writer process acknowledged it. If that process dies, a new one is started and
-everything unacknowledged is sent again; decisions it already committed (it died
-before acknowledging them) are recognised by request id and time and not written twice.
-Barriers (:meth:`when_written`) complete when the item before them is acknowledged.
+No decision is lost: a record stays in the ring until the writer process committed it.
+If that process dies, a new one is started on the same ring and reads again everything
+not released; decisions it already committed (it died before releasing them) are
+recognised by request id and time and not written twice. When the ring or
+``queue_max`` is full, new items are refused and counted (``dropped``), as with the
+thread writer. Barriers (:meth:`when_written`) complete when the items before them are
+acknowledged.
 
 The writer process ignores SIGINT and SIGTERM (a signal to the whole process group must
-not lose what is in the pipe): it stops when its input closes, after committing what it
-read, which is also what happens when the conductor dies.
+not lose what is in the ring): it stops when its input closes, after committing what is
+in the ring, which is also what happens when the conductor dies.
 
-Frames, both ways: a 4-byte big-endian length, then a pickle; except the frames of items
-to the writer process (:func:`write_items`), whose first byte says whether they are sent
-again (1) or not (0), followed by the pickled ``(first sequence number, items)`` (not
-pickled a second time, nor copied into one string with its length: a frame is up to a
-few MB). The items have consecutive sequence numbers; each is a packed decision
-(``bytes``), ``("u", request_id, ttft, tbt)``, ``("o", request_id, outcome, detail)`` or
-``("b",)`` (a barrier). Back: ``(seq, ok, counters)``, where ``counters`` are the writer
-process's :class:`WriterSnapshot` fields.
+Frames on the pipes (the handshake, the acknowledgements): a 4-byte big-endian length,
+then a pickle. To the writer process: ``(url, options, ring fd)``, then single bytes
+that ask it to look at the ring now (a flush). Back: ``("ready",)`` or ``("error",
+text)``, then ``(seq, ok, counters, decisions, updates)``: everything up to ``seq`` is
+committed, ``decisions`` and ``updates`` of them (the ring keeps these counts for the
+next writer process), and ``counters`` are the writer process's
+:class:`WriterSnapshot` fields.
 """
 
 from __future__ import annotations
@@ -53,9 +53,10 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import IO, TYPE_CHECKING, Any
 
-from mooncake_core.conductor.candidates import pack_decision
+from mooncake_core.conductor.candidates import decision_to_wire
 
 from .records import Outcome, checked_outcome
+from .ring import DECISION, OUTCOME, UPDATE, SharedRing, ring_bytes
 from .writer import AuditWriter, RecordSource, WriterOptions, WriterSnapshot
 
 if TYPE_CHECKING:
@@ -68,14 +69,12 @@ __all__ = [
     "ProcessAuditWriter",
     "open_audit_writer",
     "read_frame",
-    "read_items",
     "write_frame",
-    "write_items",
 ]
 
 _LEN = struct.Struct(">I")
 _CHILD_COUNTERS = ("failed", "batches", "retention_deleted")
-FRAME_MAX = 256 << 20
+FRAME_MAX = 1 << 20
 """Largest frame either side accepts (a corrupt length must not allocate gigabytes)."""
 
 
@@ -86,14 +85,13 @@ def write_frame(out: IO[bytes], obj: object) -> None:
     out.flush()
 
 
-def write_items(out: IO[bytes], resend: bool, payload: bytes) -> None:
-    """Write a frame of items already pickled (``payload``), marked as sent again or not."""
-    out.write(_LEN.pack(len(payload) + 1) + (b"\x01" if resend else b"\x00"))
-    out.write(payload)  # a large write goes to the pipe without a copy here
-    out.flush()
+def read_frame(inp: IO[bytes]) -> Any:
+    """Read one frame.
 
-
-def _read_raw(inp: IO[bytes]) -> bytes:
+    Raises:
+        EOFError: the stream ended (before or inside a frame).
+        ValueError: a length over :data:`FRAME_MAX`.
+    """
     head = inp.read(_LEN.size)
     if len(head) < _LEN.size:
         raise EOFError("audit writer pipe closed")
@@ -103,31 +101,7 @@ def _read_raw(inp: IO[bytes]) -> bytes:
     data = inp.read(n)
     if len(data) < n:
         raise EOFError("audit writer pipe closed inside a frame")
-    return data
-
-
-def read_frame(inp: IO[bytes]) -> Any:
-    """Read one frame; ``EOFError`` at a clean or cut end of stream.
-
-    Raises:
-        EOFError: the stream ended (before or inside a frame).
-        ValueError: a length over :data:`FRAME_MAX`.
-    """
-    return pickle.loads(_read_raw(inp))
-
-
-def read_items(inp: IO[bytes]) -> tuple[bool, Any]:
-    """Read a frame :func:`write_items` wrote: (sent again, what was pickled: the first
-    sequence number and the items).
-
-    Raises:
-        EOFError: the stream ended (before or inside a frame).
-        ValueError: a length over :data:`FRAME_MAX`, or an empty frame.
-    """
-    data = _read_raw(inp)
-    if not data:
-        raise ValueError("an empty audit items frame")
-    return data[0] == 1, pickle.loads(memoryview(data)[1:])
+    return pickle.loads(data)
 
 
 class ProcessAuditWriter:
@@ -136,36 +110,34 @@ class ProcessAuditWriter:
     Args:
         url: database URL, already upgraded (the child checks the schema and exits with
             the error otherwise; :meth:`start` raises it).
-        options: batching, retention and queue limits (``queue_max`` counts items
-            queued here and items sent but not yet acknowledged).
+        options: batching, retention and queue limits (``queue_max`` counts the items
+            written into the ring and not yet acknowledged).
         python: interpreter for the writer process (default: this one).
+        ring_size: bytes of the shared ring (default: :func:`.ring.ring_bytes` of
+            ``queue_max``, at most 64 MiB).
     """
 
     def __init__(
-        self, url: str, options: WriterOptions | None = None, *, python: str | None = None
+        self,
+        url: str,
+        options: WriterOptions | None = None,
+        *,
+        python: str | None = None,
+        ring_size: int | None = None,
     ) -> None:
         self._url = url
         self._opts = options or WriterOptions()
         self._python = python or sys.executable
-        self._q: deque[Any] = deque()
+        # Created here: items submitted before start() wait in it.
+        self._ring = SharedRing.create(ring_size or ring_bytes(self._opts.queue_max))
         self._limit = self._opts.queue_max
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        # Held while a frame is written and while a new child is started and sent the
-        # unacknowledged items, so the two never interleave on the pipe.
-        self._send_lock = threading.Lock()
-        self._ack = threading.Lock()  # the frames and barriers awaiting an acknowledgement
-        # Frames sent and not yet acknowledged, in order: (last seq, pickled items,
-        # item count, decisions, updates); ``_unacked_items`` counts their items. Kept
-        # pickled: bytes are not tracked by the garbage collector, thousands of nested
-        # tuples would make every collection in the conductor's process slower.
-        self._unacked: deque[tuple[int, bytes, int, int, int]] = deque()
-        self._unacked_items = 0
+        self._ack = threading.Lock()  # the barriers and the acknowledged counts
         self._barriers: deque[tuple[int, Callable[[bool], None]]] = deque()
-        self._seq = 0
+        self._written = 0  # records written into the ring (the last push's number)
+        self._acked = 0  # records the writer processes acknowledged
         self._proc: subprocess.Popen[bytes] | None = None
-        self._sender: threading.Thread | None = None
         self._reader: threading.Thread | None = None
+        self._spawn_lock = threading.Lock()  # the nudge and a restart never interleave
         self._closed = False
         self._started = False
         self._submitted = 0
@@ -187,37 +159,43 @@ class ProcessAuditWriter:
 
     # -- decision path (any thread; O(1), never blocks) -------------------------------
 
-    def _room(self) -> bool:
-        return len(self._q) + self._unacked_items < self._limit
+    def _push(self, kind: int, value: Any) -> bool:
+        """``value`` into the ring; ``False``: full (or not started, or closed)."""
+        ring = self._ring
+        if self._closed or self._written - self._acked >= self._limit:
+            return False
+        n = ring.push(kind, value)
+        if not n:
+            self._last_error = f"audit: the writer's ring of {ring.size} bytes is full"
+            return False
+        self._written = n
+        return True
 
     def submit_source(self, source: RecordSource) -> bool:
-        """Queue a decision (the conductor's ``Decision``), packed here into bytes.
+        """Queue a decision (the conductor's ``Decision``), encoded here into the ring.
 
         Returns:
-            ``False`` when the queue is full, the writer closed, or ``source`` is not a
-            decision that packs (counted in ``dropped``; the reason in ``last_error``).
+            ``False`` when the queue is full, the writer is closed, or ``source`` is
+            not a decision that packs (counted in ``dropped``; the reason in
+            ``last_error``).
         """
-        if not self._room():
-            self._dropped += 1
-            return False
         try:
-            packed = pack_decision(source)  # type: ignore[arg-type]
+            ok = self._push(DECISION, decision_to_wire(source))  # type: ignore[arg-type]
         except Exception as exc:
             self._dropped += 1
             self._last_error = f"audit: a {type(source).__name__} does not pack: {exc}"
             return False
-        self._q.append(packed)
+        if not ok:
+            self._dropped += 1
+            return False
         self._submitted += 1
-        if len(self._q) >= self._opts.batch_size:
-            self._wake.set()
         return True
 
     def update_actual(self, request_id: str, ttft_s: float | None, tbt_s: float | None) -> bool:
         """Queue the measured TTFT/TBT of a request (see :meth:`AuditWriter.update_actual`)."""
-        if not self._room():
+        if not self._push(UPDATE, (request_id, ttft_s, tbt_s)):
             self._updates_dropped += 1
             return False
-        self._q.append(("u", request_id, ttft_s, tbt_s))
         return True
 
     def record_outcome(self, request_id: str, outcome: Outcome, detail: str | None = None) -> bool:
@@ -227,28 +205,44 @@ class ProcessAuditWriter:
             ValueError: an unknown outcome (nothing is queued).
         """
         detail = checked_outcome(outcome, detail)
-        if not self._room():
+        if not self._push(OUTCOME, (request_id, outcome, detail)):
             self._updates_dropped += 1
             return False
-        self._q.append(("o", request_id, outcome, detail))
         return True
 
     def when_written(self, callback: Callable[[bool], None]) -> None:
         """Call ``callback(ok)`` once everything queued before this call is committed.
 
-        It runs on this writer's reader thread (or here, with ``False``, when the writer
-        is closed or full): keep it short and thread-safe.
+        It runs on this writer's reader thread (or here: with ``True`` when that is so
+        already, with ``False`` when the writer is closed): keep it short and
+        thread-safe.
         """
-        if self._closed or not self._room():
+        if self._closed:
             callback(False)
             return
-        self._q.append(("b", callback))
-        self._wake.set()
+        target = self._ring.written
+        with self._ack:
+            due = self._acked >= target
+            if not due:
+                self._barriers.append((target, callback))
+        if due:
+            callback(True)
+            return
+        self._nudge()
+
+    def _nudge(self) -> None:
+        """Ask the writer process to read the ring now (it does every ``POLL_S``)."""
+        with self._spawn_lock:
+            proc = self._proc
+            if proc is not None and proc.stdin is not None:
+                # A paused process's pipe may be full: it reads the ring when it runs.
+                with contextlib.suppress(OSError):
+                    os.write(proc.stdin.fileno(), b"\x00")
 
     # -- lifecycle ----------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the writer process and this side's threads (idempotent).
+        """Start the writer process and this side's reader thread (idempotent).
 
         Raises:
             RuntimeError: closed, or the writer process could not open the database
@@ -260,15 +254,13 @@ class ProcessAuditWriter:
             return
         self._spawn()
         self._started = True
-        self._sender = threading.Thread(target=self._send_loop, name="audit-send", daemon=True)
         self._reader = threading.Thread(target=self._read_loop, name="audit-acks", daemon=True)
-        self._sender.start()
         self._reader.start()
 
     def flush(self, timeout_s: float = 60.0) -> bool:
         """Wait until everything queued before this call is committed; ``False`` on timeout."""
         if not self._started:
-            return not self._q
+            return self._written == 0
         done = threading.Event()
         ok: list[bool] = []
 
@@ -280,22 +272,17 @@ class ProcessAuditWriter:
         return done.wait(timeout_s) and all(ok)
 
     def close(self, timeout_s: float = 60.0) -> None:
-        """Send what is queued, wait until it is committed, and stop the writer process."""
+        """Wait until what is queued is committed, and stop the writer process."""
         if self._closed:
             return
         if self._started:
             self.flush(timeout_s)
-        self._limit = 0
         self._closed = True
-        self._stop.set()
-        self._wake.set()
-        if self._sender is not None:
-            self._sender.join()
         proc = self._proc
         if proc is not None:
             if proc.stdin is not None:
                 with contextlib.suppress(OSError):
-                    proc.stdin.close()  # the child commits what it read and exits
+                    proc.stdin.close()  # the child commits what is in the ring and exits
             try:
                 proc.wait(timeout_s)
             except subprocess.TimeoutExpired:
@@ -307,10 +294,7 @@ class ProcessAuditWriter:
             barriers, self._barriers = list(self._barriers), deque()
         for _, cb in barriers:
             _call(cb, False)
-        while self._q:
-            it = self._q.popleft()
-            if type(it) is tuple and it[0] == "b":
-                _call(it[1], False)
+        self._ring.close()
 
     def __enter__(self) -> ProcessAuditWriter:
         self.start()
@@ -331,7 +315,7 @@ class ProcessAuditWriter:
             failed=total["failed"],
             updates_applied=self._acked_updates,
             updates_dropped=self._updates_dropped,
-            queue_depth=len(self._q) + self._unacked_items,
+            queue_depth=max(self._written - self._acked, 0),
             batches=total["batches"],
             retention_deleted=total["retention_deleted"],
             last_error=child.get("last_error") or self._last_error,
@@ -351,18 +335,21 @@ class ProcessAuditWriter:
     # -- the writer process --------------------------------------------------------------
 
     def _spawn(self) -> None:
-        """Start a writer process and wait for its "ready" frame (it opened the database)."""
+        """Start a writer process on the ring and wait for its "ready" frame (it opened
+        the database)."""
         opts = {f.name: getattr(self._opts, f.name) for f in fields(WriterOptions)}
+        fd = self._ring.fd
         proc = subprocess.Popen(
             [self._python, "-m", "mooncake_core.conductor.audit.writer_child"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=None,
+            pass_fds=(fd,),
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         assert proc.stdin is not None and proc.stdout is not None
         try:
-            write_frame(proc.stdin, (self._url, opts))
+            write_frame(proc.stdin, (self._url, opts, fd))
             hello = read_frame(proc.stdout)
         except (EOFError, OSError, ValueError) as exc:
             proc.kill()
@@ -371,11 +358,14 @@ class ProcessAuditWriter:
         if hello[0] != "ready":
             proc.wait()
             raise RuntimeError(f"audit writer process: {hello[1]}")
-        self._proc = proc
+        os.set_blocking(proc.stdin.fileno(), False)  # a nudge never waits
+        with self._spawn_lock:
+            self._proc = proc
         self._child = dict.fromkeys(_CHILD_COUNTERS, 0)
 
     def _restart(self) -> None:
-        """A writer process died: start another and send it everything unacknowledged."""
+        """A writer process died: start another on the same ring (it reads again
+        everything not released)."""
         for k in _CHILD_COUNTERS:
             self._base[k] += int(self._child.get(k, 0))
         self._child = dict.fromkeys(_CHILD_COUNTERS, 0)  # counted in _base now
@@ -390,67 +380,16 @@ class ProcessAuditWriter:
                 delay = min(delay * 2, 2.0)
                 continue
             self._restarts += 1
-            with self._ack:
-                pending = list(self._unacked)
             proc = self._proc
-            assert proc is not None and proc.stdin is not None
-            try:
-                for frame in pending:
-                    write_items(proc.stdin, True, frame[1])
-            except OSError:
-                continue  # died again: the reader sees it and comes back here
+            assert proc is not None
             log.warning(
-                "audit writer process restarted (pid %d); %d items sent again",
+                "audit writer process restarted (pid %d); %d items to read again",
                 proc.pid,
-                sum(f[2] for f in pending),
+                self._written - self._acked,
             )
+            if self._barriers:
+                self._nudge()
             return
-
-    # -- sender thread ---------------------------------------------------------------------
-
-    def _send_loop(self) -> None:
-        opts = self._opts
-        while True:
-            if len(self._q) < opts.batch_size and not self._stop.is_set():
-                self._wake.wait(opts.flush_interval_s)
-                self._wake.clear()
-            if not self._q:
-                if self._stop.is_set():
-                    return
-                continue
-            with self._send_lock:
-                self._send_batch()
-
-    def _send_batch(self) -> None:
-        q = self._q
-        pop = q.popleft
-        items = [pop() for _ in range(min(len(q), 4 * self._opts.batch_size))]
-        if not items:
-            return
-        first = self._seq + 1
-        barriers: list[tuple[int, Callable[[bool], None]]] = []
-        updates = 0
-        for i, it in enumerate(items):
-            if type(it) is not bytes:  # decisions are their packed bytes
-                if it[0] == "b":
-                    barriers.append((first + i, it[1]))
-                    items[i] = ("b",)
-                else:
-                    updates += 1
-        decisions = len(items) - len(barriers) - updates
-        seq = self._seq = first + len(items) - 1
-        frame = (first, items)
-        payload = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
-        with self._ack:
-            self._unacked.append((seq, payload, len(items), decisions, updates))
-            self._unacked_items += len(items)
-            self._barriers.extend(barriers)
-        proc = self._proc
-        if proc is None or proc.stdin is None:
-            return
-        # OSError: the child died; the reader restarts it and sends these again.
-        with contextlib.suppress(OSError):
-            write_items(proc.stdin, False, payload)
 
     # -- reader thread ---------------------------------------------------------------------
 
@@ -459,28 +398,24 @@ class ProcessAuditWriter:
             proc = self._proc
             assert proc is not None and proc.stdout is not None
             try:
-                seq, ok, counters = read_frame(proc.stdout)
+                seq, ok, counters, decisions, updates = read_frame(proc.stdout)
             except (EOFError, OSError, ValueError, pickle.UnpicklingError) as exc:
                 proc.wait()
                 if self._closed:
                     return
                 self._last_error = f"audit writer process exited ({proc.returncode}): {exc}"
                 log.warning("%s", self._last_error)
-                with self._send_lock:
-                    self._restart()
+                self._restart()
                 continue
             self._child = counters
-            self._acknowledge(seq, ok)
+            self._acknowledge(seq, ok, decisions, updates)
 
-    def _acknowledge(self, seq: int, ok: bool) -> None:
+    def _acknowledge(self, seq: int, ok: bool, decisions: int, updates: int) -> None:
         due: list[Callable[[bool], None]] = []
         with self._ack:
-            u = self._unacked
-            while u and u[0][0] <= seq:
-                _, _, n, decisions, updates = u.popleft()
-                self._unacked_items -= n
-                self._acked_decisions += decisions
-                self._acked_updates += updates
+            self._acked = max(self._acked, seq)
+            self._acked_decisions = max(self._acked_decisions, decisions)
+            self._acked_updates = max(self._acked_updates, updates)
             b = self._barriers
             while b and b[0][0] <= seq:
                 due.append(b.popleft()[1])

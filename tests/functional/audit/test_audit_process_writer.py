@@ -8,6 +8,7 @@ candidates each), so the candidate inputs, not rows, cross the pipe.
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
@@ -162,7 +163,7 @@ def test_a_paused_writer_process_never_blocks_the_decision_path(url: str) -> Non
         took = time.perf_counter() - t0
         assert took < 1.0, took
         assert not done.wait(1.0), "committed while the writer process was stopped"
-        assert w.snapshot().queue_depth == 601  # 600 decisions and the barrier
+        assert w.snapshot().queue_depth == 600
     finally:
         os.kill(pid, signal.SIGCONT)
     assert done.wait(30)
@@ -213,28 +214,27 @@ def test_a_database_the_writer_process_cannot_open_fails_start_with_its_error(
         w.start()
 
 
-def test_decisions_sent_again_after_a_restart_are_not_written_twice(url: str) -> None:
-    # What a new writer process does with the frames of one that died after committing
-    # them but before acknowledging: the same decisions arrive marked as sent again.
-    import io
-    import pickle
-
-    from mooncake_core.conductor.audit.process_writer import read_frame, write_frame, write_items
+def test_decisions_read_again_after_a_restart_are_not_written_twice(url: str) -> None:
+    # What a new writer process does with the records of one that died after committing
+    # them but before releasing them in the ring: it reads them again.
+    from mooncake_core.conductor.audit.process_writer import read_frame, write_frame
+    from mooncake_core.conductor.audit.ring import DECISION, OUTCOME, SharedRing
     from mooncake_core.conductor.audit.writer_child import serve
-    from mooncake_core.conductor.candidates import pack_decision
+    from mooncake_core.conductor.candidates import decision_to_wire
 
     ds = decisions(11)
-    items = [pack_decision(d) for d in ds]  # sequence numbers 1..11
     opts = {"batch_size": 512, "flush_interval_s": 0.05, "retention_days": 30.0,
             "retention_rows": 10_000_000, "queue_max": 1000, "retention_interval_s": 60.0}  # fmt: skip
+    ring = SharedRing.create(1 << 20)
 
-    def run(*frames: tuple[bool, bytes]) -> list[Any]:
-        inp, out = io.BytesIO(), io.BytesIO()
-        write_frame(inp, (url, opts))
-        for resend, payload in frames:
-            write_items(inp, resend, payload)
-        inp.seek(0)
-        assert serve(inp, out) == 0
+    def run() -> list[Any]:
+        """A writer process's loop until its input ends; its acknowledgements."""
+        r, wr = os.pipe()
+        with os.fdopen(wr, "wb") as inp:
+            write_frame(inp, (url, opts, ring.fd))
+        out = io.BytesIO()
+        with os.fdopen(r, "rb") as inp_r:
+            assert serve(inp_r, out) == 0
         out.seek(0)
         replies = []
         while True:
@@ -243,14 +243,58 @@ def test_decisions_sent_again_after_a_restart_are_not_written_twice(url: str) ->
             except EOFError:
                 return replies
 
-    def frame(resend: bool, first: int, its: list[Any]) -> tuple[bool, bytes]:
-        return resend, pickle.dumps((first, its))
-
-    assert run(frame(False, 1, items[:10]))[-1][:2] == (10, True)
-    assert counts(url)[:2] == (10, 10)
-    # Sent again, with one more: only the new one is written; all are acknowledged.
-    assert run(frame(True, 1, items))[-1][:2] == (11, True)
-    assert counts(url)[:2] == (11, 11)
-    # Not marked as sent again: the writer trusts the conductor and writes them.
-    run(frame(False, 11, items[10:]))
+    for d in ds[:10]:
+        assert ring.push(DECISION, decision_to_wire(d))
+    assert ring.push(OUTCOME, (ds[0].request_id, "completed", None)) == 11
+    assert run()[-1][:2] == (11, True)
+    assert counts(url) == (10, 10, 320, 1)
+    assert ring.released()[1:] == (11, 10, 1)
+    # As if that process had died before releasing them: all read again, with one more.
+    ring.release(0, 0, 0, 0)
+    assert ring.push(DECISION, decision_to_wire(ds[10])) == 12
+    last = run()[-1]
+    assert last[:2] == (12, True) and last[3:] == (11, 1), last
+    assert counts(url) == (11, 11, 352, 1)
+    # A record after the released position at start is new: written even if the same.
+    assert ring.push(DECISION, decision_to_wire(ds[10])) == 13
+    run()
     assert counts(url)[:2] == (12, 11)
+    ring.close()
+
+
+def test_the_ring_hands_over_every_record_in_order_through_wraps_and_refuses_when_full() -> None:
+    from mooncake_core import _flat
+    from mooncake_core.conductor.audit.ring import UPDATE, SharedRing
+
+    ring = SharedRing.create(4096)
+    reader = SharedRing(os.dup(ring.fd))  # the other side's view of the same memory
+    pending: list[tuple[Any, ...]] = []
+    pos = done = full = 0
+    for i in range(3000):
+        value = ("r" * (i % 301), i, 0.5)
+        n = ring.push(UPDATE, value)
+        if n:
+            pending.append(value)
+            assert n == done + len(pending)
+            continue
+        full += 1
+        for _ in range(1 + i % 7):  # the reader frees a few
+            rec = reader.read(pos)
+            if rec is None:
+                break
+            kind, payload, pos = rec
+            assert (kind, _flat.unpack(payload)) == (UPDATE, pending.pop(0))
+            done += 1
+            reader.release(pos, done, 0, done)
+    while (rec := reader.read(pos)) is not None:
+        kind, payload, pos = rec
+        assert _flat.unpack(payload) == pending.pop(0)
+        done += 1
+    assert not pending and full > 100 and done == ring.written > 2000
+    assert ring.head == pos > 100 * 4096  # it went round many times
+    with pytest.raises(ValueError, match="larger than the ring"):
+        ring.push(UPDATE, "x" * 5000)
+    with pytest.raises(ValueError, match="not in the ring"):
+        reader.read(pos + 8)
+    reader.close()
+    ring.close()

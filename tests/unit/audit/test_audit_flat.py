@@ -191,3 +191,81 @@ def test_a_corrupted_byte_never_crashes(v: Any, where: int, byte: int) -> None:
     for cut in range(len(data)):  # every truncation is named, none reads past the end
         with pytest.raises(ValueError, match=r"flat\.unpack"):
             _flat.unpack(data[:cut])
+
+
+def _ring(size: int) -> bytearray:
+    # An 8-aligned buffer is what mmap gives; a bytearray's storage is 8-aligned too.
+    buf = bytearray(_flat.RING_DATA + size)
+    _flat.ring_set(buf, _flat.RING_SIZE, size)
+    return buf
+
+
+def test_ring_records_are_read_back_with_their_kind_and_next_position() -> None:
+    buf = _ring(64)
+    assert _flat.ring_push(buf, 2, ("a", 1)) == 1
+    assert _flat.ring_push(buf, 0, None) == 2
+    kind, payload, nxt = _flat.ring_read(buf, 0)
+    assert (kind, _flat.unpack(payload), nxt) == (2, ("a", 1), 8 + 8)  # 7 bytes, padded
+    kind, payload, nxt = _flat.ring_read(buf, nxt)
+    assert (kind, _flat.unpack(payload), nxt) == (0, None, 16 + 8 + 8)
+    assert _flat.ring_read(buf, nxt) is None
+    assert _flat.ring_get(buf, _flat.RING_HEAD) == nxt
+    assert _flat.ring_get(buf, _flat.RING_COUNT) == 2
+
+
+def test_ring_refuses_what_does_not_fit_and_wraps_a_record_to_the_start() -> None:
+    buf = _ring(48)
+    assert _flat.ring_push(buf, 0, "x" * 20) == 1  # 8 + 2 + 20 -> 32 bytes
+    assert _flat.ring_push(buf, 0, "y" * 20) == 0  # 16 left: full, nothing written
+    assert _flat.ring_get(buf, _flat.RING_HEAD) == 32
+    _flat.ring_set(buf, _flat.RING_TAIL, 32)  # the reader released the first
+    assert _flat.ring_push(buf, 0, "y" * 20) == 2  # 16 skipped at the end, then 32
+    assert _flat.ring_get(buf, _flat.RING_HEAD) == 32 + 16 + 32
+    _, payload, nxt = _flat.ring_read(buf, 32)
+    assert (_flat.unpack(payload), nxt) == ("y" * 20, 80)
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda b: b.__setitem__(slice(256, 260), (1000).to_bytes(4, "little")), "runs past"),
+        (lambda b: b.__setitem__(slice(128, 136), (7).to_bytes(8, "little")), "does not fit"),
+        (lambda b: b.__setitem__(slice(128, 136), (1 << 40).to_bytes(8, "little")), "not fit"),
+    ],
+)
+def test_ring_damaged_headers_are_named_not_followed(damage: Any, message: str) -> None:
+    buf = _ring(64)
+    _flat.ring_push(buf, 0, "abc")
+    damage(buf)
+    with pytest.raises(ValueError, match=message):
+        _flat.ring_read(buf, 0)
+
+
+def test_ring_positions_and_fields_outside_the_ring_are_refused() -> None:
+    buf = _ring(64)
+    _flat.ring_push(buf, 0, 1)
+    with pytest.raises(ValueError, match="not in the ring"):
+        _flat.ring_read(buf, 64)
+    with pytest.raises(ValueError, match="not in the ring"):
+        _flat.ring_read(buf, 4)
+    with pytest.raises(ValueError, match="header word"):
+        _flat.ring_set(buf, 256, 1)
+    with pytest.raises(ValueError, match="header word"):
+        _flat.ring_get(buf, 12)
+    with pytest.raises(ValueError, match="too small"):
+        _flat.ring_push(bytearray(100), 0, 1)
+    with pytest.raises(ValueError, match="kind"):
+        _flat.ring_push(buf, -1, 1)
+
+
+def test_ring_goes_back_to_the_start_past_its_soft_end_only_when_the_reader_kept_up() -> None:
+    buf = _ring(96)
+    _flat.ring_set(buf, _flat.RING_SOFT, 32)
+    assert _flat.ring_push(buf, 0, "a" * 20) == 1  # 0..32
+    assert _flat.ring_push(buf, 0, "b" * 20) == 2  # 32..64: unread, so no early wrap
+    assert _flat.ring_get(buf, _flat.RING_HEAD) == 64
+    _flat.ring_set(buf, _flat.RING_TAIL, 64)  # the reader kept up
+    assert _flat.ring_push(buf, 0, "c" * 20) == 3  # past the soft end: back to 0
+    assert _flat.ring_get(buf, _flat.RING_HEAD) == 96 + 32
+    _, payload, nxt = _flat.ring_read(buf, 64)
+    assert (_flat.unpack(payload), nxt) == ("c" * 20, 128)
