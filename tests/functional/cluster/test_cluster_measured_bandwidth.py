@@ -104,7 +104,7 @@ def test_fetches_are_priced_at_the_measured_bandwidth(tmp_path: Path) -> None:
         for r in (r for r in rows if r["time"] > timed_at):
             later += [
                 (x["transfer_time_s"] / x["transfer_blocks"], r)
-                for x in _show(c, r["request_id"])["candidates"]
+                for x in r["candidates"]  # the export's rows carry them (one CLI call)
                 if x["role"] == "prefill" and x["transfer_blocks"] > 0
                 and ends & {x["instance"], x["transfer_source"]}
             ]  # fmt: skip
