@@ -177,7 +177,12 @@ class Supervisor:
     # -- up -----------------------------------------------------------------------------
 
     def up(self, only: Collection[str] = ()) -> list[ComponentRecord]:
-        """Start every planned component not already running, each ready before the next.
+        """Start every planned component not already running, in dependency order.
+
+        Components that do not depend on each other start together and are then waited
+        for (the store nodes; the prefill and decode workers; the conductor and the
+        dashboard, which polls it): a wave is ready before the next starts. etcd members and masters start one at a time (the first
+        master to be ready leads).
 
         Returns:
             The records of the components started now.
@@ -195,10 +200,19 @@ class Supervisor:
             self.report(f"generated the cluster secret {self.cfg.secret_path} (mode 0600)")
         started: list[ComponentRecord] = []
         try:
-            for spec in self.plan(only):
-                rec = self._up_one(spec)
-                if rec is not None:
-                    started.append(rec)
+            for wave in _waves(self.plan(only)):
+                launched: list[tuple[ComponentRecord, Launcher]] = []
+                try:
+                    for spec in wave:
+                        got = self._launch(spec)
+                        if got is not None:
+                            launched.append(got)
+                    for rec, launcher in launched:
+                        self._ready(rec, launcher)
+                except BaseException:
+                    started.extend(rec for rec, _ in launched)
+                    raise
+                started.extend(rec for rec, _ in launched)
         except BaseException:
             for rec in reversed(started):
                 self.report(f"stopping {rec.name} (pid {rec.pid})")
@@ -208,6 +222,21 @@ class Supervisor:
         return started
 
     def _up_one(self, spec: ComponentSpec) -> ComponentRecord | None:
+        """Start one component and wait until it is ready (stopped again if it is not)."""
+        got = self._launch(spec)
+        if got is None:
+            return None
+        rec, launcher = got
+        try:
+            self._ready(rec, launcher)
+        except ClusterError:
+            launcher.stop(rec, self.grace_s)
+            self.state.remove(rec.name)
+            raise
+        return rec
+
+    def _launch(self, spec: ComponentSpec) -> tuple[ComponentRecord, Launcher] | None:
+        """Start ``spec``'s process and record it (``None``: skipped or already running)."""
         if spec.skipped:
             self.report(f"{spec.name}: skipped ({spec.skipped})")
             return None
@@ -246,14 +275,11 @@ class Supervisor:
         )
         self.state.save(rec)
         self.report(f"{spec.name}: started (pid {st.pid} on {spec.host}), waiting until ready")
-        try:
-            self._wait_ready(rec, launcher)
-        except ClusterError:
-            launcher.stop(rec, self.grace_s)
-            self.state.remove(rec.name)
-            raise
-        self.report(f"{spec.name}: ready")
-        return rec
+        return rec, launcher
+
+    def _ready(self, rec: ComponentRecord, launcher: Launcher) -> None:
+        self._wait_ready(rec, launcher)
+        self.report(f"{rec.name}: ready")
 
     def _check_ports(self, spec: ComponentSpec, launcher: Launcher) -> None:
         for label, port in spec.ports.items():
@@ -470,3 +496,29 @@ def _row(rec: ComponentRecord, state: str, detail: str) -> ComponentStatus:
 def _start_order(rec: ComponentRecord) -> tuple[int, float]:
     role = ROLE_ORDER.index(rec.role) if rec.role in ROLE_ORDER else len(ROLE_ORDER)
     return role, rec.started_at
+
+
+_TOGETHER = {
+    "store": "store",
+    "prefill": "workers",
+    "decode": "workers",
+    "conductor": "front",
+    "dashboard": "front",
+}
+"""Roles whose components start together (the key names the wave); any other role's
+components start one at a time."""
+
+
+def _waves(specs: list[ComponentSpec]) -> list[list[ComponentSpec]]:
+    """``specs`` (in dependency order) cut into waves: consecutive components of roles
+    that start together, every other component alone."""
+    waves: list[list[ComponentSpec]] = []
+    key = None
+    for spec in specs:
+        k = _TOGETHER.get(spec.role)
+        if k is not None and k == key:
+            waves[-1].append(spec)
+        else:
+            waves.append([spec])
+        key = k
+    return waves

@@ -33,6 +33,7 @@ from mooncake_core.conductor.events import BlockStored
 from mooncake_core.config.models import ClusterConfig, ModelConfig, WorkerConfig
 from mooncake_core.rpc import worker_pb2 as pb
 from mooncake_core.rpc import worker_pb2_grpc as pbg
+from mooncake_core.rpc.worker_health import probe_worker
 from mooncake_core.store.auth import TokenAuthInterceptor, auth_metadata
 from mooncake_core.telemetry import (
     ComponentInfo,
@@ -680,21 +681,6 @@ class WorkerService(pbg.WorkerServicer):
         return pb.ListCachedBlocksReply(
             keys=keys[:limit], more=len(keys) > limit, location=cache.location, tier="hbm"
         )
-
-
-def probe_worker(address: str, timeout: float = 1.0, secret: bytes | None = None) -> bool:
-    """Whether a worker answers ``Health`` at ``address`` (``host:port``) within ``timeout``.
-
-    For the launcher's readiness check; never raises for an unreachable worker.
-    """
-    try:
-        with grpc.insecure_channel(address) as ch:
-            pbg.WorkerStub(ch).Health(
-                pb.HealthRequest(), timeout=timeout, metadata=auth_metadata(secret)
-            )
-        return True
-    except grpc.RpcError:
-        return False
 
 
 def _stage_request_problem(request: pb.StageForwardRequest, model: ModelConfig) -> str | None:
