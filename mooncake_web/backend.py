@@ -105,12 +105,12 @@ class Backend:
         self.master = master_address(cfg, opts.master)
         self.secret_path = opts.secret_file or cfg.secret_path
         self.secret = self._read_secret()
-        self.audit_url = audit_url_for(cfg, opts.audit_url)
+        self._audit_url = audit_url_for(cfg, opts.audit_url)
         self.collector = Collector(
             _targets(cfg, opts),
             timeout_s=opts.poll_timeout_s,
             window_s=max(2.0, 5 * opts.interval_s),
-            audit_url=self.audit_url,
+            audit_url=self._audit_url,
         )
         self.view: ClusterView | None = None
         self.version = 0
@@ -122,6 +122,18 @@ class Backend:
         # The collector's builder keeps rate state: one poll at a time (the thread and an
         # action that wants a fresh view may both poll).
         self._poll_lock = threading.Lock()
+
+    @property
+    def audit_url(self) -> str | None:
+        """The audit database read (:func:`audit_url_for`). While the config's does not
+        exist yet it is looked for again on each use: the conductor creates it when it
+        starts, which may be after the dashboard."""
+        if self._audit_url is None and self.opts.audit_url is None:
+            url = audit_url_for(self.cfg, None)
+            if url is not None:
+                self._audit_url = url
+                self.collector.attach_audit(url)
+        return self._audit_url
 
     def _read_secret(self) -> bytes | None:
         from mooncake_core.store.auth import read_secret
@@ -184,6 +196,7 @@ class Backend:
         """Poll every target once and publish the new view (thread-safe; blocking, so
         call it from a thread, not the event loop)."""
         with self._poll_lock:
+            self.audit_url  # noqa: B018 (picks up a database created since the last poll)
             view = self.collector.poll()
             self._record(view)
             self.view = view

@@ -212,10 +212,17 @@ class Collector:
         self.targets = tuple(targets)
         self.timeout_s = timeout_s
         self.builder = ViewBuilder(window_s=window_s)
+        self._window_s = window_s
         self.audit = AuditFeed(audit_url, window_s=window_s) if audit_url else None
         self._pool = ThreadPoolExecutor(
             max_workers=max(1, min(16, len(self.targets))), thread_name_prefix="collector"
         )
+
+    def attach_audit(self, audit_url: str) -> None:
+        """Read the last decisions from ``audit_url`` from now on (if no database is
+        read yet: a database found after start)."""
+        if self.audit is None:
+            self.audit = AuditFeed(audit_url, window_s=self._window_s)
 
     def poll(self, now: float | None = None) -> ClusterView:
         """Poll every target once (in parallel) and return the new view.
