@@ -71,13 +71,14 @@ def make_config(
     decode_cache_blocks: int | None = None,
 ) -> dict[str, Any]:
     """A cluster config dict with free ports, rooted in ``tmp``."""
-    ports = iter(free_ports(4 + 3 * store_nodes + 2 * (prefill + decode)))
+    ports = iter(free_ports(5 + 3 * store_nodes + 2 * (prefill + decode)))
     cfg: dict[str, Any] = {
         "name": "serving-test",
         "state_dir": str(tmp / "state"),
         "hashing": {"block_size": block_size, "seed": 0},
         "model": model or TINY_MODEL,
-        "master": {"port": next(ports), "metrics_port": next(ports)},
+        # fast_port too: its default (50151) is one fixed port every test cluster would share
+        "master": {"port": next(ports), "metrics_port": next(ports), "fast_port": next(ports)},
         "store_nodes": [
             {
                 "name": f"store-{i}",
