@@ -333,25 +333,19 @@ def bench_audit_cpu(
     writer warmed up (as a conductor runs it): the ``submit_source`` calls (the deciding
     thread's CPU) and every thread of this process from the first call until ``flush``
     returns (the writer process's own CPU is not this process's)."""
-    import resource
-
-    def cpu() -> float:
-        r = resource.getrusage(resource.RUSAGE_SELF)
-        return r.ru_utime + r.ru_stime
-
     ds = prebuilt_decisions(m, shape)
     w = open_writer(folder, f"cpu-{mode}-{shape[0]}x{shape[1]}.db", mode)
     assert w is not None
     path, proc = [], []
     for rep in range(repeat + 2):  # two rounds warm the writer up
-        c0, t0 = cpu(), time.thread_time()
+        c0, t0 = time.process_time(), time.thread_time()
         for d in ds:
             w.submit_source(d)
         t1 = time.thread_time()
         committed = threading.Event()
         w.when_written(lambda ok, e=committed: e.set())
         assert committed.wait(120)
-        c1 = cpu()
+        c1 = time.process_time()
         if rep >= 2:
             path.append((t1 - t0) / m * 1e6)
             proc.append((c1 - c0) / m * 1e6)

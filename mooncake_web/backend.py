@@ -128,12 +128,17 @@ class Backend:
         """The audit database read (:func:`audit_url_for`). While the config's does not
         exist yet it is looked for again on each use: the conductor creates it when it
         starts, which may be after the dashboard."""
+        if self._audit_url is None:
+            self._find_audit()
+        return self._audit_url
+
+    def _find_audit(self) -> None:
+        """Take the config's audit database once it exists (not when one was named)."""
         if self._audit_url is None and self.opts.audit_url is None:
             url = audit_url_for(self.cfg, None)
             if url is not None:
                 self._audit_url = url
                 self.collector.attach_audit(url)
-        return self._audit_url
 
     def _read_secret(self) -> bytes | None:
         from mooncake_core.store.auth import read_secret
@@ -196,7 +201,7 @@ class Backend:
         """Poll every target once and publish the new view (thread-safe; blocking, so
         call it from a thread, not the event loop)."""
         with self._poll_lock:
-            self.audit_url  # noqa: B018 (picks up a database created since the last poll)
+            self._find_audit()  # a database created since the last poll
             view = self.collector.poll()
             self._record(view)
             self.view = view

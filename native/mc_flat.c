@@ -274,15 +274,21 @@ typedef struct {
 
 static uint64_t *ring_word(const ring_t *r, size_t at) { return (uint64_t *)(r->base + at); }
 
-/* The ring in ``obj`` (a writable buffer), its header checked; -1 with an exception. */
-static int ring_open(ring_t *r, PyObject *obj) {
-    if (PyObject_GetBuffer(obj, &r->view, PyBUF_WRITABLE) < 0) return -1;
-    r->base = (unsigned char *)r->view.buf;
-    if (((uintptr_t)r->base & 7) || (size_t)r->view.len < RING_DATA + 8) {
-        PyBuffer_Release(&r->view);
+/* ``obj``'s buffer, 8-aligned and at least ``min`` bytes; -1 with an exception. */
+static int ring_buffer(Py_buffer *v, PyObject *obj, int flags, Py_ssize_t min) {
+    if (PyObject_GetBuffer(obj, v, flags) < 0) return -1;
+    if (((uintptr_t)v->buf & 7) || v->len < min) {
+        PyBuffer_Release(v);
         PyErr_SetString(PyExc_ValueError, "flat ring: the buffer is not 8-aligned or too small");
         return -1;
     }
+    return 0;
+}
+
+/* The ring in ``obj`` (a writable buffer), its header checked; -1 with an exception. */
+static int ring_open(ring_t *r, PyObject *obj) {
+    if (ring_buffer(&r->view, obj, PyBUF_WRITABLE, RING_DATA + 8) < 0) return -1;
+    r->base = (unsigned char *)r->view.buf;
     r->size = __atomic_load_n(ring_word(r, RING_SIZE), __ATOMIC_ACQUIRE);
     if (r->size < 8 || (r->size & 7) || r->size > (uint64_t)r->view.len - RING_DATA) {
         PyBuffer_Release(&r->view);
@@ -421,13 +427,9 @@ static PyObject *py_ring_get(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (at == -1 && PyErr_Occurred()) return NULL;
     if (!ring_field(at)) return NULL;
     Py_buffer v;
-    if (PyObject_GetBuffer(args[0], &v, PyBUF_SIMPLE) < 0) return NULL;
-    PyObject *res = NULL;
-    if (((uintptr_t)v.buf & 7) || v.len < RING_DATA)
-        PyErr_SetString(PyExc_ValueError, "flat ring: the buffer is not 8-aligned or too small");
-    else
-        res = PyLong_FromUnsignedLongLong(
-            __atomic_load_n((uint64_t *)((char *)v.buf + at), __ATOMIC_ACQUIRE));
+    if (ring_buffer(&v, args[0], PyBUF_SIMPLE, RING_DATA) < 0) return NULL;
+    PyObject *res = PyLong_FromUnsignedLongLong(
+        __atomic_load_n((uint64_t *)((char *)v.buf + at), __ATOMIC_ACQUIRE));
     PyBuffer_Release(&v);
     return res;
 }
@@ -451,19 +453,12 @@ static PyObject *py_ring_set(PyObject *self, PyObject *const *args, Py_ssize_t n
         if (value[i] == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
     }
     Py_buffer v;
-    if (PyObject_GetBuffer(args[0], &v, PyBUF_WRITABLE) < 0) return NULL;
-    PyObject *res = NULL;
-    if (((uintptr_t)v.buf & 7) || v.len < RING_DATA) {
-        PyErr_SetString(PyExc_ValueError, "flat ring: the buffer is not 8-aligned or too small");
-    } else {
-        for (Py_ssize_t i = 0; i < n; i++)
-            __atomic_store_n((uint64_t *)((char *)v.buf + at[i]), (uint64_t)value[i],
-                             __ATOMIC_RELEASE);
-        res = Py_None;
-        Py_INCREF(res);
-    }
+    if (ring_buffer(&v, args[0], PyBUF_WRITABLE, RING_DATA) < 0) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++)
+        __atomic_store_n((uint64_t *)((char *)v.buf + at[i]), (uint64_t)value[i],
+                         __ATOMIC_RELEASE);
     PyBuffer_Release(&v);
-    return res;
+    Py_RETURN_NONE;
 }
 
 #define REFS_STACK 256

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import socket
 import urllib.error
@@ -72,12 +71,10 @@ def http_get_json(url: str, timeout_s: float = 1.0) -> ProbeResult:
 def _worker_probe(address: str, timeout_s: float, secret: bytes | None) -> ProbeResult:
     # Imported here: grpc, which `cluster status` pays for only when a worker is
     # configured (not the worker package: that loads torch).
+    from mooncake_core.rpc.worker_health import probe_worker
+
     try:
-        health = importlib.import_module("mooncake_core.rpc.worker_health")
-    except ImportError as exc:
-        return ProbeResult(False, f"worker probe unavailable in this version: {exc}")
-    try:
-        ok = bool(health.probe_worker(address, timeout_s, secret))
+        ok = probe_worker(address, timeout_s, secret)
     except Exception as exc:  # a probe must report, never crash the supervisor
         return ProbeResult(False, f"worker probe of {address} failed: {exc}")
     return ProbeResult(ok, f"worker at {address} {'answers' if ok else 'does not answer'}")
