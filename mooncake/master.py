@@ -38,11 +38,12 @@ MAPPED = {
     "http_metadata_server_port": "its port (default 8080)",
     "http_metadata_server_host": "its bind address (default: --rpc_address)",
     "put_start_discard_timeout_sec": "an unfinished put is dropped after this (default 30)",
+    "put_start_release_timeout_sec": "... and its space freed after this (default 600)",
 }
 IGNORED = {
     "enable_metric_reporting", "rpc_thread_num", "rpc_interface", "rpc_conn_timeout_seconds",
     "rpc_enable_tcp_no_delay", "max_kv_soft_pin_ttl", "memory_allocator", "cluster_id",
-    "put_start_release_timeout_sec", "enable_kv_events", "logtostderr", "v",
+    "enable_kv_events", "logtostderr", "v",
     "nof_eviction_ratio", "nof_eviction_high_watermark_ratio", "pod_name", "pod_namespace",
 }  # fmt: skip
 REFUSED = {
@@ -76,6 +77,7 @@ class MasterFlags:
     http_metadata_port: int = 8080
     http_metadata_host: str | None = None
     put_timeout_s: float = 30.0
+    put_release_s: float = 600.0
     warnings: list[str] = field(default_factory=list)
 
 
@@ -167,6 +169,8 @@ def parse_flags(argv: list[str]) -> MasterFlags:
             f.http_metadata_host = v
         elif name == "put_start_discard_timeout_sec":
             f.put_timeout_s = _num(name, v, float)
+        elif name == "put_start_release_timeout_sec":
+            f.put_release_s = _num(name, v, float)
         elif name in ("help", "h", "helpshort"):
             print(_usage())
             sys.exit(0)
@@ -188,6 +192,11 @@ def _config(f: MasterFlags) -> object:
 
     # An upstream eviction ratio of 0 means "no eviction"; ours must be > 0.
     ratio = f.eviction_ratio if f.eviction_ratio > 0 else 1e-9
+    if f.put_release_s < f.put_timeout_s:
+        raise FlagError(
+            f"--put_start_release_timeout_sec ({f.put_release_s:g}) must be at least "
+            f"--put_start_discard_timeout_sec ({f.put_timeout_s:g})"
+        )
     for name, port in (("port", f.port), ("metrics_port", f.metrics_port)):
         if not 0 <= port <= 65535:
             raise FlagError(f"--{name}: {port} is not a port (0..65535; 0: any free port)")
@@ -198,6 +207,7 @@ def _config(f: MasterFlags) -> object:
         eviction_high_watermark=f.high_watermark,
         eviction_ratio=ratio,
         put_timeout_s=f.put_timeout_s,
+        put_release_s=f.put_release_s,
         unmount_grace_s=0.0,
     )
 

@@ -113,7 +113,14 @@ class MasterConfig(_Strict):
     heartbeat_interval_s: PositiveSeconds = 1.0
     """How often clients heartbeat."""
     put_timeout_s: PositiveSeconds = 30.0
-    """A PutStart not completed in this time is discarded and its space reclaimed."""
+    """A PutStart not completed in this time is discarded (its key is free again); a
+    client starts no transfer of a write after this time."""
+    put_release_s: PositiveSeconds = 600.0
+    """The space of a write discarded unfinished (timed out, or force-removed) stays
+    allocated until this long after its PutStart: a writer that stalled mid-transfer
+    (GC pause, VM steal, swap) still lands its bytes in its own range, never in another
+    object's. At least ``put_timeout_s`` and ``stage_timeout_s``; upstream's
+    ``put_start_release_timeout_sec``."""
     unmount_grace_s: Annotated[float, Field(ge=0, le=86_400)] = 5.0
     """After unmount, a segment stays readable (no new allocations) for this long."""
     eviction_high_watermark: Annotated[float, Field(gt=0, le=1)] = 0.90
@@ -164,6 +171,13 @@ class MasterConfig(_Strict):
 
     @model_validator(mode="after")
     def _offload_before_eviction(self) -> MasterConfig:
+        for name in ("put_timeout_s", "stage_timeout_s"):
+            if self.put_release_s < getattr(self, name):
+                raise ValueError(
+                    f"put_release_s ({self.put_release_s}) must be at least {name} "
+                    f"({getattr(self, name)}): a discarded write's space would be reused "
+                    "while its writer may still be writing"
+                )
         wm = self.offload_watermark
         if wm is not None and wm > self.eviction_high_watermark:
             raise ValueError(

@@ -57,13 +57,16 @@ class ObjectRemoved:
     """An object disappeared. ``was_complete`` is False for a write that never finished.
 
     ``held``: its replicas when their ranges stay held for readers that may still read
-    them (a forced remove under a lease, see :mod:`.master.removal`); empty when freed."""
+    them (a forced remove under a lease, see :mod:`.master.removal`); empty when freed.
+    ``for_writer``: they are held because the write was discarded unfinished and its
+    writer may still be writing them (until ``put_release_s`` after its PutStart)."""
 
     at: float
     key: str
     reason: RemoveReason
     was_complete: bool
     held: tuple[Replica, ...] = ()
+    for_writer: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,9 +24,20 @@ from mooncake_core.transfer import OpCode, Region
 from ..errors import ErrorCode, InvalidArgumentError, StoreError, UnavailableError
 from ..objects import Replica
 from ..results import GetResult, ReplicateConfig
-from .data import Buffers, DataPath, Flat, Op, Pending, lease_outlasted_error, outlasted, plan
+from .data import (
+    Buffers,
+    DataPath,
+    Flat,
+    Op,
+    Pending,
+    lease_outlasted_error,
+    outlasted,
+    plan,
+    write_too_late,
+)
 
 if TYPE_CHECKING:
+    from .options import ClientOptions
     from .sync_master import SyncMaster
 
 _MAX_CHUNKS = 4
@@ -81,6 +92,7 @@ class BatchOps:
     if TYPE_CHECKING:
         _buffers: Buffers
         _staging_lock: threading.Lock
+        options: ClientOptions
 
         @property
         def _m(self) -> SyncMaster: ...
@@ -171,7 +183,10 @@ class BatchOps:
         if not parts:
             return out
 
-        def reserve(part: list[int]) -> list[tuple[int, tuple[Replica, ...]]]:
+        timeout = self.options.master_config.put_timeout_s
+
+        def reserve(part: list[int]) -> tuple[list[tuple[int, tuple[Replica, ...]]], float]:
+            asked = time.monotonic()
             res = self._m.batch_put_start([(keys[i], sizes[i]) for i in part], config)
             got = []
             for i, r in zip(part, res, strict=True):
@@ -179,9 +194,18 @@ class BatchOps:
                     out[i] = r
                 else:
                     got.append((i, r))
-            return got
+            return got, asked
 
-        def write(got: list[tuple[int, tuple[Replica, ...]]]) -> tuple[list[int], Pending]:
+        def write(
+            reserved: tuple[list[tuple[int, tuple[Replica, ...]]], float],
+        ) -> tuple[list[int], Pending]:
+            got, asked = reserved
+            now = time.monotonic()
+            if got and write_too_late(keys[got[0][0]], asked, timeout, now) is not None:
+                self._revoke([keys[i] for i, _ in got])
+                for i, _ in got:
+                    out[i] = write_too_late(keys[i], asked, timeout, now)
+                got = []
             idx = [i for i, _ in got]
             if all(len(reps) == 1 for _, reps in got):
                 items = _flat(idx, where, [reps[0] for _, reps in got])

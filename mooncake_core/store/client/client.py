@@ -54,6 +54,7 @@ from .data import (
     outlasted,
     plan,
     plan_window,
+    write_too_late,
 )
 from .heartbeat import Heartbeat, Mount
 from .options import ClientOptions
@@ -409,9 +410,10 @@ class Client(BatchOps):
         window = min(size, self.options.master_config.max_slice_size, STREAM_WINDOW)
         with self._staging_lock:
             st = self._stage(window)
+            asked = time.monotonic()
             replicas = (self._m.upsert if upsert else self._m.put_start)(key, size, config)
             try:
-                self._stream_windows(key, source, size, window, st, replicas)
+                self._stream_windows(key, source, size, window, st, replicas, asked)
             except BaseException:
                 self._revoke([key])
                 raise
@@ -425,8 +427,10 @@ class Client(BatchOps):
         window: int,
         st: Region,
         replicas: Sequence[Replica],
+        asked: float,
     ) -> None:
         view = st.view()
+        timeout = self.options.master_config.put_timeout_s
         pos = 0
         while pos < size:
             n = min(window, size - pos)
@@ -439,6 +443,9 @@ class Client(BatchOps):
                         f"put {key!r}: the source ended after {pos + got} of {size} bytes; revoked",
                     )
                 got += k
+            late = write_too_late(key, asked, timeout, time.monotonic())
+            if late is not None:
+                raise late
             ops = [o for r in replicas for o in plan_window(OpCode.WRITE, st, r, pos, n)]
             (err,) = self._dp.run([ops])
             if err is not None:
@@ -467,6 +474,7 @@ class Client(BatchOps):
         while True:
             try:
                 start = self._m.upsert if upsert else self._m.put_start
+                asked = time.monotonic()
                 replicas = start(key, size, config, avoid=sorted(avoid))
             except StoreError as exc:
                 if not avoid:
@@ -476,6 +484,12 @@ class Client(BatchOps):
                     f"put {key!r}: writing a replica failed on {', '.join(sorted(avoid))}; "
                     f"revoked, and placing it elsewhere failed: {exc.message}",
                 ) from None
+            late = write_too_late(
+                key, asked, self.options.master_config.put_timeout_s, time.monotonic()
+            )
+            if late is not None:
+                self._revoke([key])
+                raise late
             ops = [o for r in replicas for o in plan(OpCode.WRITE, region, off, r)]
             (err,), (bad,) = self._dp.run_reporting([ops])
             if err is None:

@@ -101,6 +101,28 @@ def lease_outlasted_error(key: str, took: float, lease_ttl_s: float, tries: int)
     )
 
 
+def write_too_late(
+    key: str, asked_at: float, put_timeout_s: float, now: float
+) -> StoreError | None:
+    """The error of a write about to start a transfer at ``now`` too late to be sure of
+    its range, or None while it may.
+
+    ``asked_at``: this process's monotonic clock before its PutStart went out. Past
+    ``put_timeout_s`` the master may have discarded the write (it holds the range for
+    its writer until ``put_release_s``, so a transfer already under way lands safely);
+    a transfer is never *started* then: the caller revokes and reports this error.
+    """
+    took = now - asked_at
+    if took < put_timeout_s:
+        return None
+    return UnavailableError(
+        ErrorCode.UNAVAILABLE,
+        f"put {key!r}: the write would start {took:.3f} s after its PutStart, past "
+        f"put_timeout_s ({put_timeout_s:.3f} s), when the master may have discarded it; "
+        "revoked, retry",
+    )
+
+
 def plan(op: OpCode, region: Region, offset: int, replica: Replica) -> list[Op]:
     """Ops that move one replica between ``region[offset:]`` and its slices, in object order."""
     out: list[Op] = []

@@ -32,10 +32,11 @@ Record types (``s`` is the seq, set by the journal)::
     {"t": "unmount", "seg"}                   the segment and its replicas are gone
     {"t": "started", "key", "size", "replicas": [[[seg, offset, length], ...], ...]}
     {"t": "stored", "key", "size", "replicas"}   PutEnd (replicas repeated: self-contained)
-    {"t": "removed", "key", "held"?}             complete or in progress; held: its
+    {"t": "removed", "key", "held"?, "w"?}       complete or in progress; held: its
                                                  replicas when readers may still read
-                                                 them (the ranges stay held)
-    {"t": "hold", "seg", "off", "len"}           a held range (snapshots only)
+                                                 them (the ranges stay held); w: held
+                                                 for a stalled writer instead
+    {"t": "hold", "seg", "off", "len", "w"?}     a held range (snapshots only)
     {"t": "replica_dropped", "key", "seg"}       an object with SSD copies stays (SSD-only)
     {"t": "replica_added", "key", "replica": [[seg, offset, length], ...]}   AddReplicaEnd
     {"t": "pin", "target", "prefix", "hard", "expires_wall"}
@@ -126,6 +127,8 @@ def records_from_events(
             removed: Record = {"t": "removed", "key": e.key}
             if e.held:
                 removed["held"] = _replicas_to_json(e.held)
+                if e.for_writer:
+                    removed["w"] = True
             out.append(removed)
         elif isinstance(e, ev.ReplicaDropped):
             out.append({"t": "replica_dropped", "key": e.key, "seg": e.segment})
@@ -190,18 +193,31 @@ class MetadataImage:
         self.pins: dict[tuple[str, bool], PinRecord] = {}
         self.ssd: dict[str, tuple[str, ...]] = {}
         self.holds: dict[str, dict[int, int]] = {}
+        self.writer_holds: set[tuple[str, int]] = set()
+        """(segment, offset) of the holds kept for a stalled writer, not for readers."""
         self.applied_seq = 0
         self.ignored = 0
 
-    def held_ranges(self) -> list[tuple[str, int, int]]:
-        """``(segment, offset, length)`` of every range the image holds, sorted."""
-        return sorted((n, o, ln) for n, held in self.holds.items() for o, ln in held.items())
+    def held_ranges(self, *, for_writer: bool | None = None) -> list[tuple[str, int, int]]:
+        """``(segment, offset, length)`` of every range the image holds, sorted; with
+        ``for_writer``, only those held for a stalled writer (True) or for readers
+        (False)."""
+        return sorted(
+            (n, o, ln)
+            for n, held in self.holds.items()
+            for o, ln in held.items()
+            if for_writer is None or ((n, o) in self.writer_holds) == for_writer
+        )
 
-    def _hold(self, replicas: Iterable[Replica]) -> None:
+    def _hold(self, replicas: Iterable[Replica], for_writer: bool = False) -> None:
         for r in replicas:
             for sl in r:
                 if sl.segment in self.segments:
                     self.holds.setdefault(sl.segment, {})[sl.offset] = sl.length
+                    if for_writer:
+                        self.writer_holds.add((sl.segment, sl.offset))
+                    else:
+                        self.writer_holds.discard((sl.segment, sl.offset))
 
     def _taken(self, replicas: Iterable[Replica]) -> None:
         # A write placed on (part of) a held range: the live master had released it.
@@ -245,7 +261,7 @@ class MetadataImage:
         elif t == "removed":
             key = rec["key"]
             if "held" in rec:
-                self._hold(_replicas_from_json(rec["held"]))
+                self._hold(_replicas_from_json(rec["held"]), bool(rec.get("w")))
             self.ssd.pop(key, None)
             if self.objects.pop(key, None) is None and self.processing.pop(key, None) is None:
                 self.ignored += 1
@@ -262,6 +278,11 @@ class MetadataImage:
         elif t == "hold":
             if rec["seg"] in self.segments:
                 self.holds.setdefault(rec["seg"], {})[int(rec["off"])] = int(rec["len"])
+                at = (rec["seg"], int(rec["off"]))
+                if rec.get("w"):
+                    self.writer_holds.add(at)
+                else:
+                    self.writer_holds.discard(at)
             else:
                 self.ignored += 1
         elif t == "pin":
@@ -375,7 +396,10 @@ class MetadataImage:
                 "expires_wall": pin.expires_wall,
             }
         for name, offset, length in self.held_ranges():
-            yield {"t": "hold", "seg": name, "off": offset, "len": length}
+            hold: Record = {"t": "hold", "seg": name, "off": offset, "len": length}
+            if (name, offset) in self.writer_holds:
+                hold["w"] = True
+            yield hold
 
 
 def _touches(replicas: tuple[Replica, ...], segment: str) -> bool:

@@ -84,8 +84,10 @@ def build_state(
     hold = now + config.lease_ttl_s
     st.restore_objects(restored, now, token_base=int(wall * 1e6), read_hold=hold)
     # ... and so may readers of objects it had removed under their lease: their ranges
-    # are free in the records but stay held for one lease here too.
-    st.hold_ranges(image.held_ranges(), hold)
+    # are free in the records but stay held for one lease here too; a write discarded
+    # unfinished stays held for put_release_s (its writer may have stalled mid-transfer).
+    st.hold_ranges(image.held_ranges(for_writer=False), hold)
+    st.hold_ranges(image.held_ranges(for_writer=True), now + config.put_release_s)
     for key, ssd in image.ssd.items():
         if st.exist(key, now):  # restored and complete
             st.restore_ssd_copies(key, ssd)

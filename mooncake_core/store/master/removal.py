@@ -8,8 +8,9 @@ take the :class:`~.core.MasterCore` they work on; the operations of
 behaviour.
 
 Readers never see reclaimed bytes: a range a reader may still be reading (the object is
-leased, or was restored by a rebuilt master less than ``lease_ttl_s`` ago) is not
-freed but *held* (:func:`.space.free_range`) until then, and released by :func:`finish_held`
+leased, or was restored by a rebuilt master less than ``lease_ttl_s`` ago), or that
+the writer of a write discarded unfinished may still be writing (``put_release_s``
+from its PutStart), is not freed but *held* (:func:`.space.free_range`) until then, and released by :func:`finish_held`
 from ``tick``, into the very segment it was taken from (a segment unmounted and mounted
 again under the same name is a new allocator; the old hold is dropped with the old one).
 """
@@ -102,14 +103,22 @@ def drop(
 ) -> None:
     """Take an object out of every table (the one way an object leaves) and say why.
 
-    Its ranges are held while a reader may still read them (:func:`reader_hold`)."""
+    Its ranges are held while a reader may still read them (:func:`.space.reader_hold`),
+    or, for a write discarded unfinished by anyone but its writer (timed out, forced
+    remove), while the writer may still be writing them (:func:`.space.writer_hold`)."""
     hold = space.reader_hold(ms, obj, now)
+    writing = False
+    if not obj.complete and reason is not ev.RemoveReason.REVOKED:
+        started = ms.objects.processing.get(key)
+        if started is not None:
+            hold = space.writer_hold(ms, started, now)
+            writing = hold is not None
     # The ranges this drop leaves held (its replicas', and a deferred replica drop's)
     # go into its event: the journal keeps them for a restored master.
     before = set(ms.held.ranges) if hold is not None or key in ms.moves.dropping else None
     if ms.moves.involves(key):
         replica_ops.forget_moves(ms, key, now)
-    space.forget_tier(ms, key, obj)
+    space.forget_tier(ms, key, obj, now)
     space.release(ms, key, obj.replicas, hold_until=hold)
     ms.objects.remove(key)
     if not keep_pin and ms.pins.clear(key, is_prefix=False) is not None:
@@ -120,7 +129,7 @@ def drop(
             (Slice(name, off, ms.held.ranges[(name, off)].length),)
             for name, off in sorted(set(ms.held.ranges) - before)
         )
-    ms.events.append(ev.ObjectRemoved(now, key, reason, obj.complete, held))
+    ms.events.append(ev.ObjectRemoved(now, key, reason, obj.complete, held, writing))
 
 
 def check_removable(ms: MasterCore, key: str, obj: ObjectMeta, now: float) -> None:

@@ -105,7 +105,9 @@ def discard_stale_adds(ms: MasterCore, now: float) -> list[str]:
             break  # insertion order is start order
         stale.append(key)
     for key in stale:
-        add_revoke(ms, key, now)
+        # The copier may have stalled mid-transfer: its range stays held.
+        replica, started = ms.moves.adding.pop(key)
+        space.free_replica(ms, key, replica, now, space.writer_hold(ms, started, now))
     return stale
 
 
@@ -171,7 +173,10 @@ def forget_moves(ms: MasterCore, key: str, now: float, segment: str | None = Non
     add = ms.moves.adding.get(key)
     if add is not None and (segment is None or any(s.segment == segment for s in add[0])):
         del ms.moves.adding[key]
-        space.free_replica(ms, key, add[0], now)
+        # The key is going, not the copier writing its new replica: held for it, unless
+        # its segment is the one going.
+        hold = space.writer_hold(ms, add[1], now) if segment is None else None
+        space.free_replica(ms, key, add[0], now, hold)
     waiting = ms.moves.dropping.get(key)
     if waiting:
         hit = [

@@ -2,8 +2,10 @@
 
 The lowest rules, shared by every module that takes a replica away (removal, replica
 moves, eviction, the SSD tier): a range a reader may still be reading is *held*
-(:class:`.tables.HeldRanges`) until its lease ends instead of freed; a segment's key set
-and drain state follow the replicas that touch it.
+(:class:`.tables.HeldRanges`) until its lease ends instead of freed, and so is a range a
+stalled writer may still be writing (a write discarded unfinished) until
+``put_release_s`` after it was handed out; a segment's key set and drain state follow
+the replicas that touch it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,15 @@ def reader_hold(ms: MasterCore, obj: ObjectMeta, now: float) -> float | None:
     if not obj.complete:
         return None
     until = max(obj.lease_expiry, obj.read_hold)
+    return until if until > now else None
+
+
+def writer_hold(ms: MasterCore, started: float, now: float) -> float | None:
+    """Until when a writer given a range at ``started`` (its PutStart, replica addition
+    or SSD stage) may still be writing into it after the master gave up on it:
+    ``put_release_s`` from ``started``, or None once that has passed. A range discarded
+    unfinished is held until then, never handed to another object sooner."""
+    until = started + ms.config.put_release_s
     return until if until > now else None
 
 
@@ -96,11 +107,12 @@ def update_drain(ms: MasterCore, seg: Segment, now: float) -> None:
         ms.events.append(ev.SegmentStateChanged(now, seg.name, seg.state.name))
 
 
-def forget_tier(ms: MasterCore, key: str, obj: ObjectMeta) -> None:
-    """Forget an object's SSD copies and in-flight tier work (it is being dropped)."""
+def forget_tier(ms: MasterCore, key: str, obj: ObjectMeta, now: float) -> None:
+    """Forget an object's SSD copies and in-flight tier work (it is being dropped); the
+    range of a stage in flight stays held for the node still filling it."""
     st = ms.tier.stages.pop(key, None)
     if st is not None:
-        release(ms, key, (st.replica,))
+        release(ms, key, (st.replica,), hold_until=writer_hold(ms, st.started, now))
     ms.tier.timed_out.pop(key, None)
     ms.tier.stage_copies.pop(key, None)
     ms.tier.clear_offload(key)

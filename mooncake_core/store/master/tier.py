@@ -150,7 +150,8 @@ def expire_stages(ms: MasterCore, now: float) -> list[str]:
     for key in late:
         st = ms.tier.stages.pop(key)
         obj = ms.objects[key]
-        space.free_replica(ms, key, st.replica, now)
+        # The node may still be reading a slow SSD into it: held for that writer.
+        space.free_replica(ms, key, st.replica, now, space.writer_hold(ms, st.started, now))
         ms.counters.ssd_stage_failures += 1
         ms.tier.timed_out.setdefault(key, {})[st.segment] = now
         try:

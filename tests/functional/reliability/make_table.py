@@ -173,6 +173,26 @@ ROWS = (
     ),
     Row(
         "fault",
+        "a writer stalled between its PutStart and its transfer, past put_timeout_s",
+        "real master + node, put_timeout_s 0.3, put_release_s 3; the writer's PutStart is "
+        "answered, it stalls 0.9 s, another client puts a same-size key, then the writer's "
+        "transfer runs (shm and tcp); a put whose PutStart answer is read after the timeout",
+        "the victim reads its own bytes; the discarded write's range is held for its writer "
+        "until put_release_s after its PutStart (journaled as such: a rebuilt master holds it "
+        "as long), then freed; put refuses to start a transfer past put_timeout_s (revoked, "
+        "UNAVAILABLE naming the delay) (was: the victim was placed on the zombie's range and "
+        "read 1 MiB of the zombie's bytes, shm and tcp)",
+        (
+            R
+            + "test_rel_zombie_writes.py::test_rel_a_stalled_transfer_lands_in_its_own_held_range",
+            R
+            + "test_rel_zombie_writes.py::test_rel_put_never_starts_a_transfer_after_the_put_timeout",
+            "tests/unit/store/test_store_puts.py::test_zombie_put_start_is_reclaimed",
+            "tests/unit/store/test_store_held_ranges.py::test_a_rebuilt_master_holds_a_discarded_write_for_its_writer_not_one_lease",
+        ),
+    ),
+    Row(
+        "fault",
         "HA leader SIGKILLed, then the new leader SIGSTOPped past its lease (through `cluster up`)",
         "`mooncake.yaml` with etcd + 3 masters, `cluster up --detach`; objects via `mooncake store "
         "put/get` without `--master`; leader from `cluster status`; a read queued at a paused "

@@ -12,7 +12,7 @@ import pytest
 from mooncake._codes import to_code
 from mooncake._ranges import Registry, ranged_reads, scatter
 from mooncake._sizes import parse_duration_ms, parse_size
-from mooncake.master import FlagError, parse_flags
+from mooncake.master import FlagError, _config, parse_flags
 from mooncake_core.store.errors import ErrorCode, UnavailableError, error_from_code
 
 
@@ -29,6 +29,11 @@ def test_master_flags_upstream_syntax() -> None:
     assert (
         parse_flags(["--enable_ha=false", "--noenable_http_metadata_server"]).http_metadata is False
     )
+    f = parse_flags(["--put_start_discard_timeout_sec=20", "--put_start_release_timeout_sec=90"])
+    cfg = _config(f)
+    assert (cfg.put_timeout_s, cfg.put_release_s) == (20.0, 90.0)  # type: ignore[attr-defined]
+    with pytest.raises(FlagError, match=r"--put_start_release_timeout_sec \(10\) must be at least"):
+        _config(parse_flags(["--put_start_release_timeout_sec=10"]))
 
 
 @pytest.mark.parametrize(

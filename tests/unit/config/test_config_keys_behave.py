@@ -251,6 +251,17 @@ def unfinished_put_dropped(cfg: ClusterConfig) -> object:
     return out
 
 
+def discarded_put_space(cfg: ClusterConfig) -> object:
+    """Whether the space of a write discarded unfinished is still held at each time."""
+    m = master(cfg)
+    m.put_start("k", 4096, "w", 0.0)
+    out = []
+    for t in (31.0, 100.0, 200.0, 601.0):
+        alive(m, t)
+        out.append(len(m.held_ranges()))
+    return out
+
+
 def unmounted_segment_readable(cfg: ClusterConfig) -> object:
     m = master(cfg)
     put(m, "k", 4096, 0.0, preferred_segments=("a",), replica_num=1)
@@ -787,6 +798,7 @@ PROBES: dict[str, Probe] = {
         {"master.heartbeat_interval_s": 2.0}, seen_by(suspect_after, launched)
     ),
     "master.put_timeout_s": Probe({"master.put_timeout_s": 60.0}, unfinished_put_dropped),
+    "master.put_release_s": Probe({"master.put_release_s": 150.0}, discarded_put_space),
     "master.unmount_grace_s": Probe({"master.unmount_grace_s": 10.0}, unmounted_segment_readable),
     "master.eviction_high_watermark": Probe({"master.eviction_high_watermark": 0.7}, eviction),
     "master.eviction_ratio": Probe({"master.eviction_ratio": 0.5}, eviction),

@@ -31,6 +31,7 @@ def test_configuration_reference_is_current() -> None:
         ({"master": {"port": "fast"}}, "master.port", "valid integer"),
         ({"master": {"port": 70000}}, "master.port", "less than or equal to 65535"),
         ({"master": {"eviction_high_watermark": 1.5}}, "master.eviction_high_watermark", "1"),
+        ({"master": {"put_release_s": 10.0}}, "master", "at least put_timeout_s (30.0)"),
         ({"master": {"prot": 1}}, "master.prot", "unknown key"),
         ({"colour": "blue"}, "colour", "unknown key"),
         ({"transfer": {"protocol": "carrier-pigeon"}}, "transfer.protocol", "'auto'"),

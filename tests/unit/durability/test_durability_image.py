@@ -118,10 +118,11 @@ def test_restored_ranges_are_never_handed_out_again(
                     if seg == s.segment:
                         assert s.offset + s.length <= off or off + length <= s.offset
     # Removing everything returns every byte: the allocator state was consistent. (A
-    # rebuilt master holds what it frees for one lease: readers of the old one.)
+    # rebuilt master holds what it frees for one lease: readers of the old one; and a
+    # write it discards unfinished for put_release_s: its writer may have stalled.)
     new.remove_all(11.0, force=True)
     assert new.held_ranges()
-    until = 10.0 + st.config.lease_ttl_s
+    until = 10.0 + max(st.config.lease_ttl_s, st.config.put_release_s)
     for snap in new.snapshot().segments:
         new.heartbeat(snap.client_id, until - 1.0)
     new.tick(until)

@@ -172,6 +172,36 @@ def test_a_rebuilt_master_holds_again_what_a_forced_remove_held() -> None:
     assert st.stat("k3", 60.0).replicas[0][0].offset == 0
 
 
+def test_a_rebuilt_master_holds_a_discarded_write_for_its_writer_not_one_lease() -> None:
+    # The previous master discarded an unfinished write (its writer stalled past
+    # put_timeout_s) and held its range for put_release_s. The records say so ("w"),
+    # from the log and through a snapshot; a restored master holds it for put_release_s
+    # again, not for one read lease.
+    cfg = MasterConfig(lease_ttl_s=10.0, put_timeout_s=5.0, put_release_s=300.0)
+    m = MasterState(cfg, alignment=64)
+    image = MetadataImage()
+    m.mount_segment("s", "c1", 1000, 0.0)
+    m.put_start("z", 100, "c1", 0.0)
+    m.put_start("k", 100, "c1", 0.0)
+    m.put_end("k", 0.0)
+    m.get_replica_list("k", 1.0)
+    m.remove("k", 2.0, force=True)  # held for its reader
+    m.heartbeat("c1", 5.0)
+    m.tick(5.0)  # z discarded: held for its writer
+    assert m.held_ranges() == [("s", 0, 100, 300.0), ("s", 128, 100, 11.0)]
+    snaps = {s.name: s for s in m.snapshot().segments}
+    records = records_from_events(m.take_events(), 0.0, snaps.get)
+    assert [r.get("w") for r in records if r["t"] == "removed"] == [None, True]
+    image.apply_all(records)
+    again = MetadataImage()
+    again.apply_all(list(image.records()))  # a snapshot of it
+    for img in (image, again):
+        assert img.held_ranges(for_writer=True) == [("s", 0, 100)]
+        assert img.held_ranges(for_writer=False) == [("s", 128, 100)]
+        st = build_state(img, cfg, 50.0, 1000.0)
+        assert st.held_ranges() == [("s", 0, 100, 350.0), ("s", 128, 100, 60.0)]
+
+
 def test_the_image_forgets_a_hold_once_a_write_takes_the_range() -> None:
     m = MasterState(MasterConfig(lease_ttl_s=10.0), alignment=64)
     image = MetadataImage()

@@ -34,8 +34,11 @@ def check_invariants(m: MasterState, now: float) -> None:
         for i, a in enumerate(seg_sets):  # replicas never share a segment
             for b in seg_sets[i + 1 :]:
                 assert not a & b
-    for name, off, length, free_at in m.held_ranges():  # freed, kept for readers
-        assert free_at <= now + m.config.lease_ttl_s  # never longer than one lease
+    # Freed, kept for readers (one lease at most) or for a writer whose write was
+    # discarded unfinished (put_release_s from its start at most).
+    longest = max(m.config.lease_ttl_s, m.config.put_release_s)
+    for name, off, length, free_at in m.held_ranges():
+        assert free_at <= now + longest
         used[name] += -(-length // 64) * 64
         ranges[name].append((off, off + length))
     for seg in snap.segments:

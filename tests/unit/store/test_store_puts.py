@@ -47,17 +47,45 @@ def fingerprint(m: MasterState) -> tuple[object, ...]:
 
 
 def test_zombie_put_start_is_reclaimed(make_master: MakeMaster) -> None:
-    m = base(make_master)
-    m.put_start("z", 500, "c1", 10.0)
+    # The key is free after put_timeout_s; the space only after put_release_s, so a
+    # writer that stalled mid-transfer still writes its own range, nobody else's.
+    m = base(make_master, put_release_s=100.0)
+    z = m.put_start("z", 500, "c1", 10.0)
     m.put_start("later", 10, "c1", 20.0)
     assert m.discard_stale_puts(39.999) == []
     assert m.discard_stale_puts(40.0) == ["z"]
-    assert m.take_events() == [ObjectRemoved(40.0, "z", RemoveReason.EXPIRED, False)]
+    assert m.take_events() == [ObjectRemoved(40.0, "z", RemoveReason.EXPIRED, False, z, True)]
     with pytest.raises(NotFoundError):
         m.put_end("z", 41.0)
     m.put_end("later", 41.0)
+    (sl,) = z[0]
+    assert m.held_ranges() == [(sl.segment, sl.offset, 500, 110.0)]
     snap = m.snapshot()
-    assert (snap.allocated_bytes, snap.expired_puts_total) == (310, 1)
+    assert (snap.allocated_bytes, snap.expired_puts_total) == (810, 1)
+    m.put_start("z", 500, "c1", 41.0)  # the key again: placed elsewhere
+    assert m.stat("z", 41.0).replicas != z
+    m.put_revoke("z", 42.0)  # its own writer's revoke: freed at once
+    assert m.snapshot().allocated_bytes == 810
+    for t in (109.9, 110.0):
+        m.heartbeat("c1", t)
+        m.heartbeat("c2", t)
+        m.tick(t)
+        if t < 110.0:
+            assert m.snapshot().allocated_bytes == 810
+    assert (m.held_ranges(), m.snapshot().allocated_bytes) == ([], 310)
+
+
+def test_forced_remove_of_a_write_holds_its_range_for_the_writer(
+    make_master: MakeMaster,
+) -> None:
+    m = base(make_master, put_release_s=100.0)
+    w = m.put_start("w", 200, "c1", 5.0)
+    m.remove("w", 6.0, force=True)
+    (sl,) = w[0]
+    assert m.held_ranges() == [(sl.segment, sl.offset, 200, 105.0)]
+    (ev,) = [e for e in m.take_events() if isinstance(e, ObjectRemoved)]
+    assert (ev.held, ev.for_writer) == (w, True)
+    assert m.put_start("v", 200, "c1", 7.0) != w  # never the range still being written
 
 
 def test_readers_never_see_a_write_in_progress(make_master: MakeMaster) -> None:

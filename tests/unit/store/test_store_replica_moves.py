@@ -36,6 +36,12 @@ def _state(m: MasterState, seg: str) -> SegmentState:
     return next(s.state for s in m.snapshot().segments if s.name == seg)
 
 
+def _tick(m: MasterState, now: float) -> None:
+    for c in ("ca", "cb", "cc"):
+        m.heartbeat(c, now)
+    m.tick(now)
+
+
 def _used(m: MasterState, seg: str) -> int:
     return next(s.used for s in m.snapshot().segments if s.name == seg)
 
@@ -104,8 +110,11 @@ def test_revoke_and_timeout_release_space(make_master: MakeMaster) -> None:
     m.add_replica_start("k", 3.0, target_segment="b")
     assert m.discard_stale_adds(12.9) == []
     assert m.discard_stale_adds(13.0) == ["k"]
-    assert _used(m, "b") == 0
     assert m.stat("k", 13.0).replicas == ((Slice("a", 0, 100),),)
+    # Timed out, not revoked by its copier: held until put_release_s after its start.
+    assert m.held_ranges() == [("b", 0, 100, 3.0 + m.config.put_release_s)]
+    _tick(m, 3.0 + m.config.put_release_s)
+    assert _used(m, "b") == 0
 
 
 def test_drop_unleased_frees_now_and_drains(make_master: MakeMaster) -> None:
@@ -156,8 +165,11 @@ def test_remove_releases_pending_moves(make_master: MakeMaster) -> None:
     m = _master(make_master)
     m.add_replica_start("k", 1.0, target_segment="b")
     m.remove("k", 1.0)
-    assert [_used(m, s) for s in "abc"] == [0, 0, 0]
+    # The copier may still be writing the new replica: its range is held for it.
+    assert [_used(m, s) for s in "abc"] == [0, 100, 0]
     assert all(s.keys == 0 for s in m.snapshot().segments)
+    _tick(m, 1.0 + m.config.put_release_s)
+    assert [_used(m, s) for s in "abc"] == [0, 0, 0]
 
 
 def test_unmount_target_cancels_pending_add(make_master: MakeMaster) -> None:

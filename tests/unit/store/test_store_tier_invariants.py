@@ -44,6 +44,9 @@ def check(m: MasterState, now: float) -> None:
                 used[s.segment] += -(-s.length // 64) * 64
                 ranges[s.segment].append((s.offset, s.offset + s.length))
     assert snap.ssd_only_count == ssd_only
+    for name, off, length, _ in m.held_ranges():  # stages timed out: held for the node
+        used[name] += -(-length // 64) * 64
+        ranges[name].append((off, off + length))
     names = {s.name for s in snap.segments}
     for seg in snap.segments:
         assert seg.used == used[seg.name], seg.name

@@ -1,0 +1,117 @@
+"""A writer stalled past ``put_timeout_s`` never writes into another object's bytes.
+
+Real master and node processes; two clients over shm, then tcp. The writer gets its
+PutStart answered and then stalls (a GC pause, VM steal, swap) for three put timeouts:
+the master discards the write meanwhile and another client puts an object of the same
+size, which the best-fit allocator would place exactly on the discarded range. Then the
+writer's transfer runs, late. Until the master held a discarded write's space for
+``put_release_s``, that transfer overwrote the other object: its reader got the
+stalled writer's bytes (measured before the fix: every byte of the victim was the
+zombie's, over shm and over tcp).
+
+The second test drives the public ``put``: a client whose PutStart answer arrives only
+after ``put_timeout_s`` refuses to start the transfer at all, revokes, and says why.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from store_client_procs import MASTER_READY, TEST_MASTER, Cluster, free_port, spawn
+
+from mooncake_core.config.models import MasterConfig
+from mooncake_core.store import Client, ClientOptions
+from mooncake_core.store.client.data import plan
+from mooncake_core.store.errors import NotFoundError, UnavailableError
+from mooncake_core.transfer import OpCode
+
+pytestmark = pytest.mark.integration
+
+PUT_TIMEOUT_S = 0.3
+RELEASE_S = 3.0
+SIZE = 1 << 20
+MASTER = {
+    **TEST_MASTER,
+    "put_timeout_s": PUT_TIMEOUT_S,
+    "put_release_s": RELEASE_S,
+    "stage_timeout_s": 1.0,  # put_release_s must cover it too
+}
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    cfg = tmp_path / "mooncake.yaml"
+    cfg.write_text(yaml.safe_dump({"state_dir": str(tmp_path), "master": MASTER}))
+    port = free_port()
+    master = spawn(
+        ["master", "--config", str(cfg), "--port", str(port), "--metrics-port", "0"],
+        MASTER_READY,
+    )
+    c = Cluster(cfg, master, f"127.0.0.1:{port}", {})
+    try:
+        c.start_node("n0", size="16MiB")
+        yield c
+    finally:
+        c.close()
+
+
+def client(c: Cluster, transport: str) -> Client:
+    cfg = MasterConfig(**MASTER)
+    return Client(ClientOptions(master=c.address, master_config=cfg, transport=transport)).setup()
+
+
+def allocated(c: Cluster) -> int:
+    return int(c.snapshot()["allocated_bytes"])
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_rel_a_stalled_transfer_lands_in_its_own_held_range(
+    cluster: Cluster, transport: str
+) -> None:
+    with client(cluster, transport) as writer, client(cluster, transport) as other:
+        # The writer's own two steps, with the stall between them.
+        (zombie,) = writer._m.put_start("zombie", SIZE, None)
+        time.sleep(3 * PUT_TIMEOUT_S)  # stalled; the master discards the write
+        assert not other.is_exist("zombie")
+        other.put("victim", b"V" * SIZE)
+        (victim,) = other._m.get_replica_list("victim").replicas
+        assert victim != zombie  # the discarded range is still held for its writer
+        st = writer._stage(SIZE)
+        st.view()[:SIZE] = b"Z" * SIZE
+        ops = plan(OpCode.WRITE, st, 0, zombie)
+        assert writer._dp.run_reporting([ops]) == ([None], [set()])  # the late transfer
+        got = other.get("victim")
+        assert got == b"V" * SIZE, f"victim reads {got.count(b'Z')} bytes of the zombie's"
+        with pytest.raises(NotFoundError):
+            writer._m.put_end("zombie")  # discarded: the writer learns it here
+        # The held range goes back put_release_s after the PutStart (upkeep: 0.1 s).
+        assert allocated(cluster) == 2 * SIZE
+        deadline = time.monotonic() + RELEASE_S + 5
+        while allocated(cluster) != SIZE and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert allocated(cluster) == SIZE
+        assert other.get("victim") == b"V" * SIZE
+
+
+def test_rel_put_never_starts_a_transfer_after_the_put_timeout(cluster: Cluster) -> None:
+    with client(cluster, "shm") as writer, client(cluster, "shm") as other:
+        m = writer._m
+        real = m.put_start
+
+        def answered_late(*args: Any, **kw: Any) -> Any:
+            got = real(*args, **kw)
+            time.sleep(2 * PUT_TIMEOUT_S)  # the answer is read only after the timeout
+            return got
+
+        m.put_start = answered_late  # type: ignore[method-assign]
+        with pytest.raises(UnavailableError, match="past put_timeout_s"):
+            writer.put("late", b"L" * SIZE)
+        m.put_start = real  # type: ignore[method-assign]
+        assert not other.is_exist("late")
+        writer.put("late", b"L" * SIZE)  # a retry in time succeeds
+        assert other.get("late") == b"L" * SIZE
