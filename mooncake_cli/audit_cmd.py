@@ -15,6 +15,7 @@ from rich.table import Table
 
 from .common import ConfigOption, JsonOption, err, fail, load, out, write_stdout
 from .db_cmd import UrlOption, audit_url
+from .tables import print_table
 
 if TYPE_CHECKING:
     from mooncake_core.conductor.audit import AuditReader, DecisionFilter
@@ -117,18 +118,6 @@ def _filter(
         fail(str(exc), code=2)
 
 
-def _print(renderable: Any) -> None:
-    if out.is_terminal:
-        out.print(renderable)
-        return
-    # A pipe or a test runner has no terminal width; rich would squeeze the table into
-    # 80 columns and cut instance names and numbers. Print it at its natural width
-    # (tables do not expand, so a wide console only stops the squeezing).
-    from rich.console import Console
-
-    Console(width=max(out.width, 260)).print(renderable)
-
-
 _BIAS_CAPTION = (
     "TTFT error = actual - predicted; bias = its mean (+: took longer than predicted); "
     "rel err = |actual - predicted| / actual"
@@ -229,8 +218,6 @@ def ls(
             _outcome_cell(d.outcome),
             result,
         )
-    from .tables import print_table
-
     print_table(out, table, ("request", "prefill", "decode"))
 
 
@@ -295,7 +282,7 @@ def show(
         fields.append(("migration", f"{d.migration_blocks} blocks from {d.migration_source}"))
     for k, v in fields:
         head.add_row(k, escape(v))
-    _print(head)
+    print_table(out, head, ("field",))
 
     cands = Table(title="candidates", title_justify="left")
     for name in (
@@ -326,7 +313,7 @@ def show(
             _s(c.predicted_tbt_s),
             escape(c.why_not or ""),
         )
-    _print(cands)
+    print_table(out, cands, ("instance",))
 
 
 @app.command("explain")
@@ -433,7 +420,7 @@ def stats(
         row(format_time(b.start), b)
     table.add_section()
     row("total", st.total)
-    _print(table)
+    print_table(out, table, ("bucket (UTC)",))
 
 
 @app.command("export")

@@ -9,7 +9,8 @@ other columns, in this order until the table fits:
 2. a compact style (no box lines, two spaces between columns, then one);
 3. the other columns wrap at word boundaries (when their longest words fit);
 4. each row folds into two lines: its identities, then ``header value`` pairs, indented
-   and wrapped (only a word longer than the line is folded, never an ellipsis).
+   and wrapped (only a word longer than the line is folded, never an ellipsis); the
+   caption follows, wrapped.
 
 A pipe without ``COLUMNS`` gets the natural width (complete, one line per row, stable for
 grep); ``--json`` stays the machine format.
@@ -118,6 +119,8 @@ def _two_lines(table: Table, ident: list[bool], width: int, console: Console) ->
         if rest.plain:
             for part in rest.wrap(console, width - 4, overflow="fold"):
                 lines.append(Text("    ") + part)
+    if table.caption:
+        lines.extend(_cell_text(console, table.caption).wrap(console, width, overflow="fold"))
     return Group(*lines)
 
 

@@ -2,7 +2,8 @@
 
 A real cluster (master + two store nodes, started by `cluster up`), a real audit
 database (`mooncake db upgrade` + the audit writer), real keys; then `cluster status`,
-`node ls`, `store ls`, `audit ls` and `top --once` with COLUMNS=80 and stdout a pipe.
+`node ls`, `store ls`, `audit ls`, `audit stats`, `audit show` and `top --once` with
+COLUMNS=80 and stdout a pipe.
 Every component, node, segment, client, key and request id must appear as a whole word
 (not cut with an ellipsis, not wrapped mid-word), and no line may pass 80 columns.
 """
@@ -124,6 +125,17 @@ def test_tables_keep_every_name_whole_at_80_columns_piped(
     assert audit.returncode == 0, audit.stderr
     bad += problems(audit.stdout, {*REQUEST_IDS, "prefill-2", "decode-0"}, "audit ls")
     shown.append(audit.stdout)
+
+    # stats and show printed at their natural width whatever COLUMNS said (190 and
+    # 120 columns): every column and the median / p90 caption must fit now.
+    stats = narrow("audit", "stats", "-c", c, "--bucket", "1h")
+    assert stats.returncode == 0, stats.stderr
+    bad += problems(stats.stdout, {"total", "decisions", "measured"}, "audit stats")
+    shown.append(stats.stdout)
+    show = narrow("audit", "show", "-c", c, REQUEST_IDS[0])
+    assert show.returncode == 0, show.stderr
+    bad += problems(show.stdout, {REQUEST_IDS[0], "prefill-2", "decode-0"}, "audit show")
+    shown.append(show.stdout)
 
     top = narrow("top", "--once", "-c", c, "--interval", "0.5")
     assert top.returncode == 0, top.stderr
