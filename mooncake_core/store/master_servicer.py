@@ -18,7 +18,7 @@ from mooncake_core.rpc import store_pb2_grpc as pb_grpc
 from . import convert as cv
 from .errors import ErrorCode, StoreError
 from .fast_packed import pack_errors, pack_placements, pack_read_versioned, pack_reads
-from .ha.image import started_record
+from .ha.image import started_record, writer_hold_records
 from .ha.readiness import Readiness
 from .master import StagePending
 from .objects import RUN_ID, Replica
@@ -107,6 +107,7 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
                 exclude_segments=tuple(request.exclude_segments),
                 target_segment=request.target_segment or None,
             ),
+            started=writer_hold_records,
         )
         if isinstance(r, StoreError):
             return pb.AddReplicaStartResponse(error=cv.error_to_pb(r))

@@ -36,7 +36,10 @@ Record types (``s`` is the seq, set by the journal)::
                                                  replicas when readers may still read
                                                  them (the ranges stay held); w: held
                                                  for a stalled writer instead
-    {"t": "hold", "seg", "off", "len", "w"?}     a held range (snapshots only)
+    {"t": "hold", "seg", "off", "len", "w"?}     a held range (snapshots; and, with w,
+                                                 a range handed to a replica addition
+                                                 or an SSD stage, until an object takes
+                                                 it)
     {"t": "replica_dropped", "key", "seg"}       an object with SSD copies stays (SSD-only)
     {"t": "replica_added", "key", "replica": [[seg, offset, length], ...]}   AddReplicaEnd
     {"t": "pin", "target", "prefix", "hard", "expires_wall"}
@@ -92,6 +95,16 @@ def _replicas_from_json(data: list[list[list[Any]]]) -> tuple[Replica, ...]:
 def started_record(key: str, size: int, replicas: tuple[Replica, ...]) -> Record:
     """The journal record of a write that PutStart/Upsert started."""
     return {"t": "started", "key": key, "size": size, "replicas": _replicas_to_json(replicas)}
+
+
+def writer_hold_records(replica: Replica) -> list[Record]:
+    """Journal records of ranges handed to a writer outside any object (a replica being
+    added, an SSD stage): a rebuilt master holds them ``put_release_s`` for that writer,
+    unless a later record shows an object took them (``_taken``)."""
+    return [
+        {"t": "hold", "seg": sl.segment, "off": sl.offset, "len": sl.length, "w": True}
+        for sl in replica
+    ]
 
 
 def records_from_events(
@@ -174,7 +187,11 @@ def records_from_events(
             out.append({"t": "ssd_added", "key": e.key, "seg": e.segment})
         elif isinstance(e, ev.SsdCopyDropped):
             out.append({"t": "ssd_dropped", "key": e.key, "seg": e.segment})
-        # OffloadRequested, StageRequested: work in flight, asked again after a restart.
+        elif isinstance(e, ev.StageRequested):
+            # The node fills the range from its disk; a rebuilt master must not hand it
+            # out while the node may still be writing (the stage itself is asked again).
+            out.extend(writer_hold_records(e.replica))
+        # OffloadRequested: work in flight, asked again after a restart.
         # ClientExpired: its SegmentUnmounted records already say everything.
     return out
 

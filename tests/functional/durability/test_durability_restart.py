@@ -185,3 +185,37 @@ async def test_range_held_for_a_reader_stays_held_across_a_restart(tmp_path: Pat
                 m2.stop(signal.SIGKILL)
         finally:
             beat.cancel()
+
+
+async def test_range_of_a_replica_being_added_stays_held_across_a_restart(
+    tmp_path: Path,
+) -> None:
+    # "a" lives on node-a; a replica of it is being added on node-b (the copier has its
+    # range, nothing in the object records says so). The master is killed and restarted:
+    # the new one must not give node-b's range to "c" while the copier may still write
+    # it (put_release_s), or the copier's late bytes would land in "c".
+    port = free_port()
+    flags = ["--data-dir", str(tmp_path / "journal")]
+    opts = {"client_ttl_s": 5.0, "lease_ttl_s": 30.0}  # "a" is not evicted meanwhile
+    size = 1 << 20
+    m = start_master(tmp_path, opts, flags, port=port)
+    async with MasterClient(m.address, client_id="node-a") as mc:
+        for name in ("node-a/dram", "node-b/dram"):
+            await mc.mount_segment(name, size, transport_address="127.0.0.1:1")
+        beat = asyncio.create_task(mc.keep_alive(0.2))
+        try:
+            await mc.put_start("a", size, ReplicateConfig(preferred_segments=("node-a/dram",)))
+            await mc.put_end("a")
+            adding = await mc.add_replica_start("a", target_segment="node-b/dram")
+            m.stop(signal.SIGKILL)
+            m2 = start_master(tmp_path, opts, flags, port=port)
+            try:
+                await _wait_for(lambda: _known(mc))
+                with pytest.raises(StoreError) as refused:
+                    await mc.put_start("c", size)
+                assert refused.value.code.name == "STORE_FULL", (refused, adding)
+                assert await _all_keys(mc) == ["a"]
+            finally:
+                m2.stop(signal.SIGKILL)
+        finally:
+            beat.cancel()

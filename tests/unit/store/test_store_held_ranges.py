@@ -11,8 +11,15 @@ from store_unit_support import MakeMaster
 
 from mooncake_core.config.models import MasterConfig
 from mooncake_core.store import MasterState, ReplicateConfig
-from mooncake_core.store.ha.image import MetadataImage, records_from_events, started_record
+from mooncake_core.store import events as ev
+from mooncake_core.store.ha.image import (
+    MetadataImage,
+    records_from_events,
+    started_record,
+    writer_hold_records,
+)
 from mooncake_core.store.ha.rebuild import build_state
+from mooncake_core.store.objects import Slice
 
 
 def leased(make_master: MakeMaster) -> MasterState:
@@ -200,6 +207,37 @@ def test_a_rebuilt_master_holds_a_discarded_write_for_its_writer_not_one_lease()
         assert img.held_ranges(for_writer=False) == [("s", 128, 100)]
         st = build_state(img, cfg, 50.0, 1000.0)
         assert st.held_ranges() == [("s", 0, 100, 350.0), ("s", 128, 100, 60.0)]
+
+
+def test_a_rebuilt_master_holds_a_pending_replica_addition_for_its_copier() -> None:
+    # A replica being added (the master service journals its range as a writer hold)
+    # is invisible to the records of objects; a master restored while the copier may
+    # still write must not place anything there for put_release_s. Once the addition
+    # ends, its replica_added record shows the range taken: no hold left.
+    cfg = MasterConfig(lease_ttl_s=10.0, put_release_s=300.0)
+    m = MasterState(cfg, alignment=64)
+    image = MetadataImage()
+    m.mount_segment("a", "c1", 1000, 0.0)
+    m.mount_segment("b", "c2", 1000, 0.0)
+    m.put_start("k", 100, "c1", 0.0, ReplicateConfig(preferred_segments=("a",)))
+    m.put_end("k", 0.0)
+    _journaled(m, image)
+    rep = m.add_replica_start("k", 1.0, target_segment="b")
+    image.apply_all(writer_hold_records(rep))
+    assert image.held_ranges(for_writer=True) == [("b", 0, 100)]
+    st = build_state(image, cfg, 50.0, 1000.0)
+    assert st.held_ranges() == [("b", 0, 100, 350.0)]
+    st.put_start("n", 100, "c2", 51.0, ReplicateConfig(preferred_segments=("b",)))
+    assert st.stat("n", 51.0).replicas[0][0].offset == 128  # not the copier's range
+    m.add_replica_end("k", 2.0)
+    _journaled(m, image)
+    assert image.held_ranges() == []
+
+
+def test_an_ssd_stage_is_journaled_as_a_writer_hold() -> None:
+    rep = (Slice("a", 640, 300),)
+    records = records_from_events([ev.StageRequested(1.0, "k", "a", rep, 300, 7)], 0.0, dict().get)
+    assert records == [{"t": "hold", "seg": "a", "off": 640, "len": 300, "w": True}]
 
 
 def test_the_image_forgets_a_hold_once_a_write_takes_the_range() -> None:
