@@ -80,6 +80,21 @@ ROWS = (
     ),
     Row(
         "fault",
+        "a heartbeat reply lost after the master expired the node",
+        "node dials the master through a TCP proxy; both ways cut past client_ttl_s "
+        "(expired), then only the replies held past the beat deadline, then healed",
+        'the beat that re-registered the client got its "unknown" reply too late; the node '
+        "remounts anyway (after any failed beat the next good one remounts, idempotently; a "
+        "refused remount is retried every beat). Found when `test_rel_partition.py` failed "
+        "once in CI with `clients: 1, segments: []`: the node beat forever while its memory "
+        "stayed out of the store",
+        (
+            R + "test_rel_lost_reply.py::test_rel_node_remounts_when_the_forgotten_reply_is_lost",
+            "tests/functional/store/test_store_master_service_inproc.py::test_keep_alive_retries_a_refused_remount_until_it_lands",
+        ),
+    ),
+    Row(
+        "fault",
         "master SIGKILLed",
         "SIGKILL the master with a journal (--data-dir / state_dir), restart; HA leader SIGKILL",
         "no acknowledged object lost; bytes identical after restart; followers take over",
