@@ -480,7 +480,7 @@ class ReadinessRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Readiness(_message.Message):
-    __slots__ = ("state", "serving", "durable", "journal_seq", "ha", "member_id", "applied_seq", "caught_up", "leader_id", "leader_address", "fast_port", "fast_unix")
+    __slots__ = ("state", "serving", "durable", "journal_seq", "ha", "member_id", "applied_seq", "caught_up", "leader_id", "leader_address", "fast_port", "fast_unix", "put_timeout_s")
     STATE_FIELD_NUMBER: _ClassVar[int]
     SERVING_FIELD_NUMBER: _ClassVar[int]
     DURABLE_FIELD_NUMBER: _ClassVar[int]
@@ -493,6 +493,7 @@ class Readiness(_message.Message):
     LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     FAST_PORT_FIELD_NUMBER: _ClassVar[int]
     FAST_UNIX_FIELD_NUMBER: _ClassVar[int]
+    PUT_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     state: str
     serving: bool
     durable: bool
@@ -505,7 +506,8 @@ class Readiness(_message.Message):
     leader_address: str
     fast_port: int
     fast_unix: str
-    def __init__(self, state: _Optional[str] = ..., serving: _Optional[bool] = ..., durable: _Optional[bool] = ..., journal_seq: _Optional[int] = ..., ha: _Optional[bool] = ..., member_id: _Optional[str] = ..., applied_seq: _Optional[int] = ..., caught_up: _Optional[bool] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., fast_port: _Optional[int] = ..., fast_unix: _Optional[str] = ...) -> None: ...
+    put_timeout_s: float
+    def __init__(self, state: _Optional[str] = ..., serving: _Optional[bool] = ..., durable: _Optional[bool] = ..., journal_seq: _Optional[int] = ..., ha: _Optional[bool] = ..., member_id: _Optional[str] = ..., applied_seq: _Optional[int] = ..., caught_up: _Optional[bool] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., fast_port: _Optional[int] = ..., fast_unix: _Optional[str] = ..., put_timeout_s: _Optional[float] = ...) -> None: ...
 
 class Snapshot(_message.Message):
     __slots__ = ("key_count", "complete_count", "processing_count", "allocated_bytes", "total_capacity_bytes", "client_count", "segments", "key_pins", "prefix_pins", "evicted_objects_total", "evicted_bytes_total", "eviction_rounds_total", "removed_objects_total", "expired_puts_total", "lost_objects_total", "offloaded_evictions_total", "ssd_offloads_total", "ssd_stages_total", "ssd_stage_failures_total", "ssd_promotions_total", "ssd_only_count", "ssd_lost_objects_total")

@@ -755,6 +755,7 @@ class MasterService:
             "journal_seq": self.sink.last_seq if self.sink is not None else None,
             "fast_port": self.fast_port,
             "fast_unix": self._fast.unix_name if self._fast is not None else "",
+            "put_timeout_s": self.config.put_timeout_s,
         }
         if self._sink_error is not None:
             out["journal_error"] = self._sink_error

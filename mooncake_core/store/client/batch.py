@@ -183,8 +183,6 @@ class BatchOps:
         if not parts:
             return out
 
-        timeout = self.options.master_config.put_timeout_s
-
         def reserve(part: list[int]) -> tuple[list[tuple[int, tuple[Replica, ...]]], float]:
             asked = time.monotonic()
             res = self._m.batch_put_start([(keys[i], sizes[i]) for i in part], config)
@@ -200,6 +198,7 @@ class BatchOps:
             reserved: tuple[list[tuple[int, tuple[Replica, ...]]], float],
         ) -> tuple[list[int], Pending]:
             got, asked = reserved
+            timeout = self._m.write_window(self.options.master_config.put_timeout_s)
             now = time.monotonic()
             if got and write_too_late(keys[got[0][0]], asked, timeout, now) is not None:
                 self._revoke([keys[i] for i, _ in got])

@@ -430,7 +430,7 @@ class Client(BatchOps):
         asked: float,
     ) -> None:
         view = st.view()
-        timeout = self.options.master_config.put_timeout_s
+        timeout = self._m.write_window(self.options.master_config.put_timeout_s)
         pos = 0
         while pos < size:
             n = min(window, size - pos)
@@ -484,9 +484,8 @@ class Client(BatchOps):
                     f"put {key!r}: writing a replica failed on {', '.join(sorted(avoid))}; "
                     f"revoked, and placing it elsewhere failed: {exc.message}",
                 ) from None
-            late = write_too_late(
-                key, asked, self.options.master_config.put_timeout_s, time.monotonic()
-            )
+            window = self._m.write_window(self.options.master_config.put_timeout_s)
+            late = write_too_late(key, asked, window, time.monotonic())
             if late is not None:
                 self._revoke([key])
                 raise late

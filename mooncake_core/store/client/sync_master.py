@@ -111,6 +111,8 @@ class SyncMaster:
         """gRPC address -> its master's fast channel address, once learnt."""
         self._fast_off: dict[str, float] = {}
         """gRPC address -> monotonic time before which its fast channel is not tried."""
+        self._put_timeout: dict[str, float] = {}
+        """gRPC address -> its master's ``put_timeout_s``, learnt with its fast channel."""
         self.fast_calls = 0
         """Calls answered over the fast channel."""
         self._unpacked: set[str] = set()
@@ -309,6 +311,8 @@ class SyncMaster:
             )
         except grpc.RpcError:
             r = None
+        if r is not None and r.put_timeout_s > 0:
+            self._put_timeout[address] = r.put_timeout_s
         if r is None or not (r.serving and r.fast_port):
             self._fast_off[address] = time.monotonic() + self.FAST_RETRY_S
             return None
@@ -319,6 +323,14 @@ class SyncMaster:
             target = UNIX + r.fast_unix
         self._fast_at[address] = target
         return target
+
+    def write_window(self, own_s: float) -> float:
+        """How long after asking for a PutStart a write may still start a transfer: the
+        smaller of ``own_s`` (this client's ``put_timeout_s``) and the master's, when
+        its readiness said it (docs/store.md, "Writes never land in another object's
+        bytes")."""
+        theirs = self._put_timeout.get(self.address)
+        return own_s if theirs is None else min(own_s, theirs)
 
     def wait_ready(self, timeout_s: float) -> None:
         """Block until the channel (to the leader, with etcd) connects.

@@ -28,6 +28,9 @@ class Readiness:
     """Port of this master's fast control channel for the hot calls (0: none)."""
     fast_unix: str = ""
     """The same channel's abstract Unix socket, ``@name`` (empty: none)."""
+    put_timeout_s: float = 0.0
+    """The master's ``put_timeout_s``: clients start no write transfer past it after
+    their PutStart (0: not said; a client then goes by its own configuration)."""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Readiness:
@@ -45,4 +48,5 @@ class Readiness:
             leader_address=str(d.get("leader_address") or ""),
             fast_port=int(d.get("fast_port") or 0),
             fast_unix=str(d.get("fast_unix") or ""),
+            put_timeout_s=float(d.get("put_timeout_s") or 0.0),
         )

@@ -10,7 +10,8 @@ stalled writer's bytes (measured before the fix: every byte of the victim was th
 zombie's, over shm and over tcp).
 
 The second test drives the public ``put``: a client whose PutStart answer arrives only
-after ``put_timeout_s`` refuses to start the transfer at all, revokes, and says why.
+after ``put_timeout_s`` refuses to start the transfer at all, revokes, and says why, with
+the master's timeout (from its readiness) when its own configuration says a longer one.
 """
 
 from __future__ import annotations
@@ -99,7 +100,11 @@ def test_rel_a_stalled_transfer_lands_in_its_own_held_range(
 
 
 def test_rel_put_never_starts_a_transfer_after_the_put_timeout(cluster: Cluster) -> None:
-    with client(cluster, "shm") as writer, client(cluster, "shm") as other:
+    # The writer is configured with the default put_timeout_s (30 s), as an application
+    # using the upstream API is: it goes by the master's 0.3 s, learnt from its readiness.
+    own = ClientOptions(master=cluster.address, transport="shm")
+    assert own.master_config.put_timeout_s == 30.0
+    with Client(own).setup() as writer, client(cluster, "shm") as other:
         m = writer._m
         real = m.put_start
 
