@@ -231,10 +231,12 @@ class MetadataImage:
             for sl in r:
                 if sl.segment in self.segments:
                     self.holds.setdefault(sl.segment, {})[sl.offset] = sl.length
-                    if for_writer:
+                    if for_writer:  # a reader's hold never shortens a writer's
                         self.writer_holds.add((sl.segment, sl.offset))
-                    else:
-                        self.writer_holds.discard((sl.segment, sl.offset))
+
+    def _forget_holds(self, segment: str) -> None:
+        self.holds.pop(segment, None)
+        self.writer_holds = {h for h in self.writer_holds if h[0] != segment}
 
     def _taken(self, replicas: Iterable[Replica]) -> None:
         # A write placed on (part of) a held range: the live master had released it.
@@ -248,6 +250,7 @@ class MetadataImage:
                 end = sl.offset + sl.length
                 for off in [o for o, ln in held.items() if o < end and o + ln > sl.offset]:
                     del held[off]
+                    self.writer_holds.discard((sl.segment, off))
                 if not held:
                     del self.holds[sl.segment]
 
@@ -295,11 +298,8 @@ class MetadataImage:
         elif t == "hold":
             if rec["seg"] in self.segments:
                 self.holds.setdefault(rec["seg"], {})[int(rec["off"])] = int(rec["len"])
-                at = (rec["seg"], int(rec["off"]))
                 if rec.get("w"):
-                    self.writer_holds.add(at)
-                else:
-                    self.writer_holds.discard(at)
+                    self.writer_holds.add((rec["seg"], int(rec["off"])))
             else:
                 self.ignored += 1
         elif t == "pin":
@@ -310,7 +310,7 @@ class MetadataImage:
             if self.pins.pop((rec["target"], bool(rec["prefix"])), None) is None:
                 self.ignored += 1
         elif t == "mount":
-            self.holds.pop(rec["seg"], None)  # a new allocator under that name
+            self._forget_holds(rec["seg"])  # a new allocator under that name
             self.segments[rec["seg"]] = SegmentRecord(
                 rec["client"],
                 int(rec["cap"]),
@@ -374,7 +374,7 @@ class MetadataImage:
         if self.segments.pop(name, None) is None:
             self.ignored += 1
             return
-        self.holds.pop(name, None)
+        self._forget_holds(name)
         for key in [k for k, segs in self.ssd.items() if name in segs]:
             self._drop_ssd(key, name, forget_empty=True)
         # The core reports lost replicas before the unmount; this catches any left over.

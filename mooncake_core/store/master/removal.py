@@ -10,9 +10,10 @@ behaviour.
 Readers never see reclaimed bytes: a range a reader may still be reading (the object is
 leased, or was restored by a rebuilt master less than ``lease_ttl_s`` ago), or that
 the writer of a write discarded unfinished may still be writing (``put_release_s``
-from its PutStart), is not freed but *held* (:func:`.space.free_range`) until then, and released by :func:`finish_held`
-from ``tick``, into the very segment it was taken from (a segment unmounted and mounted
-again under the same name is a new allocator; the old hold is dropped with the old one).
+from its PutStart), is not freed but *held* (:func:`.space.free_range`) until then, and
+released by :func:`finish_held` from ``tick``, into the very segment it was taken from
+(a segment unmounted and mounted again under the same name is a new allocator; the old
+hold is dropped with the old one).
 """
 
 from __future__ import annotations

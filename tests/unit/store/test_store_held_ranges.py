@@ -286,3 +286,18 @@ def test_a_deferred_replica_drop_held_by_a_forced_remove_is_journaled() -> None:
     assert image.held_ranges() == [("a", 0, 100), ("b", 0, 100)]
     st = build_state(image, m.config, 50.0, 1000.0)
     assert [r[:3] for r in st.held_ranges()] == [("a", 0, 100), ("b", 0, 100)]
+
+
+def test_the_image_keeps_the_longer_writer_hold_and_forgets_it_with_the_range() -> None:
+    image = MetadataImage()
+    image.apply({"t": "mount", "seg": "s", "client": "c1", "cap": 1000})
+    image.apply({"t": "hold", "seg": "s", "off": 0, "len": 100, "w": True})
+    # The same range in a reader's hold (its object removed under a lease) afterwards:
+    # still a writer's, the longer of the two.
+    image.apply({"t": "removed", "key": "k", "held": [[["s", 0, 100]]]})
+    assert image.held_ranges(for_writer=True) == [("s", 0, 100)]
+    # A write placed there: no hold, and a later reader's hold there is a reader's.
+    image.apply(started_record("n", 100, ((Slice("s", 0, 100),),)))
+    assert image.held_ranges() == []
+    image.apply({"t": "removed", "key": "n", "held": [[["s", 0, 100]]]})
+    assert image.held_ranges(for_writer=False) == [("s", 0, 100)]
