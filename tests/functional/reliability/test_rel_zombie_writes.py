@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from store_client_procs import MASTER_READY, TEST_MASTER, Cluster, free_port, spawn
+from store_client_procs import TEST_MASTER, Cluster, start_cluster
 
 from mooncake_core.config.models import MasterConfig
 from mooncake_core.store import Client, ClientOptions
@@ -46,16 +45,8 @@ MASTER = {
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    cfg = tmp_path / "mooncake.yaml"
-    cfg.write_text(yaml.safe_dump({"state_dir": str(tmp_path), "master": MASTER}))
-    port = free_port()
-    master = spawn(
-        ["master", "--config", str(cfg), "--port", str(port), "--metrics-port", "0"],
-        MASTER_READY,
-    )
-    c = Cluster(cfg, master, f"127.0.0.1:{port}", {})
+    c = start_cluster(tmp_path, nodes=("n0",), master_settings=MASTER, node_size="16MiB")
     try:
-        c.start_node("n0", size="16MiB")
         yield c
     finally:
         c.close()
