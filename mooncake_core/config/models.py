@@ -121,6 +121,12 @@ class MasterConfig(_Strict):
     (GC pause, VM steal, swap) still lands its bytes in its own range, never in another
     object's. At least ``put_timeout_s`` and ``stage_timeout_s``; upstream's
     ``put_start_release_timeout_sec``."""
+    put_grant_max_bytes: ByteSize = Field(default=ByteSize(4 << 20), ge=0, le=1 << 40)
+    """A writer that puts objects of at most this size is granted the space of its next
+    put of the same size ahead (with the reply that completes a put): that put is one
+    transfer and one exchange with the master instead of two (docs/store.md, "Grants").
+    A grant unused for ``put_timeout_s`` is held until ``put_release_s``; at most
+    four per client, never past the eviction high watermark. 0: no grants."""
     unmount_grace_s: Annotated[float, Field(ge=0, le=86_400)] = 5.0
     """After unmount, a segment stays readable (no new allocations) for this long."""
     eviction_high_watermark: Annotated[float, Field(gt=0, le=1)] = 0.90

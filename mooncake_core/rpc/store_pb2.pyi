@@ -224,6 +224,34 @@ class PutStartResponse(_message.Message):
     replicas: _containers.RepeatedCompositeFieldContainer[Replica]
     def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ..., replicas: _Optional[_Iterable[_Union[Replica, _Mapping]]] = ...) -> None: ...
 
+class PutCommitRequest(_message.Message):
+    __slots__ = ("client_id", "key", "grant_id", "size", "next_size", "config", "release_grant_id")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    GRANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SIZE_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_GRANT_ID_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    key: str
+    grant_id: int
+    size: int
+    next_size: int
+    config: ReplicateConfig
+    release_grant_id: int
+    def __init__(self, client_id: _Optional[str] = ..., key: _Optional[str] = ..., grant_id: _Optional[int] = ..., size: _Optional[int] = ..., next_size: _Optional[int] = ..., config: _Optional[_Union[ReplicateConfig, _Mapping]] = ..., release_grant_id: _Optional[int] = ...) -> None: ...
+
+class PutCommitResponse(_message.Message):
+    __slots__ = ("error", "grant_id", "replicas")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    GRANT_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    error: Error
+    grant_id: int
+    replicas: _containers.RepeatedCompositeFieldContainer[Replica]
+    def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ..., grant_id: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[Replica, _Mapping]]] = ...) -> None: ...
+
 class KeyRequest(_message.Message):
     __slots__ = ("client_id", "key")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -510,7 +538,7 @@ class Readiness(_message.Message):
     def __init__(self, state: _Optional[str] = ..., serving: _Optional[bool] = ..., durable: _Optional[bool] = ..., journal_seq: _Optional[int] = ..., ha: _Optional[bool] = ..., member_id: _Optional[str] = ..., applied_seq: _Optional[int] = ..., caught_up: _Optional[bool] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., fast_port: _Optional[int] = ..., fast_unix: _Optional[str] = ..., put_timeout_s: _Optional[float] = ...) -> None: ...
 
 class Snapshot(_message.Message):
-    __slots__ = ("key_count", "complete_count", "processing_count", "allocated_bytes", "total_capacity_bytes", "client_count", "segments", "key_pins", "prefix_pins", "evicted_objects_total", "evicted_bytes_total", "eviction_rounds_total", "removed_objects_total", "expired_puts_total", "lost_objects_total", "offloaded_evictions_total", "ssd_offloads_total", "ssd_stages_total", "ssd_stage_failures_total", "ssd_promotions_total", "ssd_only_count", "ssd_lost_objects_total")
+    __slots__ = ("key_count", "complete_count", "processing_count", "allocated_bytes", "total_capacity_bytes", "client_count", "segments", "key_pins", "prefix_pins", "evicted_objects_total", "evicted_bytes_total", "eviction_rounds_total", "removed_objects_total", "expired_puts_total", "lost_objects_total", "offloaded_evictions_total", "ssd_offloads_total", "ssd_stages_total", "ssd_stage_failures_total", "ssd_promotions_total", "ssd_only_count", "ssd_lost_objects_total", "grant_count", "granted_bytes")
     KEY_COUNT_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_COUNT_FIELD_NUMBER: _ClassVar[int]
     PROCESSING_COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -533,6 +561,8 @@ class Snapshot(_message.Message):
     SSD_PROMOTIONS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     SSD_ONLY_COUNT_FIELD_NUMBER: _ClassVar[int]
     SSD_LOST_OBJECTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    GRANT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    GRANTED_BYTES_FIELD_NUMBER: _ClassVar[int]
     key_count: int
     complete_count: int
     processing_count: int
@@ -555,7 +585,9 @@ class Snapshot(_message.Message):
     ssd_promotions_total: int
     ssd_only_count: int
     ssd_lost_objects_total: int
-    def __init__(self, key_count: _Optional[int] = ..., complete_count: _Optional[int] = ..., processing_count: _Optional[int] = ..., allocated_bytes: _Optional[int] = ..., total_capacity_bytes: _Optional[int] = ..., client_count: _Optional[int] = ..., segments: _Optional[_Iterable[_Union[SegmentInfo, _Mapping]]] = ..., key_pins: _Optional[int] = ..., prefix_pins: _Optional[int] = ..., evicted_objects_total: _Optional[int] = ..., evicted_bytes_total: _Optional[int] = ..., eviction_rounds_total: _Optional[int] = ..., removed_objects_total: _Optional[int] = ..., expired_puts_total: _Optional[int] = ..., lost_objects_total: _Optional[int] = ..., offloaded_evictions_total: _Optional[int] = ..., ssd_offloads_total: _Optional[int] = ..., ssd_stages_total: _Optional[int] = ..., ssd_stage_failures_total: _Optional[int] = ..., ssd_promotions_total: _Optional[int] = ..., ssd_only_count: _Optional[int] = ..., ssd_lost_objects_total: _Optional[int] = ...) -> None: ...
+    grant_count: int
+    granted_bytes: int
+    def __init__(self, key_count: _Optional[int] = ..., complete_count: _Optional[int] = ..., processing_count: _Optional[int] = ..., allocated_bytes: _Optional[int] = ..., total_capacity_bytes: _Optional[int] = ..., client_count: _Optional[int] = ..., segments: _Optional[_Iterable[_Union[SegmentInfo, _Mapping]]] = ..., key_pins: _Optional[int] = ..., prefix_pins: _Optional[int] = ..., evicted_objects_total: _Optional[int] = ..., evicted_bytes_total: _Optional[int] = ..., eviction_rounds_total: _Optional[int] = ..., removed_objects_total: _Optional[int] = ..., expired_puts_total: _Optional[int] = ..., lost_objects_total: _Optional[int] = ..., offloaded_evictions_total: _Optional[int] = ..., ssd_offloads_total: _Optional[int] = ..., ssd_stages_total: _Optional[int] = ..., ssd_stage_failures_total: _Optional[int] = ..., ssd_promotions_total: _Optional[int] = ..., ssd_only_count: _Optional[int] = ..., ssd_lost_objects_total: _Optional[int] = ..., grant_count: _Optional[int] = ..., granted_bytes: _Optional[int] = ...) -> None: ...
 
 class WatchEventsRequest(_message.Message):
     __slots__ = ()

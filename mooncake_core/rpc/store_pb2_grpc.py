@@ -114,6 +114,11 @@ class MasterServiceStub:
                 request_serializer=mooncake__core_dot_rpc_dot_store__pb2.KeyRequest.SerializeToString,
                 response_deserializer=mooncake__core_dot_rpc_dot_store__pb2.KeyResponse.FromString,
                 _registered_method=True)
+        self.PutCommit = channel.unary_unary(
+                '/mooncake.store.v1.MasterService/PutCommit',
+                request_serializer=mooncake__core_dot_rpc_dot_store__pb2.PutCommitRequest.SerializeToString,
+                response_deserializer=mooncake__core_dot_rpc_dot_store__pb2.PutCommitResponse.FromString,
+                _registered_method=True)
         self.Upsert = channel.unary_unary(
                 '/mooncake.store.v1.MasterService/Upsert',
                 request_serializer=mooncake__core_dot_rpc_dot_store__pb2.PutStartRequest.SerializeToString,
@@ -322,6 +327,12 @@ class MasterServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def PutRevoke(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PutCommit(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -542,6 +553,11 @@ def add_MasterServiceServicer_to_server(servicer, server):
                     servicer.PutRevoke,
                     request_deserializer=mooncake__core_dot_rpc_dot_store__pb2.KeyRequest.FromString,
                     response_serializer=mooncake__core_dot_rpc_dot_store__pb2.KeyResponse.SerializeToString,
+            ),
+            'PutCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutCommit,
+                    request_deserializer=mooncake__core_dot_rpc_dot_store__pb2.PutCommitRequest.FromString,
+                    response_serializer=mooncake__core_dot_rpc_dot_store__pb2.PutCommitResponse.SerializeToString,
             ),
             'Upsert': grpc.unary_unary_rpc_method_handler(
                     servicer.Upsert,
@@ -1086,6 +1102,33 @@ class MasterService:
             '/mooncake.store.v1.MasterService/PutRevoke',
             mooncake__core_dot_rpc_dot_store__pb2.KeyRequest.SerializeToString,
             mooncake__core_dot_rpc_dot_store__pb2.KeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake.store.v1.MasterService/PutCommit',
+            mooncake__core_dot_rpc_dot_store__pb2.PutCommitRequest.SerializeToString,
+            mooncake__core_dot_rpc_dot_store__pb2.PutCommitResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -155,6 +155,8 @@ _SNAP_FIELDS = (
     "ssd_promotions_total",
     "ssd_only_count",
     "ssd_lost_objects_total",
+    "grant_count",
+    "granted_bytes",
 )
 
 

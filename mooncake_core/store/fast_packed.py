@@ -60,6 +60,7 @@ _PUT_HEAD = struct.Struct("<BB")  # code 0, replicas
 _READ_ONE = struct.Struct("<BQdBHHQQ")
 _PUT_ONE = struct.Struct("<BBHHQQ")
 _VERSION = struct.Struct("<QQ")  # master run id, object version
+_GRANT = struct.Struct("<Q")  # grant id (0: none)
 _MAX_U16 = 0xFFFF
 _CODES = frozenset(int(c) for c in ErrorCode if c)
 
@@ -183,6 +184,36 @@ def pack_placements(results: Sequence[tuple[Replica, ...] | StoreError]) -> byte
         body += _PUT_HEAD.pack(0, len(r))
         _pack_replicas(body, r, seg)
     return seg.header(len(results)) + body
+
+
+def pack_commit(result: tuple[int, tuple[Replica, ...]] | StoreError | None) -> bytes:
+    """A PutCommit reply: the grant id (0: none) and, after it, the grant's replicas or
+    the call's error (nothing more when it succeeded without a grant)."""
+    if result is None:
+        return _GRANT.pack(0)
+    if isinstance(result, StoreError):
+        return _GRANT.pack(0) + pack_placements([result])
+    gid, replicas = result
+    return _GRANT.pack(gid) + pack_placements([replicas])
+
+
+def unpack_commit(buf: bytes) -> tuple[int, tuple[Replica, ...]] | StoreError | None:
+    """What :func:`pack_commit` packed.
+
+    Raises:
+        ValueError: the reply does not parse.
+    """
+    if len(buf) < _GRANT.size:
+        raise ValueError(f"commit reply of {len(buf)} bytes")
+    (gid,) = _GRANT.unpack_from(buf)
+    if len(buf) == _GRANT.size:
+        if gid:
+            raise ValueError(f"grant {gid} without replicas")
+        return None
+    (r,) = unpack_placements(1, buf[_GRANT.size :])
+    if isinstance(r, StoreError) == bool(gid):
+        raise ValueError(f"commit reply with grant {gid} and {r!r}")
+    return r if isinstance(r, StoreError) else (gid, r)
 
 
 class _Reader:

@@ -35,7 +35,13 @@ from mooncake_core.rpc import store_pb2 as pb
 
 from . import convert as cv
 from .errors import ErrorCode, StoreError, UnavailableError
-from .fast_packed import unpack_errors, unpack_placements, unpack_read_versioned, unpack_reads
+from .fast_packed import (
+    unpack_commit,
+    unpack_errors,
+    unpack_placements,
+    unpack_read_versioned,
+    unpack_reads,
+)
 from .objects import Replica
 from .pins import Pin
 from .results import GetResult, RemoveManyResult, ReplicateConfig
@@ -155,6 +161,24 @@ def _ended_many(r: Any, q: Any, resent: bool) -> list[StoreError | None]:
     return errs
 
 
+def _committed(r: Any, q: Any, resent: bool) -> tuple[int, tuple[Replica, ...]] | None:
+    err = cv.error_from_pb(r.error)
+    if err is not None:
+        if resent and not q.grant_id and err.code == ErrorCode.INVALID_STATE:
+            return None  # as PutEnd: the old leader completed it
+        if resent and q.grant_id and err.code in (ErrorCode.STALE, ErrorCode.OBJECT_ALREADY_EXISTS):
+            # The first copy may have stored it (and used up the grant).
+            raise UnavailableError(
+                ErrorCode.UNAVAILABLE,
+                f"put {q.key!r}: resent after a leader switch and answered "
+                f"{err.code.name}; the first attempt may have taken effect (outcome unknown)",
+            )
+        raise err
+    if not r.grant_id:
+        return None
+    return int(r.grant_id), cv.replicas_from_pb(r.replicas)
+
+
 def _removed(r: Any, q: Any, resent: bool) -> None:
     _raise_unless_own(r.error, ErrorCode.OBJECT_NOT_FOUND, "remove", q.key, resent)
 
@@ -220,6 +244,27 @@ def _put_start(
         size=size,
         config=cv.config_to_pb(config),
         avoid_segments=list(avoid),
+    )
+
+
+def _put_commit(
+    client_id: str,
+    key: str,
+    grant_id: int = 0,
+    size: int = 0,
+    *,
+    next_size: int = 0,
+    config: ReplicateConfig | None = None,
+    release: int = 0,
+) -> pb.PutCommitRequest:
+    return pb.PutCommitRequest(
+        client_id=client_id,
+        key=key,
+        grant_id=grant_id,
+        size=size,
+        next_size=next_size,
+        config=cv.config_to_pb(config),
+        release_grant_id=release,
     )
 
 
@@ -431,6 +476,15 @@ UPSERT = Unary(
 )  # fmt: skip
 PUT_END = Unary("PutEnd", _key, _ended, "Make a written object readable.", fast=7)
 PUT_REVOKE = Unary("PutRevoke", _key, _none, "Abandon a write and free its space.", fast=8)
+PUT_COMMIT = Unary(
+    "PutCommit", _put_commit, _committed,
+    "End a put: ``grant_id`` 0, ``key``'s PutStart (as ``put_end``); else store ``key`` "
+    "at that grant's replicas, written by this client. ``next_size``: also grant this "
+    "client's next put of that size (returns ``(grant id, replicas)`` or None); "
+    "``release``: a grant it will not use.",
+    fast=23,
+    packed=Packed("PutCommitPacked", 24, lambda q, b: _only([unpack_commit(b)])),
+)  # fmt: skip
 BATCH_PUT_START = Unary(
     "BatchPutStart", _batch_put_start, _placed_many,
     "``put_start`` for each ``(key, size)``; errors are returned per item.",
@@ -506,7 +560,7 @@ SURFACE: tuple[Unary[Any, Any], ...] = (
     MOUNT_SEGMENT, UNMOUNT_SEGMENT, DRAIN_SEGMENT, UNDRAIN_SEGMENT, LIST_SEGMENT_OBJECTS,
     ADD_REPLICA_START, ADD_REPLICA_END, ADD_REPLICA_REVOKE, DROP_REPLICA,
     TIER_OFFLOAD_DONE, TIER_STAGE_DONE, TIER_DROPPED,
-    PUT_START, UPSERT, PUT_END, PUT_REVOKE,
+    PUT_START, UPSERT, PUT_END, PUT_REVOKE, PUT_COMMIT,
     BATCH_PUT_START, BATCH_UPSERT, BATCH_PUT_END, BATCH_PUT_REVOKE,
     GET_REPLICA_LIST, BATCH_GET_REPLICA_LIST, EXIST, BATCH_EXIST, STAT, LIST_KEYS,
     REMOVE, BATCH_REMOVE, REMOVE_BY_PREFIX, REMOVE_BY_REGEX, REMOVE_ALL,

@@ -158,6 +158,11 @@ class _SnapshotCollector:
                 "Objects with no DRAM replica, readable from SSD.",
                 s.ssd_only_count,
             ),
+            "master_grant_count": (
+                "Grants writers hold (space of their next puts).",
+                s.grant_count,
+            ),
+            "master_granted_bytes": ("Bytes allocated to grants, in no object.", s.granted_bytes),
         }
         for name, (doc, value) in gauges.items():
             yield GaugeMetricFamily(name, doc, value=value)

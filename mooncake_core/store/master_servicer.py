@@ -17,7 +17,13 @@ from mooncake_core.rpc import store_pb2_grpc as pb_grpc
 
 from . import convert as cv
 from .errors import ErrorCode, StoreError
-from .fast_packed import pack_errors, pack_placements, pack_read_versioned, pack_reads
+from .fast_packed import (
+    pack_commit,
+    pack_errors,
+    pack_placements,
+    pack_read_versioned,
+    pack_reads,
+)
 from .ha.image import started_record, writer_hold_records
 from .ha.readiness import Readiness
 from .master import StagePending
@@ -213,6 +219,43 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
     async def PutEnd(self, request: pb.KeyRequest, context: Ctx) -> pb.KeyResponse:
         r = await self._svc.call("PutEnd", lambda now: self._st.put_end(request.key, now))
         return pb.KeyResponse(error=_err(r))
+
+    async def PutCommit(self, request: pb.PutCommitRequest, context: Ctx) -> pb.PutCommitResponse:
+        r = await self._put_commit(request)
+        if isinstance(r, StoreError):
+            return pb.PutCommitResponse(error=cv.error_to_pb(r))
+        if r is None:
+            return pb.PutCommitResponse(error=cv.OK)
+        return pb.PutCommitResponse(error=cv.OK, grant_id=r[0], replicas=cv.replicas_to_pb(r[1]))
+
+    async def PutCommitPacked(self, request: pb.PutCommitRequest, context: Ctx) -> bytes:
+        """PutCommit with a packed reply (fast channel only, :mod:`.fast_packed`)."""
+        return pack_commit(await self._put_commit(request))
+
+    async def _put_commit(
+        self, request: pb.PutCommitRequest
+    ) -> tuple[int, tuple[Replica, ...]] | StoreError | None:
+        cid, key = request.client_id, request.key
+        cfg = cv.config_from_pb(request.config)
+
+        def commit(now: float) -> tuple[int, tuple[Replica, ...]] | None:
+            if request.release_grant_id:
+                self._st.release_grant(cid, request.release_grant_id)
+            if request.grant_id:
+                self._st.put_commit(cid, key, request.grant_id, request.size, now)
+            elif key:
+                self._st.put_end(key, now)
+            if not request.next_size:
+                return None
+            return self._st.grant_put(cid, request.next_size, cfg, now)
+
+        return await self._svc.call(
+            "PutCommit",
+            commit,
+            # A grant is journaled as a writer hold: a rebuilt master keeps its ranges
+            # for its writer until put_release_s (docs/store.md, "Grants").
+            started=lambda g: [h for rep in (g[1] if g else ()) for h in writer_hold_records(rep)],
+        )
 
     async def PutRevoke(self, request: pb.KeyRequest, context: Ctx) -> pb.KeyResponse:
         r = await self._svc.call("PutRevoke", lambda now: self._st.put_revoke(request.key, now))

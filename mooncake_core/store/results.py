@@ -109,6 +109,10 @@ class MasterSnapshot:
     """Objects with no DRAM replica, readable from SSD (gauge)."""
     ssd_lost_objects_total: int = 0
     """Objects removed because their last SSD copy went (miss, corrupt, disk eviction)."""
+    grant_count: int = 0
+    """Grants held by writers: space of their next puts, allocated ahead (gauge)."""
+    granted_bytes: int = 0
+    """Bytes those grants hold (part of ``allocated_bytes``, in no object)."""
 
     @property
     def usage(self) -> float:

@@ -260,6 +260,7 @@ class MasterClient:
     upsert = AsyncCall(rpc.UPSERT)
     put_end = AsyncCall(rpc.PUT_END)
     put_revoke = AsyncCall(rpc.PUT_REVOKE)
+    put_commit = AsyncCall(rpc.PUT_COMMIT)
     batch_put_start = AsyncCall(rpc.BATCH_PUT_START)
     batch_upsert = AsyncCall(rpc.BATCH_UPSERT)
     batch_put_end = AsyncCall(rpc.BATCH_PUT_END)

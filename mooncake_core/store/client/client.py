@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from mooncake_core.transfer import OpCode, Region, TransferEngine, TransferError
 
-from ..errors import ErrorCode, InvalidArgumentError, StoreError, UnavailableError
+from ..errors import ConflictError, ErrorCode, InvalidArgumentError, StoreError, UnavailableError
 from ..objects import ObjectInfo, Replica
 from ..pins import Pin
 from ..results import GetResult, ListKeysResult, RemoveManyResult, ReplicateConfig
@@ -56,6 +56,7 @@ from .data import (
     plan_window,
     write_too_late,
 )
+from .grants import GrantPocket, HeldGrant
 from .heartbeat import Heartbeat, Mount
 from .options import ClientOptions
 from .sync_master import SyncMaster
@@ -105,6 +106,8 @@ class Client(BatchOps):
         self._local: dict[str, Region] = {}
         self._staging: Region | None = None
         self._staging_lock = threading.Lock()
+        self._grants = GrantPocket()
+        """The space of this client's next put, granted ahead (:mod:`.grants`)."""
         self._locations: dict[str, tuple[int, int, Replica]] = {}
         """Key -> (version, size, replica) of its last tcp read (:meth:`_overlapped`)."""
         self.overlapped_reads = [0, 0]
@@ -173,6 +176,10 @@ class Client(BatchOps):
         if self._closed:
             return
         self._closed = True
+        if self._master is not None:
+            for gid in self._grants.take_all():  # else held until put_release_s
+                with contextlib.suppress(StoreError):
+                    self._master.put_commit("", release=gid)
         if self._heartbeat is not None:
             self._heartbeat.stop(unmount=True)
         if self._engine is not None:
@@ -469,6 +476,8 @@ class Client(BatchOps):
         # the failed segments, so the master places the write elsewhere and stops
         # placing anyone's writes there. Until rpc_timeout_s, while new segments fail.
         # ``avoid``: segments a first attempt (a batch put) already failed on.
+        if not upsert and not avoid and self._put_granted(key, region, off, size, config):
+            return
         deadline = time.monotonic() + self.options.rpc_timeout_s
         avoid = set(avoid)
         while True:
@@ -499,7 +508,53 @@ class Client(BatchOps):
                     ErrorCode.UNAVAILABLE, f"put {key!r}: writing a replica failed ({err}); revoked"
                 )
             avoid |= bad
-        self._m.put_end(key)
+        self._end_put(key, size, config, upsert)
+
+    def _end_put(self, key: str, size: int, config: ReplicateConfig | None, upsert: bool) -> None:
+        """PutEnd, asking for a grant for the next put of this size (not after an
+        upsert: that one replaces a key, a grant only stores new ones)."""
+        want = 0 if upsert or not self._grants.wants(size, config) else size
+        asked = time.monotonic()
+        got = self._m.put_commit(
+            key, 0, size, next_size=want, config=config, release=self._grants.to_release()
+        )
+        if got is not None:
+            self._grants.keep(HeldGrant(got[0], size, config, got[1], asked))
+
+    def _put_granted(
+        self, key: str, region: Region, off: int, size: int, config: ReplicateConfig | None
+    ) -> bool:
+        """Put through the grant held for this size, if any: write its replicas, then
+        commit the key (one exchange with the master). False: no grant fits, or the
+        master no longer knows it, or a transfer failed; the caller puts the usual way
+        (PutStart, transfer, PutEnd)."""
+        window = self._m.write_window(self.options.master_config.put_timeout_s)
+        g = self._grants.take(size, config, time.monotonic(), window)
+        if g is None:
+            return False
+        if write_too_late(key, g.asked, window, time.monotonic()) is not None:
+            self._grants.drop(g.grant_id)
+            return False
+        ops = [o for r in g.replicas for o in plan(OpCode.WRITE, region, off, r)]
+        (err,) = self._dp.run([ops])
+        if err is not None:
+            self._grants.drop(g.grant_id)
+            return False
+        asked = time.monotonic()
+        try:
+            got = self._m.put_commit(
+                key, g.grant_id, size, next_size=size, config=config,
+                release=self._grants.to_release(),
+            )  # fmt: skip
+        except ConflictError as exc:
+            if exc.code == ErrorCode.STALE:
+                return False  # expired or forgotten (a new leader): put it again
+            if exc.code == ErrorCode.OBJECT_ALREADY_EXISTS:
+                self._grants.keep(g)  # unused: good for the next put
+            raise
+        if got is not None:
+            self._grants.keep(HeldGrant(got[0], size, config, got[1], asked))
+        return True
 
     def _revoke(self, keys: Sequence[str]) -> None:
         # If this fails too, the master discards the write after put_timeout_s.

@@ -394,6 +394,7 @@ class SyncMaster:
     upsert = SyncCall(rpc.UPSERT)
     put_end = SyncCall(rpc.PUT_END)
     put_revoke = SyncCall(rpc.PUT_REVOKE)
+    put_commit = SyncCall(rpc.PUT_COMMIT)
     batch_put_start = SyncCall(rpc.BATCH_PUT_START)
     batch_upsert = SyncCall(rpc.BATCH_UPSERT)
     batch_put_end = SyncCall(rpc.BATCH_PUT_END)

@@ -20,7 +20,7 @@ from ..objects import PinLevel
 from ..pins import PinTable
 from ..segment_table import SegmentTable
 from ..strategies import make_strategy
-from .tables import HeldRanges, MasterCounters, ObjectTable, ReplicaMoves
+from .tables import GrantTable, HeldRanges, MasterCounters, ObjectTable, ReplicaMoves
 from .tier_book import TierBook
 
 
@@ -60,6 +60,8 @@ class MasterCore:
         """No client is expired before this time of the core's clock (a new HA leader
         gives every client it restored time to find it: ``hold_expiry``)."""
         self.pins = PinTable()
+        self.grants = GrantTable()
+        """Space handed to writers ahead of their next put (:mod:`.grants`)."""
         self.events: list[ev.Event] = []
         """Emitted since the last :meth:`take_events`, oldest first."""
         self.counters = MasterCounters()

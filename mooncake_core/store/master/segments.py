@@ -216,6 +216,9 @@ def remove_segment(ms: MasterCore, seg: Segment, reason: ev.UnmountReason, now: 
         else:
             removal_ops.drop(ms, key, obj, ev.RemoveReason.SEGMENT_LOST, now)
             ms.counters.lost += 1
+    for g in ms.grants.pop_on_segment(name):
+        # Its writer may still be writing the other segments' slices.
+        space.free_grant(ms, g, space.writer_hold(ms, g.started, now), gone=name)
     ms.segments.remove(name)
     ms.events.append(ev.SegmentUnmounted(now, name, reason))
 

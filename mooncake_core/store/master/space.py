@@ -16,6 +16,7 @@ from .. import events as ev
 from ..objects import ObjectMeta, Replica
 from ..segment import Segment, SegmentState
 from .core import MasterCore
+from .tables import Grant
 
 
 def reader_hold(ms: MasterCore, obj: ObjectMeta, now: float) -> float | None:
@@ -45,6 +46,16 @@ def free_range(
         seg.allocator.release(offset, length)
         return
     ms.held.hold(seg, offset, length, hold_until)
+
+
+def free_grant(ms: MasterCore, g: Grant, hold_until: float | None, gone: str = "") -> None:
+    """Give a forgotten grant's ranges back (or hold them until ``hold_until``), except
+    on segment ``gone`` (being removed: its ranges go with it)."""
+    for r in g.replicas:
+        for sl in r:
+            seg = ms.segments.find(sl.segment)
+            if seg is not None and sl.segment != gone:
+                free_range(ms, seg, sl.offset, sl.length, hold_until)
 
 
 def release(

@@ -11,7 +11,7 @@ evictions are real and reported as events; the failed write itself left no trace
 
 ``MasterState`` is :class:`~.core.MasterCore` (the tables) plus the operations of each
 area, one class per module: :class:`~.segments.SegmentsApi`,
-:class:`~.writes.WritesApi`, :class:`~.replicas.ReplicasApi`,
+:class:`~.writes.WritesApi`, :class:`~.grants.GrantsApi`, :class:`~.replicas.ReplicasApi`,
 :class:`~.removal.RemovalApi`, :class:`~.tier_api.TierApi` and
 :class:`~.restore.RestoreApi`; reads, pins, ``tick`` and ``snapshot`` are here. Each
 operation documents the behaviour and calls the rules of its module (functions taking
@@ -35,6 +35,7 @@ from . import eviction as evict_ops
 from . import removal as removal_ops
 from . import space
 from . import tier as tier_ops
+from .grants import GrantsApi
 from .removal import RemovalApi
 from .replicas import ReplicasApi
 from .restore import RestoreApi
@@ -44,7 +45,7 @@ from .tier_book import StagePending
 from .writes import WritesApi
 
 
-class MasterState(SegmentsApi, WritesApi, ReplicasApi, RemovalApi, TierApi, RestoreApi):
+class MasterState(SegmentsApi, WritesApi, GrantsApi, ReplicasApi, RemovalApi, TierApi, RestoreApi):
     """Metadata of the whole store.
 
     Args:
@@ -294,13 +295,14 @@ class MasterState(SegmentsApi, WritesApi, ReplicasApi, RemovalApi, TierApi, Rest
     # ------------------------------------------------------------ maintenance
     def tick(self, now: float) -> None:
         """Periodic upkeep, in this order: suspect segments (missed heartbeats), client
-        expiry, unmount grace, stale puts, stale replica additions, dropped replicas
+        expiry, unmount grace, stale puts and grants, stale replica additions, dropped replicas
         whose lease ended, held ranges whose readers are done, pin TTLs, drain completion, SSD tier (stage timeouts, stage
         copies whose lease ended, offloads ahead of eviction), watermark eviction."""
         self.segments.update_suspects(now)
         self.expire_clients(now)
         self.finish_unmounts(now)
         self.discard_stale_puts(now)
+        self.discard_stale_grants(now)
         self.discard_stale_adds(now)
         self.finish_replica_drops(now)
         removal_ops.finish_held(self, now)
@@ -338,4 +340,6 @@ class MasterState(SegmentsApi, WritesApi, ReplicasApi, RemovalApi, TierApi, Rest
             ssd_promotions_total=self.counters.ssd_promotions,
             ssd_only_count=len(self.ssd_only),
             ssd_lost_objects_total=self.counters.ssd_lost,
+            grant_count=len(self.grants),
+            granted_bytes=self.grants.bytes(),
         )

@@ -7,11 +7,13 @@ methods (or the documented public attributes):
   a sorted key index;
 - :class:`ReplicaMoves`: replicas being added and dropped replicas waiting for a lease;
 - :class:`HeldRanges`: freed ranges kept allocated while a reader may still read them;
+- :class:`GrantTable`: ranges granted to a writer ahead of its next put (:mod:`.grants`);
 - :class:`MasterCounters`: the totals the snapshot reports (not journaled).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import ItemsView, Iterator, KeysView
 from dataclasses import dataclass
@@ -19,7 +21,8 @@ from typing import TYPE_CHECKING
 
 from ..errors import ErrorCode, NotFoundError
 from ..keyindex import SortedKeys
-from ..objects import ObjectMeta, Replica
+from ..objects import RUN_ID, ObjectMeta, Replica
+from ..results import ReplicateConfig
 
 if TYPE_CHECKING:
     from ..segment import Segment
@@ -185,6 +188,88 @@ class HeldRanges:
             for (name, off), h in self.ranges.items()
             if segments.find(name) is h.segment
         )
+
+
+_GRANT_BASE = (RUN_ID & 0x7FFF_FFFF) << 32
+_GRANT_IDS = itertools.count(1)
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """Replicas allocated for a writer's next put, before it names the key."""
+
+    client_id: str
+    size: int
+    replicas: tuple[Replica, ...]
+    config: ReplicateConfig
+    started: float
+    """When it was handed out (the master's clock): its writer starts no transfer into
+    it after ``put_timeout_s``, and the master holds it until ``put_release_s``."""
+
+
+class GrantTable:
+    """Grants by id, oldest first. An id is never handed out twice, by this process's
+    cores (one counter for all: a core rebuilt from the journal goes on counting) or
+    another process (its high 31 bits are :data:`~..objects.RUN_ID`'s): a grant id a
+    client got from a master that is gone never names a range a later one granted."""
+
+    __slots__ = ("_by_id",)
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, Grant] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def add(self, grant: Grant) -> int:
+        """Record ``grant``; returns its id."""
+        gid = _GRANT_BASE | (next(_GRANT_IDS) & 0xFFFF_FFFF)
+        self._by_id[gid] = grant
+        return gid
+
+    def get(self, grant_id: int) -> Grant | None:
+        """The grant of that id, or None."""
+        return self._by_id.get(grant_id)
+
+    def pop(self, grant_id: int) -> Grant | None:
+        """Forget one grant; returns it (None if unknown)."""
+        return self._by_id.pop(grant_id, None)
+
+    def bytes(self) -> int:
+        """Bytes all grants hold (every replica)."""
+        return sum(sl.length for g in self._by_id.values() for r in g.replicas for sl in r)
+
+    def pop_within(self, ranges: set[tuple[str, int, int]]) -> list[Grant]:
+        """Forget and return the grants whose every slice is one of ``ranges``
+        (``(segment, offset, length)``)."""
+        out = [
+            gid
+            for gid, g in self._by_id.items()
+            if all((sl.segment, sl.offset, sl.length) in ranges for r in g.replicas for sl in r)
+        ]
+        return [self._by_id.pop(gid) for gid in out]
+
+    def count(self, client_id: str) -> int:
+        """How many grants ``client_id`` holds."""
+        return sum(1 for g in self._by_id.values() if g.client_id == client_id)
+
+    def pop_started_before(self, limit: float) -> list[Grant]:
+        """Forget and return the grants handed out at or before ``limit``."""
+        out = []
+        for gid, g in self._by_id.items():
+            if g.started > limit:
+                break  # insertion order is start order
+            out.append(gid)
+        return [self._by_id.pop(gid) for gid in out]
+
+    def pop_on_segment(self, name: str) -> list[Grant]:
+        """Forget and return the grants with a slice on segment ``name``."""
+        out = [
+            gid
+            for gid, g in self._by_id.items()
+            if any(sl.segment == name for r in g.replicas for sl in r)
+        ]
+        return [self._by_id.pop(gid) for gid in out]
 
 
 @dataclass(slots=True)

@@ -11,6 +11,9 @@ or rebuilds the whole core from the image when the records touch segments or the
 tier. A rebuilt core keeps the ranges the old one held for readers (the image has them
 free) and its objects' ranges for ``lease_ttl_s`` (the leases went with the old core).
 
+A grant the refused call made (:mod:`.grants`; its ``hold`` records are what failed)
+is forgotten and its space freed: the writer is refused, it never learns the grant.
+
 One kind of change is kept instead of undone: dropping a write that never completed
 (revoked, or discarded after ``put_timeout_s``). No reader ever saw it and no writer was
 acknowledged, so keeping it dropped frees its space at once while the journal cannot be
@@ -100,7 +103,13 @@ def undo(
     keys: dict[str, set[str]] = {}
     pins: set[tuple[str, bool]] = set()
     entangled = False
+    # A grant made by the refused call: forgotten and freed (its writer never got it).
+    granted = state.take_back_grants(
+        {(r["seg"], r["off"], r["len"]) for r in failed if r.get("t") == "hold" and r.get("w")}
+    )
     for rec in failed:
+        if rec.get("t") == "hold" and (rec["seg"], rec["off"], rec["len"]) in granted:
+            continue
         t = rec.get("t")
         if t in _KEYED:
             keys.setdefault(rec["key"], set()).add(t)

@@ -219,3 +219,40 @@ async def test_range_of_a_replica_being_added_stays_held_across_a_restart(
                 m2.stop(signal.SIGKILL)
         finally:
             beat.cancel()
+
+
+async def test_range_of_a_grant_stays_held_across_a_restart(tmp_path: Path) -> None:
+    # A writer was granted node-b's range for its next put (docs/store.md, "Grants")
+    # and may be writing it when the master is killed. The restarted master does not
+    # know the grant (the writer's commit is refused STALE, so it puts again the usual
+    # way) and must not give that range to "c" while the writer may still write it.
+    port = free_port()
+    flags = ["--data-dir", str(tmp_path / "journal")]
+    opts = {"client_ttl_s": 5.0, "lease_ttl_s": 30.0, "eviction_high_watermark": 1.0}
+    size = 1 << 20
+    m = start_master(tmp_path, opts, flags, port=port)
+    async with MasterClient(m.address, client_id="node-a") as mc:
+        for name in ("node-a/dram", "node-b/dram"):
+            await mc.mount_segment(name, size, transport_address="127.0.0.1:1")
+        beat = asyncio.create_task(mc.keep_alive(0.2))
+        try:
+            await mc.put_start("a", size, ReplicateConfig(preferred_segments=("node-a/dram",)))
+            got = await mc.put_commit("a", 0, size, next_size=size)
+            assert got is not None, "no grant"
+            gid, ((sl,),) = got
+            assert sl.segment == "node-b/dram"
+            m.stop(signal.SIGKILL)
+            m2 = start_master(tmp_path, opts, flags, port=port)
+            try:
+                await _wait_for(lambda: _known(mc))
+                with pytest.raises(StoreError) as refused:
+                    await mc.put_start("c", size)
+                assert refused.value.code.name == "STORE_FULL", refused
+                with pytest.raises(StoreError) as stale:
+                    await mc.put_commit("c", gid, size)
+                assert stale.value.code.name == "STALE", stale
+                assert await _all_keys(mc) == ["a"]
+            finally:
+                m2.stop(signal.SIGKILL)
+        finally:
+            beat.cancel()

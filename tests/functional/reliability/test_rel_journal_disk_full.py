@@ -135,7 +135,10 @@ def test_rel_journal_disk_full_then_room_then_sigkill(tmp_path: Path) -> None:
                 extra,
                 master.text()[-3000:],
             )
-            assert used == SIZE * expect, (used, SIZE * expect)
+            # Only the one grant this client may hold for its next put on top.
+            assert snap["grant_count"] <= 1, snap["grant_count"]
+            granted = int(snap["granted_bytes"])
+            assert used == SIZE * expect + granted, (used, SIZE * expect, granted)
 
             # ---- the disk has room again: writes succeed without a restart
             disk.free()
@@ -196,7 +199,12 @@ def test_rel_journal_disk_full_then_room_then_sigkill(tmp_path: Path) -> None:
             assert not resurrected, resurrected[:5]
             assert failed_state["wrong"] == 0, failed_state
             assert tracebacks == 0, master.text()[-3000:]
-            assert sum(1 for ln in outcome["log_lines"] if "refus" in ln) == 1, outcome
+            # Each outage is logged once when it starts and once when it ends, not per
+            # refused call (hundreds). A small record can still fit the disk's last
+            # block between two refusals: a second, short outage is a real one.
+            down = sum(1 for ln in outcome["log_lines"] if "cannot be written" in ln)
+            up = sum(1 for ln in outcome["log_lines"] if "writable again" in ln)
+            assert down == up and 1 <= down <= 3, outcome["log_lines"]
     finally:
         for n in nodes:
             n.stop()

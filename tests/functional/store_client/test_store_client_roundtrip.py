@@ -210,7 +210,9 @@ def test_a_remembered_location_is_read_only_under_the_version_the_master_confirm
 
         c.remove("k", force=True)
         time.sleep(lease + 1.0)
-        c.put("other", blob(n, 3))
+        # Another writer: c holds a grant for its next put of this size (elsewhere).
+        with make_client(cluster, transport="tcp") as o:
+            o.put("other", blob(n, 3))
         assert c.stat("other").replicas[0] == (was,), "precondition: k's range reused"
         c.put("k", blob(n, 4))
         assert c.stat("k").replicas[0][0] != was

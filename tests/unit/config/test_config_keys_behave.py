@@ -262,6 +262,12 @@ def discarded_put_space(cfg: ClusterConfig) -> object:
     return out
 
 
+def granted(cfg: ClusterConfig) -> object:
+    """Whether a writer is granted its next put of 4 KiB, then of 16 KiB."""
+    m = master(cfg)
+    return [m.grant_put("w", n, None, 0.0) is not None for n in (4096, 16384)]
+
+
 def unmounted_segment_readable(cfg: ClusterConfig) -> object:
     m = master(cfg)
     put(m, "k", 4096, 0.0, preferred_segments=("a",), replica_num=1)
@@ -799,6 +805,7 @@ PROBES: dict[str, Probe] = {
     ),
     "master.put_timeout_s": Probe({"master.put_timeout_s": 60.0}, unfinished_put_dropped),
     "master.put_release_s": Probe({"master.put_release_s": 150.0}, discarded_put_space),
+    "master.put_grant_max_bytes": Probe({"master.put_grant_max_bytes": 8192}, granted),
     "master.unmount_grace_s": Probe({"master.unmount_grace_s": 10.0}, unmounted_segment_readable),
     "master.eviction_high_watermark": Probe({"master.eviction_high_watermark": 0.7}, eviction),
     "master.eviction_ratio": Probe({"master.eviction_ratio": 0.5}, eviction),

@@ -5,7 +5,12 @@ from __future__ import annotations
 from mooncake_core.config.models import MasterConfig
 from mooncake_core.store import MasterState, ReplicateConfig
 from mooncake_core.store.allocator import OffsetAllocator
-from mooncake_core.store.ha.image import MetadataImage, records_from_events, started_record
+from mooncake_core.store.ha.image import (
+    MetadataImage,
+    records_from_events,
+    started_record,
+    writer_hold_records,
+)
 from mooncake_core.store.ha.rebuild import build_state
 from mooncake_core.store.master.undo import undo
 
@@ -89,6 +94,23 @@ def test_revoke_while_refused_is_kept_and_owed() -> None:
     done = undo(j.st, j.image, failed, [], 2.0, 2.0, rebuild=build_state)
     assert not done.refused and not j.st.has_object("a") and j.used() == 0
     assert [r["t"] for r in done.owed] == ["removed"]
+
+
+def test_refused_commit_with_a_new_grant_undoes_both_without_a_rebuild() -> None:
+    # PutCommit ends "a" and grants the next put: neither reached the journal. The write
+    # is revoked (as a refused PutEnd), the grant forgotten and freed; the core is the
+    # same object (a whole rebuild would hold every range for a lease).
+    j = Journaled()
+    reps = j.st.put_start("a", 4096, "c", 1.0, CFG)
+    j.commit([started_record("a", 4096, reps)])
+    j.st.put_end("a", 2.0)
+    got = j.st.grant_put("c", 4096, CFG, 2.0)
+    assert got is not None and j.used() == 8192
+    failed = j.records([h for r in got[1] for h in writer_hold_records(r)])
+    done = undo(j.st, j.image, failed, [], 2.0, 2.0, rebuild=build_state)
+    assert done.refused and not done.rebuilt and done.state is j.st
+    assert not j.st.has_object("a") and j.st.grant_count() == 0 and j.used() == 0
+    assert done.owed == [{"t": "removed", "key": "a"}]
 
 
 def test_allocate_at_takes_exactly_a_free_range() -> None:

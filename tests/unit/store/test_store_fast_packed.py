@@ -9,10 +9,12 @@ import pytest
 
 from mooncake_core.store.errors import ConflictError, ErrorCode, NotFoundError, StoreError
 from mooncake_core.store.fast_packed import (
+    pack_commit,
     pack_errors,
     pack_placements,
     pack_read_versioned,
     pack_reads,
+    unpack_commit,
     unpack_errors,
     unpack_placements,
     unpack_read_versioned,
@@ -148,3 +150,22 @@ def test_outcomes_are_one_zero_byte_each_and_errors_round_trip() -> None:
         unpack_errors(2, pack_errors([None, mixed[1]]) + b"\0")
     with pytest.raises(ValueError, match="truncated"):
         unpack_errors(2, pack_errors([None, mixed[1]])[:-3])
+
+
+def test_a_commit_reply_is_the_grant_id_then_its_placement_or_the_error() -> None:
+    assert pack_commit(None) == struct.pack("<Q", 0)
+    assert pack_commit((9, ((A0,),))) == struct.pack("<Q", 9) + pack_placements([((A0,),)])
+    err = ConflictError(ErrorCode.STALE, "grant 9 is gone")
+    assert pack_commit(err) == struct.pack("<Q", 0) + pack_placements([err])
+    assert unpack_commit(pack_commit(None)) is None
+    assert unpack_commit(pack_commit((9, ((A0,),)))) == (9, ((A0,),))
+    back = unpack_commit(pack_commit(err))
+    assert isinstance(back, ConflictError) and back.code == ErrorCode.STALE
+    for bad in (
+        b"\x01",  # truncated
+        struct.pack("<Q", 9),  # a grant without replicas
+        struct.pack("<Q", 0) + pack_placements([((A0,),)]),  # replicas without a grant
+        struct.pack("<Q", 9) + pack_placements([err]),  # a grant with an error
+    ):
+        with pytest.raises(ValueError):
+            unpack_commit(bad)

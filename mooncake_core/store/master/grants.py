@@ -1,0 +1,162 @@
+"""Grants: the space of a writer's next put, handed out ahead. Sans-IO.
+
+A put is PutStart (the master places the replicas), the transfer, PutEnd: two
+exchanges with the master around the bytes. A writer that puts objects of one size
+(KV cache blocks are) is granted, in the reply that completes a put, the replicas of
+its next put of that size; that put is the transfer, then one :meth:`GrantsApi.
+put_commit` naming the grant and the key, which installs and completes the object at
+once (docs/store.md, "Grants").
+
+The rules that keep a grant as safe as a PutStart:
+
+- A grant is allocated space no other object gets while it lives, never by evicting
+  (none when the space is not free, or past the eviction high watermark), at most
+  :data:`MAX_PER_CLIENT` per client, of at most ``put_grant_max_bytes``.
+- Its writer starts no transfer into it after ``put_timeout_s`` (as for a PutStart);
+  the master forgets it then and holds its ranges until ``put_release_s`` after it was
+  handed out (a writer that stalled mid-transfer lands in its own range). The service
+  journals a grant as a writer hold, so a rebuilt master holds it as long.
+- A writer that will not use a grant says so (``release``): freed at once, as a
+  revoked write is.
+- Committing checks everything a PutStart checks about the key (valid, not present)
+  before it changes anything; a refused commit leaves the grant for another put.
+"""
+
+from __future__ import annotations
+
+from ..errors import ConflictError, ErrorCode, StoreError
+from ..objects import Replica
+from ..placement import place_replicas, slice_lengths
+from ..results import ReplicateConfig
+from ..strategies import AllocContext
+from ..validation import check_key, validate_put
+from . import space
+from . import writes as write_ops
+from .core import MasterCore
+from .eviction import strategy_for
+from .tables import Grant
+
+MAX_PER_CLIENT = 4
+"""Grants one client may hold at once (one per thread that puts, for a few threads)."""
+
+
+def grant(
+    ms: MasterCore, client_id: str, size: int, cfg: ReplicateConfig, now: float
+) -> tuple[int, tuple[Replica, ...]] | None:
+    """Body of :meth:`GrantsApi.grant_put`."""
+    if not 0 < size <= ms.config.put_grant_max_bytes:
+        return None
+    if ms.grants.count(client_id) >= MAX_PER_CLIENT:
+        return None
+    segs = ms.segments.allocatable()
+    if not segs:
+        return None
+    try:
+        n = validate_put(ms.config, "grant", size, client_id, cfg, len(segs))
+    except StoreError:
+        return None
+    total = ms.segments.capacity()
+    if ms.segments.used() + size * n > ms.config.eviction_high_watermark * total:
+        return None  # a grant never makes anything be evicted
+    lengths = slice_lengths(size, ms.config.max_slice_size)
+    ctx = AllocContext(client_id, cfg.preferred_segments)
+    replicas = place_replicas(segs, lengths, n, strategy_for(ms, cfg), ctx)
+    if replicas is None:
+        return None
+    return ms.grants.add(Grant(client_id, size, replicas, cfg, now)), replicas
+
+
+def commit(ms: MasterCore, client_id: str, key: str, grant_id: int, size: int, now: float) -> None:
+    """Body of :meth:`GrantsApi.put_commit` for a grant."""
+    g = ms.grants.get(grant_id)
+    if g is None or g.client_id != client_id or g.size != size:
+        raise ConflictError(
+            ErrorCode.STALE,
+            f"put {key!r}: grant {grant_id} is not held by this client for {size} bytes "
+            "(expired, released, or handed out by another master); put it again",
+        )
+    check_key(key, ms.config.max_key_length)
+    existing = ms.objects.get(key)
+    if existing is not None:
+        raise ConflictError(
+            ErrorCode.OBJECT_ALREADY_EXISTS,
+            f"object {key!r} already exists ({existing.state.name})",
+        )
+    ms.grants.pop(grant_id)
+    write_ops.install(ms, key, size, g.replicas, client_id, g.config, now)
+    write_ops.put_end(ms, key, now)
+
+
+def release(ms: MasterCore, client_id: str, grant_id: int) -> bool:
+    """Body of :meth:`GrantsApi.release_grant`."""
+    g = ms.grants.get(grant_id)
+    if g is None or g.client_id != client_id:
+        return False
+    ms.grants.pop(grant_id)
+    space.free_grant(ms, g, None)
+    return True
+
+
+def discard_stale(ms: MasterCore, now: float) -> int:
+    """Body of :meth:`GrantsApi.discard_stale_grants`."""
+    stale = ms.grants.pop_started_before(now - ms.config.put_timeout_s)
+    for g in stale:
+        space.free_grant(ms, g, space.writer_hold(ms, g.started, now))
+    return len(stale)
+
+
+class GrantsApi(MasterCore):
+    """Grants: the space of a writer's next put, ahead (see the module).
+
+    Part of :class:`~.state.MasterState`.
+    """
+
+    def grant_put(
+        self, client_id: str, size: int, config: ReplicateConfig | None, now: float
+    ) -> tuple[int, tuple[Replica, ...]] | None:
+        """Allocate the replicas of ``client_id``'s next put of ``size`` bytes.
+
+        Returns:
+            ``(grant id, replicas)``, or None when no grant is given (grants off or the
+            size above ``put_grant_max_bytes``, the client holds :data:`MAX_PER_CLIENT`,
+            the options invalid, no free space without evicting, or the store past its
+            eviction high watermark). Never raises: a grant is an offer.
+        """
+        return grant(self, client_id, size, config or ReplicateConfig(), now)
+
+    def put_commit(self, client_id: str, key: str, grant_id: int, size: int, now: float) -> None:
+        """Store ``key`` at the replicas of grant ``grant_id`` (written by its writer),
+        readable at once: PutStart and PutEnd in one step.
+
+        Raises:
+            ConflictError: STALE, the grant is not this client's for ``size`` bytes
+                (expired, released, unknown to this master; write the object again
+                with a PutStart); OBJECT_ALREADY_EXISTS, the key exists (the grant
+                stays for another put).
+            InvalidArgumentError: a bad key (the grant stays).
+        """
+        commit(self, client_id, key, grant_id, size, now)
+
+    def release_grant(self, client_id: str, grant_id: int) -> bool:
+        """Free grant ``grant_id`` of ``client_id`` now (its writer will not write it);
+        False if it is not held (expired or unknown)."""
+        return release(self, client_id, grant_id)
+
+    def discard_stale_grants(self, now: float) -> int:
+        """Forget the grants handed out ``put_timeout_s`` ago or earlier; their ranges
+        are held until ``put_release_s`` after that. Returns how many."""
+        return discard_stale(self, now)
+
+    def grant_count(self) -> int:
+        """Grants held now (all clients)."""
+        return len(self.grants)
+
+    def take_back_grants(self, ranges: set[tuple[str, int, int]]) -> set[tuple[str, int, int]]:
+        """Forget and free the grants lying wholly in ``ranges`` (``(segment, offset,
+        length)``): their journal records were not written, so the call that made them
+        is refused and no writer has them. Returns the ranges they held."""
+        out: set[tuple[str, int, int]] = set()
+        for g in self.grants.pop_within(ranges):
+            space.free_grant(self, g, None)
+            out |= {(sl.segment, sl.offset, sl.length) for r in g.replicas for sl in r}
+        return out

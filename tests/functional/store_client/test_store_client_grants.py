@@ -1,0 +1,108 @@
+"""Grants through the real processes: a writer's next put of the same size is one
+transfer and one exchange with the master (docs/store.md, "Grants").
+
+A real master and node; clients over tcp and shm. What the master counts
+(``master_rpc_requests_total``) shows which path each put took; every value is read
+back by another client, so a put that landed in the wrong range would show.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from store_client_procs import TEST_MASTER, Cluster, start_cluster
+
+from mooncake_core.config.models import MasterConfig
+from mooncake_core.store import Client, ClientOptions
+from mooncake_core.store.errors import ConflictError, ErrorCode
+
+pytestmark = pytest.mark.integration
+
+PUT_TIMEOUT_S = 1.0
+MASTER = {**TEST_MASTER, "put_timeout_s": PUT_TIMEOUT_S, "stage_timeout_s": 1.0}
+SIZE = 64 << 10
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    tmp: Path = tmp_path_factory.mktemp("grants")
+    c = start_cluster(tmp, nodes=("n0",), master_settings=MASTER, node_size="16MiB")
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def client(c: Cluster, transport: str) -> Client:
+    cfg = MasterConfig(**MASTER)
+    return Client(ClientOptions(master=c.address, master_config=cfg, transport=transport)).setup()
+
+
+def calls(c: Cluster) -> dict[str, float]:
+    port = int(c.master.match.group(3))
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {
+        s.labels["rpc"]: s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name == "master_rpc_requests_total"
+    }
+
+
+def allocated(c: Cluster) -> int:
+    return int(c.snapshot()["allocated_bytes"])
+
+
+def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, int]:
+    return {k: int(v - before.get(k, 0)) for k, v in after.items() if v != before.get(k, 0)}
+
+
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+def test_puts_of_one_size_take_one_exchange_each_and_read_back(
+    cluster: Cluster, transport: str
+) -> None:
+    base = allocated(cluster)
+    with client(cluster, transport) as w, client(cluster, transport) as r:
+        before = calls(cluster)
+        keys = [f"{transport}/g{i}" for i in range(5)]
+        for i, k in enumerate(keys):
+            w.put(k, bytes([i + 1]) * SIZE)
+        d = delta(before, calls(cluster))
+        # The first put is PutStart + PutCommit (its PutEnd, asking for a grant); the
+        # four after it only PutCommit, each granted the next.
+        assert (d.get("PutStart"), d.get("PutCommit")) == (1, 5), d
+        for i, k in enumerate(keys):
+            assert r.get(k) == bytes([i + 1]) * SIZE
+        assert allocated(cluster) - base == 6 * SIZE  # and the grant for a sixth put
+        # A put of an existing key is refused; the grant stays for the next put.
+        with pytest.raises(ConflictError) as e:
+            w.put(keys[0], b"x" * SIZE)
+        assert e.value.code == ErrorCode.OBJECT_ALREADY_EXISTS
+        assert r.get(keys[0]) == bytes([1]) * SIZE
+        before = calls(cluster)
+        w.put(f"{transport}/g5", b"\x07" * SIZE)
+        assert delta(before, calls(cluster)).get("PutStart") is None
+        # Another size: the usual way; the unused grant is given back with that put.
+        w.put(f"{transport}/small", b"s" * 4096)
+        assert r.get(f"{transport}/g5") == b"\x07" * SIZE
+    # Closed: the grant it held is given back; what is left is the objects.
+    assert allocated(cluster) - base == 6 * SIZE + 4096
+
+
+def test_a_grant_older_than_half_the_put_timeout_is_not_used(cluster: Cluster) -> None:
+    # The transfer window counts from before the grant was asked; a grant too old to
+    # finish in it is given back and the put goes the usual way, bytes intact.
+    with client(cluster, "tcp") as w, client(cluster, "tcp") as r:
+        w.put("old/0", b"a" * SIZE)
+        time.sleep(PUT_TIMEOUT_S / 2 + 0.1)
+        before = calls(cluster)
+        w.put("old/1", b"b" * SIZE)
+        d = delta(before, calls(cluster))
+        assert (d.get("PutStart"), d.get("PutCommit")) == (1, 1), d
+        assert (r.get("old/0"), r.get("old/1")) == (b"a" * SIZE, b"b" * SIZE)
