@@ -20,6 +20,7 @@ a dead leader is replaced by asking etcd again), with backoff for up to the call
 
 from __future__ import annotations
 
+import enum
 import logging
 import threading
 import time
@@ -48,6 +49,15 @@ R = TypeVar("R")
 U = TypeVar("U")
 
 log = logging.getLogger(__name__)
+
+
+class _AskGrpc(enum.Enum):
+    """A packed call that did not happen over the fast channel: send it over gRPC."""
+
+    ASK_GRPC = enum.auto()
+
+
+ASK_GRPC = _AskGrpc.ASK_GRPC
 
 
 @dataclass(slots=True)
@@ -144,27 +154,28 @@ class SyncMaster:
         if old is not None:
             old.close()
 
-    def _call_packed(self, name: str, req: object, decode: Callable[[bytes], U]) -> U | None:
-        """``name``, a packed op, over the fast channel, its reply decoded; ``None``: ask
-        gRPC instead (then ``_tls.retried`` says whether the call may have been applied)."""
+    def _call_packed(self, name: str, req: object, decode: Callable[[bytes], U]) -> U | _AskGrpc:
+        """``name``, a packed op, over the fast channel, its reply decoded; ``ASK_GRPC``:
+        ask gRPC instead (then ``_tls.retried`` says whether the call may have been
+        applied). A decoded reply may be ``None`` (PutCommit without a grant)."""
         if not self._packed_usable():
-            return None
+            return ASK_GRPC
         raw = self._call_fast(name, req)
         if raw is None:
-            return None
+            return ASK_GRPC
         if not isinstance(raw, bytes):  # unreachable: packed ops answer bytes
             raise TypeError(f"{name}: the fast channel answered {type(raw).__name__}")
         return self._decoded(name, raw, decode)
 
-    def _decoded(self, name: str, raw: bytes, decode: Callable[[bytes], U]) -> U | None:
-        """``decode(raw)``, a packed op's reply; ``None`` (logged): it does not decode,
-        ask gRPC (``_tls.retried``: the master may have applied it)."""
+    def _decoded(self, name: str, raw: bytes, decode: Callable[[bytes], U]) -> U | _AskGrpc:
+        """``decode(raw)``, a packed op's reply; ``ASK_GRPC`` (logged): it does not
+        decode, ask gRPC (``_tls.retried``: the master may have applied it)."""
         try:
             return decode(raw)
         except ValueError as exc:
             log.warning("store client %s: %s: %s; asking gRPC", self.client_id, name, exc)
             self._tls.retried = True
-            return None
+            return ASK_GRPC
 
     def _packed_usable(self) -> bool:
         """Whether a packed op may go over the fast channel now (a new call: resets
@@ -294,7 +305,8 @@ class SyncMaster:
             return None
         packed = rpc.GET_REPLICA_LIST.packed
         assert packed is not None and isinstance(raw, bytes)
-        return self._decoded(sent.name, raw, lambda b: packed.read(sent.request, b))
+        got = self._decoded(sent.name, raw, lambda b: packed.read(sent.request, b))
+        return None if isinstance(got, _AskGrpc) else got
 
     def _fast_address(self, address: str) -> str | None:
         """The fast channel of the master at ``address``, learnt from its readiness."""
@@ -373,7 +385,7 @@ class SyncMaster:
         if call.packed is not None:
             packed = call.packed
             got = self._call_packed(packed.name, request, lambda b: packed.read(request, b))
-            if got is not None:
+            if not isinstance(got, _AskGrpc):
                 return got
         reply = self._call(call.method, request, resent=self._tls.retried, fast=call.fast > 0)
         return call.reply(reply, request, self._tls.retried)

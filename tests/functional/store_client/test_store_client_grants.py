@@ -31,7 +31,7 @@ SIZE = 64 << 10
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     tmp: Path = tmp_path_factory.mktemp("grants")
-    c = start_cluster(tmp, nodes=("n0",), master_settings=MASTER, node_size="16MiB")
+    c = start_cluster(tmp, nodes=("n0",), master_settings=MASTER, node_size="64MiB")
     try:
         yield c
     finally:
@@ -93,6 +93,23 @@ def test_puts_of_one_size_take_one_exchange_each_and_read_back(
         assert r.get(f"{transport}/g5") == b"\x07" * SIZE
     # Closed: the grant it held is given back; what is left is the objects.
     assert allocated(cluster) - base == 6 * SIZE + 4096
+
+
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+def test_a_put_above_put_grant_max_bytes_ends_without_a_grant(
+    cluster: Cluster, transport: str
+) -> None:
+    # The commit's reply carries no grant then (None): the put is done, not asked again.
+    big = 4 << 20  # put_grant_max_bytes
+    with client(cluster, transport) as w, client(cluster, transport) as r:
+        for i, n in enumerate((big + 1, big + 1)):
+            before = calls(cluster)
+            w.put(f"{transport}/big{i}", bytes([i + 1]) * n)
+            d = delta(before, calls(cluster))
+            assert (d.get("PutStart"), d.get("PutCommit")) == (1, 1), d
+            assert r.get(f"{transport}/big{i}") == bytes([i + 1]) * n
+            assert cluster.snapshot()["grant_count"] == 0
+            w.remove(f"{transport}/big{i}", force=True)  # room for the next
 
 
 def test_a_grant_older_than_half_the_put_timeout_is_not_used(cluster: Cluster) -> None:
