@@ -147,6 +147,12 @@ class GrantsApi(MasterCore):
         are held until ``put_release_s`` after that. Returns how many."""
         return discard_stale(self, now)
 
+    def granted_ranges(self) -> list[tuple[str, int, int]]:
+        """``(segment, offset, length)`` of every live grant's slices, sorted."""
+        return sorted(
+            (sl.segment, sl.offset, sl.length) for g in self.grants for r in g.replicas for sl in r
+        )
+
     def grant_count(self) -> int:
         """Grants held now (all clients)."""
         return len(self.grants)

@@ -221,6 +221,9 @@ class GrantTable:
     def __len__(self) -> int:
         return len(self._by_id)
 
+    def __iter__(self) -> Iterator[Grant]:
+        return iter(self._by_id.values())
+
     def add(self, grant: Grant) -> int:
         """Record ``grant``; returns its id."""
         gid = _GRANT_BASE | (next(_GRANT_IDS) & 0xFFFF_FFFF)

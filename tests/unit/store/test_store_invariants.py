@@ -37,6 +37,10 @@ def check_invariants(m: MasterState, now: float) -> None:
     # Freed, kept for readers (one lease at most) or for a writer whose write was
     # discarded unfinished (put_release_s from its start at most).
     longest = max(m.config.lease_ttl_s, m.config.put_release_s)
+    for name, off, length in m.granted_ranges():  # space of writers' next puts
+        used[name] += -(-length // 64) * 64
+        ranges[name].append((off, off + length))
+    assert snap.granted_bytes == sum(length for _, _, length in m.granted_ranges())
     for name, off, length, free_at in m.held_ranges():
         assert free_at <= now + longest
         used[name] += -(-length // 64) * 64
@@ -73,12 +77,29 @@ def test_random_operations_keep_metadata_consistent(seed: int) -> None:
     now = 0.0
     clients = ["c0", "c1", "c2", "c3"]
     nseg = 0
+    grants: list[tuple[str, int, int]] = []  # (client, grant id, size) handed out
+    committed = 0
     for _ in range(600):
         now += rng.choice([0.0, 0.01, 0.1, 0.5])
         key = f"k{rng.randrange(40)}"
         op = rng.random()
         try:
-            if op < 0.08:
+            if rng.random() < 0.15:  # grants: ahead, committed, given back
+                g = rng.random()
+                if g < 0.5 or not grants:
+                    client, size = rng.choice(clients), rng.choice([100, 4096, 5000, 12000])
+                    cfg = ReplicateConfig(replica_num=rng.choice([1, 1, 2]))
+                    got = m.grant_put(client, size, cfg, now)
+                    if got is not None:
+                        grants.append((client, got[0], size))
+                elif g < 0.85:
+                    client, gid, size = grants.pop(rng.randrange(len(grants)))
+                    m.put_commit(client, key, gid, size, now)
+                    committed += 1
+                else:
+                    client, gid, _ = grants.pop(rng.randrange(len(grants)))
+                    m.release_grant(client, gid)
+            elif op < 0.08:
                 m.mount_segment(
                     f"s{nseg}", rng.choice(clients), rng.choice([8192, 20000, 65536]), now
                 )
@@ -118,3 +139,4 @@ def test_random_operations_keep_metadata_consistent(seed: int) -> None:
     # The run must have exercised the interesting paths, not just failed calls.
     kinds = Counter(type(e).__name__ for e in m.take_events())
     assert kinds["ObjectStored"] > 20 and kinds["ObjectRemoved"] > 10, kinds
+    assert committed > 3, committed
