@@ -245,7 +245,9 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
                 self._st.put_commit(cid, key, request.grant_id, request.size, now)
             elif key:
                 self._st.put_end(key, now)
-            if not request.next_size:
+            if not request.next_size or not key:
+                # A grant only rides on a put's end: that reply waits for the durable
+                # ``stored`` record, and with it for the grant's hold records.
                 return None
             return self._st.grant_put(cid, request.next_size, cfg, now)
 

@@ -88,6 +88,8 @@ def test_puts_of_one_size_take_one_exchange_each_and_read_back(
         before = calls(cluster)
         w.put(f"{transport}/g5", b"\x07" * SIZE)
         assert delta(before, calls(cluster)).get("PutStart") is None
+        # A grant rides only on a put's end (whose reply waits for durable records).
+        assert w._m.put_commit("", next_size=SIZE) is None
         # Another size: the usual way; the unused grant is given back with that put.
         w.put(f"{transport}/small", b"s" * 4096)
         assert r.get(f"{transport}/g5") == b"\x07" * SIZE
