@@ -111,6 +111,17 @@ def drain(ms: MasterCore, name: str, now: float) -> None:
         )
     seg.state = SegmentState.DRAINING
     ms.events.append(ev.SegmentStateChanged(now, name, seg.state.name))
+    # Grants there are withdrawn (nothing new lands on a draining segment; a commit is
+    # refused STALE and the writer puts elsewhere). Their ranges there are freed so the
+    # segment ends empty; nothing is placed on it until it is undrained, which holds
+    # them again for a writer that may still be writing.
+    for g in ms.grants.pop_on_segment(name):
+        hold = space.writer_hold(ms, g.started, now)
+        space.free_grant(ms, g, hold, gone=name)
+        for sl in (sl for r in g.replicas for sl in r if sl.segment == name):
+            seg.allocator.release(sl.offset, sl.length)
+            if hold is not None:
+                ms.grants.remember_released(name, sl.offset, sl.length, hold)
     space.update_drain(ms, seg, now)
 
 
@@ -125,6 +136,9 @@ def undrain(ms: MasterCore, name: str, now: float) -> None:
         )
     seg.state = SegmentState.MOUNTED
     ms.events.append(ev.SegmentStateChanged(now, name, seg.state.name))
+    for off, length, until in ms.grants.take_released(name):
+        if until > now and seg.allocator.allocate_at(off, length):
+            ms.held.hold(seg, off, length, until)
 
 
 def list_objects(
@@ -219,6 +233,7 @@ def remove_segment(ms: MasterCore, seg: Segment, reason: ev.UnmountReason, now: 
     for g in ms.grants.pop_on_segment(name):
         # Its writer may still be writing the other segments' slices.
         space.free_grant(ms, g, space.writer_hold(ms, g.started, now), gone=name)
+    ms.grants.take_released(name)
     ms.segments.remove(name)
     ms.events.append(ev.SegmentUnmounted(now, name, reason))
 

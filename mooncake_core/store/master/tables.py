@@ -213,10 +213,11 @@ class GrantTable:
     another process (its high 31 bits are :data:`~..objects.RUN_ID`'s): a grant id a
     client got from a master that is gone never names a range a later one granted."""
 
-    __slots__ = ("_by_id",)
+    __slots__ = ("_by_id", "_released")
 
     def __init__(self) -> None:
         self._by_id: dict[int, Grant] = {}
+        self._released: dict[str, list[tuple[int, int, float]]] = {}
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -251,6 +252,16 @@ class GrantTable:
             if all((sl.segment, sl.offset, sl.length) in ranges for r in g.replicas for sl in r)
         ]
         return [self._by_id.pop(gid) for gid in out]
+
+    def remember_released(self, segment: str, offset: int, length: int, until: float) -> None:
+        """A grant's range on a drained segment was freed while its writer may still
+        write it until ``until`` (nothing is placed on a drained segment): held again if
+        the segment is undrained sooner (:meth:`take_released`)."""
+        self._released.setdefault(segment, []).append((offset, length, until))
+
+    def take_released(self, segment: str) -> list[tuple[int, int, float]]:
+        """Forget and return what :meth:`remember_released` kept for ``segment``."""
+        return self._released.pop(segment, [])
 
     def count(self, client_id: str) -> int:
         """How many grants ``client_id`` holds."""

@@ -114,3 +114,27 @@ def test_grant_ids_are_never_reused_by_another_core(make_master: MakeMaster) -> 
     a = two(make_master).grant_put("w", 100, ONE, 1.0)
     b = two(make_master).grant_put("w", 100, ONE, 1.0)
     assert a is not None and b is not None and a[0] != b[0]
+
+
+def test_draining_a_segment_withdraws_its_grants_and_leaves_it_empty(
+    make_master: MakeMaster,
+) -> None:
+    m = two(make_master, put_release_s=100.0)
+    gid, reps = m.grant_put("w", 300, ReplicateConfig(replica_num=2), 5.0)
+    on_b = next(r[0] for r in reps if r[0].segment == "b")
+    m.drain_segment("a", 6.0)
+    seg_a = next(s for s in m.snapshot().segments if s.name == "a")
+    assert (seg_a.state.name, seg_a.used) == ("DRAINED", 0)  # empty, as drained means
+    assert m.held_ranges() == [("b", on_b.offset, 300, 105.0)]  # b's slice: its writer's
+    with pytest.raises(ConflictError) as e:  # the writer puts elsewhere
+        m.put_commit("w", "k", gid, 300, 7.0)
+    assert e.value.code == ErrorCode.STALE
+    # Undrained while the writer may still write there: a's slice is held again.
+    m.undrain_segment("a", 8.0)
+    on_a = next(r[0] for r in reps if r[0].segment == "a")
+    assert ("a", on_a.offset, 300, 105.0) in m.held_ranges()
+    for t in (104.9, 105.0):
+        m.heartbeat("c1", t)
+        m.heartbeat("c2", t)
+        m.tick(t)
+    assert (m.held_ranges(), m.snapshot().allocated_bytes) == ([], 0)

@@ -128,7 +128,13 @@ def test_random_operations_keep_metadata_consistent(seed: int) -> None:
             elif op < 0.85:
                 m.remove_by_prefix(f"k{rng.randrange(4)}", now)
             elif op < 0.88 and nseg:
-                m.unmount_segment(f"s{rng.randrange(nseg)}", now)
+                name, what = f"s{rng.randrange(nseg)}", rng.random()
+                if what < 0.5:
+                    m.unmount_segment(name, now)
+                elif what < 0.75:
+                    m.drain_segment(name, now)
+                else:
+                    m.undrain_segment(name, now)
             elif op < 0.93:
                 m.heartbeat(rng.choice(clients), now)
             else:
