@@ -58,6 +58,7 @@ def test_drain_while_reading(store_cluster: tuple[Path, dict]) -> None:
     secret = (Path(cfg["state_dir"]) / "secret").read_bytes().strip()
     address = f"127.0.0.1:{cfg['master']['port']}"
     client = Client(master=address, secret=secret).setup()
+    stop = threading.Event()  # set in finally too: a failed assertion stops the reader
     try:
         values = {f"obj/{i:03d}": random.Random(i).randbytes(32 << 10) for i in range(40)}
         for i, (k, v) in enumerate(values.items()):
@@ -70,7 +71,6 @@ def test_drain_while_reading(store_cluster: tuple[Path, dict]) -> None:
 
         failures: list[str] = []
         reads = [0]
-        stop = threading.Event()
 
         def reader() -> None:
             rng = random.Random(7)
@@ -143,4 +143,5 @@ def test_drain_while_reading(store_cluster: tuple[Path, dict]) -> None:
             in " ".join(unknown.stderr.split())
         )
     finally:
+        stop.set()
         client.close()
