@@ -208,6 +208,22 @@ ROWS = (
     ),
     Row(
         "fault",
+        "the master SIGKILLed and restarted while a writer holds a grant (the space of its next "
+        "put, handed out ahead)",
+        "real master with a journal; a client ends a put asking for a grant, which lands on "
+        "node-b; SIGKILL, restart on the same journal; another write of that size; the writer's "
+        "commit of the grant",
+        "the restarted master does not hand the granted range out (the other write is refused "
+        "STORE_FULL: the range is held for its writer until put_release_s, journaled as a writer "
+        "hold) and refuses the stale commit (STALE: the client puts again the usual way)",
+        (
+            "tests/functional/durability/test_durability_restart.py::test_range_of_a_grant_stays_held_across_a_restart",
+            "tests/unit/store/test_store_grants.py::test_released_grant_is_free_at_once_and_unused_one_held_for_its_writer",
+            "tests/unit/durability/test_durability_undo.py::test_refused_commit_with_a_new_grant_undoes_both_without_a_rebuild",
+        ),
+    ),
+    Row(
+        "fault",
         "HA leader SIGKILLed, then the new leader SIGSTOPped past its lease (through `cluster up`)",
         "`mooncake.yaml` with etcd + 3 masters, `cluster up --detach`; objects via `mooncake store "
         "put/get` without `--master`; leader from `cluster status`; a read queued at a paused "
