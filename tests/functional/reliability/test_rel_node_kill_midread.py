@@ -51,17 +51,19 @@ def test_rel_node_killed_mid_read_falls_back_to_other_replica(own_cluster: Clust
     threads = [threading.Thread(target=reader) for _ in range(3)]
     for t in threads:
         t.start()
-    deadline = time.monotonic() + 30
-    while len(results) < 6 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    victim = own_cluster.nodes["n0"].proc
-    killed_at = time.monotonic()
-    victim.send_signal(signal.SIGKILL)
-    victim.wait(10)
-    time.sleep(3.0)
-    stop.set()
-    for t in threads:
-        t.join(30)
+    try:  # the readers stop whatever happens here (they are not daemons)
+        deadline = time.monotonic() + 30
+        while len(results) < 6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        victim = own_cluster.nodes["n0"].proc
+        killed_at = time.monotonic()
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(10)
+        time.sleep(3.0)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
 
     assert not [r for r in results if r[1] == "bad"], "a read returned other bytes"
     after = [r for t, r in results if t > killed_at + 0.5]
