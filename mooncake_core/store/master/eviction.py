@@ -65,14 +65,26 @@ class Placer:
         self.ctx = AllocContext(client_id, cfg.preferred_segments)
         self._lengths: dict[int, list[int]] = {}
 
+    def lengths_of(self, size: int) -> list[int]:
+        """The slice lengths of an object of ``size`` bytes (computed once per size)."""
+        lengths = self._lengths.get(size)
+        if lengths is None:
+            lengths = self._lengths[size] = slice_lengths(size, self.ms.config.max_slice_size)
+        return lengths
+
+    def place(self, size: int, replica_num: int) -> tuple[Replica, ...] | None:
+        """One placement in the free space as it is, evicting nothing; None when the
+        replicas do not fit (nothing is left allocated then)."""
+        return place_replicas(
+            self.segs, self.lengths_of(size), replica_num, self.strategy, self.ctx
+        )
+
     def allocate(
         self, key: str, size: int, replica_num: int, now: float, protected: Collection[str]
     ) -> tuple[Replica, ...]:
         """Place the replicas of a write, evicting rounds until they fit; CapacityError
         if they cannot."""
-        lengths = self._lengths.get(size)
-        if lengths is None:
-            lengths = self._lengths[size] = slice_lengths(size, self.ms.config.max_slice_size)
+        lengths = self.lengths_of(size)
         if lengths[0] > self.biggest or size * replica_num > self.total:
             # Hopeless even on an empty store: fail without evicting anything.
             raise CapacityError(
@@ -82,7 +94,7 @@ class Placer:
                 f"{self.biggest} bytes, total {self.total} bytes)",
             )
         while True:
-            replicas = place_replicas(self.segs, lengths, replica_num, self.strategy, self.ctx)
+            replicas = self.place(size, replica_num)
             if replicas is not None:
                 return replicas
             if evict_round(self.ms, now, protected, lambda: True) == 0:

@@ -26,14 +26,12 @@ from __future__ import annotations
 
 from ..errors import ConflictError, ErrorCode, StoreError
 from ..objects import Replica
-from ..placement import place_replicas, slice_lengths
 from ..results import ReplicateConfig
-from ..strategies import AllocContext
 from ..validation import check_key, validate_put
 from . import space
 from . import writes as write_ops
 from .core import MasterCore
-from .eviction import strategy_for
+from .eviction import Placer
 from .tables import Grant
 
 MAX_PER_CLIENT = 4
@@ -58,9 +56,7 @@ def grant(
     total = ms.segments.capacity()
     if ms.segments.used() + size * n > ms.config.eviction_high_watermark * total:
         return None  # a grant never makes anything be evicted
-    lengths = slice_lengths(size, ms.config.max_slice_size)
-    ctx = AllocContext(client_id, cfg.preferred_segments)
-    replicas = place_replicas(segs, lengths, n, strategy_for(ms, cfg), ctx)
+    replicas = Placer(ms, segs, client_id, cfg).place(size, n)
     if replicas is None:
         return None
     return ms.grants.add(Grant(client_id, size, replicas, cfg, now)), replicas
@@ -76,12 +72,7 @@ def commit(ms: MasterCore, client_id: str, key: str, grant_id: int, size: int, n
             "(expired, released, or handed out by another master); put it again",
         )
     check_key(key, ms.config.max_key_length)
-    existing = ms.objects.get(key)
-    if existing is not None:
-        raise ConflictError(
-            ErrorCode.OBJECT_ALREADY_EXISTS,
-            f"object {key!r} already exists ({existing.state.name})",
-        )
+    write_ops.refuse_existing(ms, key)
     ms.grants.pop(grant_id)
     write_ops.install(ms, key, size, g.replicas, client_id, g.config, now)
     write_ops.put_end(ms, key, now)
@@ -149,9 +140,7 @@ class GrantsApi(MasterCore):
 
     def granted_ranges(self) -> list[tuple[str, int, int]]:
         """``(segment, offset, length)`` of every live grant's slices, sorted."""
-        return sorted(
-            (sl.segment, sl.offset, sl.length) for g in self.grants for r in g.replicas for sl in r
-        )
+        return sorted(sl for g in self.grants for sl in g.slices)
 
     def grant_count(self) -> int:
         """Grants held now (all clients)."""
@@ -164,5 +153,5 @@ class GrantsApi(MasterCore):
         out: set[tuple[str, int, int]] = set()
         for g in self.grants.pop_within(ranges):
             space.free_grant(self, g, None)
-            out |= {(sl.segment, sl.offset, sl.length) for r in g.replicas for sl in r}
+            out.update(g.slices)
         return out

@@ -118,7 +118,7 @@ def drain(ms: MasterCore, name: str, now: float) -> None:
     for g in ms.grants.pop_on_segment(name):
         hold = space.writer_hold(ms, g.started, now)
         space.free_grant(ms, g, hold, gone=name)
-        for sl in (sl for r in g.replicas for sl in r if sl.segment == name):
+        for sl in (sl for sl in g.slices if sl.segment == name):
             seg.allocator.release(sl.offset, sl.length)
             if hold is not None:
                 ms.grants.remember_released(name, sl.offset, sl.length, hold)

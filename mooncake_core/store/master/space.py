@@ -51,11 +51,10 @@ def free_range(
 def free_grant(ms: MasterCore, g: Grant, hold_until: float | None, gone: str = "") -> None:
     """Give a forgotten grant's ranges back (or hold them until ``hold_until``), except
     on segment ``gone`` (being removed: its ranges go with it)."""
-    for r in g.replicas:
-        for sl in r:
-            seg = ms.segments.find(sl.segment)
-            if seg is not None and sl.segment != gone:
-                free_range(ms, seg, sl.offset, sl.length, hold_until)
+    for sl in g.slices:
+        seg = ms.segments.find(sl.segment)
+        if seg is not None and sl.segment != gone:
+            free_range(ms, seg, sl.offset, sl.length, hold_until)
 
 
 def release(

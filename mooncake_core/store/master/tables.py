@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ErrorCode, NotFoundError
 from ..keyindex import SortedKeys
-from ..objects import RUN_ID, ObjectMeta, Replica
+from ..objects import RUN_ID, ObjectMeta, Replica, Slice
 from ..results import ReplicateConfig
 
 if TYPE_CHECKING:
@@ -206,6 +206,12 @@ class Grant:
     """When it was handed out (the master's clock): its writer starts no transfer into
     it after ``put_timeout_s``, and the master holds it until ``put_release_s``."""
 
+    @property
+    def slices(self) -> list[Slice]:
+        """Every slice of every replica (a :class:`Slice` is its ``(segment, offset,
+        length)``)."""
+        return [sl for r in self.replicas for sl in r]
+
 
 class GrantTable:
     """Grants by id, oldest first. An id is never handed out twice, by this process's
@@ -241,16 +247,12 @@ class GrantTable:
 
     def bytes(self) -> int:
         """Bytes all grants hold (every replica)."""
-        return sum(sl.length for g in self._by_id.values() for r in g.replicas for sl in r)
+        return sum(sl.length for g in self._by_id.values() for sl in g.slices)
 
     def pop_within(self, ranges: set[tuple[str, int, int]]) -> list[Grant]:
         """Forget and return the grants whose every slice is one of ``ranges``
         (``(segment, offset, length)``)."""
-        out = [
-            gid
-            for gid, g in self._by_id.items()
-            if all((sl.segment, sl.offset, sl.length) in ranges for r in g.replicas for sl in r)
-        ]
+        out = [gid for gid, g in self._by_id.items() if all(sl in ranges for sl in g.slices)]
         return [self._by_id.pop(gid) for gid in out]
 
     def remember_released(self, segment: str, offset: int, length: int, until: float) -> None:
@@ -278,11 +280,7 @@ class GrantTable:
 
     def pop_on_segment(self, name: str) -> list[Grant]:
         """Forget and return the grants with a slice on segment ``name``."""
-        out = [
-            gid
-            for gid, g in self._by_id.items()
-            if any(sl.segment == name for r in g.replicas for sl in r)
-        ]
+        out = [gid for gid, g in self._by_id.items() if any(sl.segment == name for sl in g.slices)]
         return [self._by_id.pop(gid) for gid in out]
 
 

@@ -36,17 +36,23 @@ def put_start(
     cfg = config or ReplicateConfig()
     segs = placer.segs if placer is not None else ms.segments.allocatable()
     replica_num = validate_put(ms.config, key, size, client_id, cfg, len(segs))
+    refuse_existing(ms, key)
+    if placer is None:
+        placer = evict_ops.Placer(ms, segs, client_id, cfg)
+    replicas = placer.allocate(key, size, replica_num, now, ())
+    install(ms, key, size, replicas, client_id, cfg, now)
+    return replicas
+
+
+def refuse_existing(ms: MasterCore, key: str) -> None:
+    """ConflictError OBJECT_ALREADY_EXISTS if ``key`` exists (complete or being written):
+    a new object's key must be free."""
     existing = ms.objects.get(key)
     if existing is not None:
         raise ConflictError(
             ErrorCode.OBJECT_ALREADY_EXISTS,
             f"object {key!r} already exists ({existing.state.name})",
         )
-    if placer is None:
-        placer = evict_ops.Placer(ms, segs, client_id, cfg)
-    replicas = placer.allocate(key, size, replica_num, now, ())
-    install(ms, key, size, replicas, client_id, cfg, now)
-    return replicas
 
 
 def batch_put_start(
