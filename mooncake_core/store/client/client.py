@@ -514,9 +514,17 @@ class Client(BatchOps):
         """PutEnd, asking for a grant for the next put of this size (not after an
         upsert: that one replaces a key, a grant only stores new ones)."""
         want = 0 if upsert or not self._grants.wants(size, config) else size
-        asked = time.monotonic()
+        self._commit(key, 0, size, config, want)
+
+    def _commit(
+        self, key: str, grant_id: int, size: int, config: ReplicateConfig | None, want: int
+    ) -> None:
+        """PutCommit of ``key`` (``grant_id`` 0: its PutStart's), giving back a grant
+        this client will not use and keeping the grant it gets for a next put of
+        ``want`` bytes (0: none asked)."""
+        asked = time.monotonic()  # the grant's transfer window counts from here
         got = self._m.put_commit(
-            key, 0, size, next_size=want, config=config, release=self._grants.to_release()
+            key, grant_id, size, next_size=want, config=config, release=self._grants.to_release()
         )
         if got is not None:
             self._grants.keep(HeldGrant(got[0], size, config, got[1], asked))
@@ -540,20 +548,14 @@ class Client(BatchOps):
         if err is not None:
             self._grants.drop(g.grant_id)
             return False
-        asked = time.monotonic()
         try:
-            got = self._m.put_commit(
-                key, g.grant_id, size, next_size=size, config=config,
-                release=self._grants.to_release(),
-            )  # fmt: skip
+            self._commit(key, g.grant_id, size, config, size)
         except ConflictError as exc:
             if exc.code == ErrorCode.STALE:
                 return False  # expired or forgotten (a new leader): put it again
             if exc.code == ErrorCode.OBJECT_ALREADY_EXISTS:
                 self._grants.keep(g)  # unused: good for the next put
             raise
-        if got is not None:
-            self._grants.keep(HeldGrant(got[0], size, config, got[1], asked))
         return True
 
     def _revoke(self, keys: Sequence[str]) -> None:
