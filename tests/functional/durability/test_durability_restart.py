@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -187,6 +189,41 @@ async def test_range_held_for_a_reader_stays_held_across_a_restart(tmp_path: Pat
             beat.cancel()
 
 
+@contextlib.asynccontextmanager
+async def _two_segments(
+    tmp_path: Path, opts: dict[str, float], size: int
+) -> AsyncIterator[tuple[MasterClient, Callable[[], Awaitable[None]]]]:
+    """A master with a journal and segments node-a/dram, node-b/dram of ``size`` bytes
+    (mounted by the heartbeating client node-a, yielded), and a call that SIGKILLs the
+    master, starts it again on its journal and returns once it knows the client."""
+    port = free_port()
+    flags = ["--data-dir", str(tmp_path / "journal")]
+    masters = [start_master(tmp_path, opts, flags, port=port)]
+    try:
+        async with MasterClient(masters[0].address, client_id="node-a") as mc:
+
+            async def restart() -> None:
+                masters[-1].stop(signal.SIGKILL)
+                masters.append(start_master(tmp_path, opts, flags, port=port))
+                await _wait_for(lambda: _known(mc))
+
+            for name in ("node-a/dram", "node-b/dram"):
+                await mc.mount_segment(name, size, transport_address="127.0.0.1:1")
+            beat = asyncio.create_task(mc.keep_alive(0.2))
+            try:
+                yield mc, restart
+            finally:
+                beat.cancel()
+    finally:
+        masters[-1].stop(signal.SIGKILL)
+
+
+async def _put_refused_for_lack_of_space(mc: MasterClient, size: int) -> None:
+    with pytest.raises(StoreError) as refused:
+        await mc.put_start("c", size)
+    assert refused.value.code.name == "STORE_FULL", refused
+
+
 async def test_range_of_a_replica_being_added_stays_held_across_a_restart(
     tmp_path: Path,
 ) -> None:
@@ -194,31 +231,15 @@ async def test_range_of_a_replica_being_added_stays_held_across_a_restart(
     # range, nothing in the object records says so). The master is killed and restarted:
     # the new one must not give node-b's range to "c" while the copier may still write
     # it (put_release_s), or the copier's late bytes would land in "c".
-    port = free_port()
-    flags = ["--data-dir", str(tmp_path / "journal")]
     opts = {"client_ttl_s": 5.0, "lease_ttl_s": 30.0}  # "a" is not evicted meanwhile
     size = 1 << 20
-    m = start_master(tmp_path, opts, flags, port=port)
-    async with MasterClient(m.address, client_id="node-a") as mc:
-        for name in ("node-a/dram", "node-b/dram"):
-            await mc.mount_segment(name, size, transport_address="127.0.0.1:1")
-        beat = asyncio.create_task(mc.keep_alive(0.2))
-        try:
-            await mc.put_start("a", size, ReplicateConfig(preferred_segments=("node-a/dram",)))
-            await mc.put_end("a")
-            adding = await mc.add_replica_start("a", target_segment="node-b/dram")
-            m.stop(signal.SIGKILL)
-            m2 = start_master(tmp_path, opts, flags, port=port)
-            try:
-                await _wait_for(lambda: _known(mc))
-                with pytest.raises(StoreError) as refused:
-                    await mc.put_start("c", size)
-                assert refused.value.code.name == "STORE_FULL", (refused, adding)
-                assert await _all_keys(mc) == ["a"]
-            finally:
-                m2.stop(signal.SIGKILL)
-        finally:
-            beat.cancel()
+    async with _two_segments(tmp_path, opts, size) as (mc, restart):
+        await mc.put_start("a", size, ReplicateConfig(preferred_segments=("node-a/dram",)))
+        await mc.put_end("a")
+        await mc.add_replica_start("a", target_segment="node-b/dram")
+        await restart()
+        await _put_refused_for_lack_of_space(mc, size)
+        assert await _all_keys(mc) == ["a"]
 
 
 async def test_range_of_a_grant_stays_held_across_a_restart(tmp_path: Path) -> None:
@@ -226,33 +247,17 @@ async def test_range_of_a_grant_stays_held_across_a_restart(tmp_path: Path) -> N
     # and may be writing it when the master is killed. The restarted master does not
     # know the grant (the writer's commit is refused STALE, so it puts again the usual
     # way) and must not give that range to "c" while the writer may still write it.
-    port = free_port()
-    flags = ["--data-dir", str(tmp_path / "journal")]
     opts = {"client_ttl_s": 5.0, "lease_ttl_s": 30.0, "eviction_high_watermark": 1.0}
     size = 1 << 20
-    m = start_master(tmp_path, opts, flags, port=port)
-    async with MasterClient(m.address, client_id="node-a") as mc:
-        for name in ("node-a/dram", "node-b/dram"):
-            await mc.mount_segment(name, size, transport_address="127.0.0.1:1")
-        beat = asyncio.create_task(mc.keep_alive(0.2))
-        try:
-            await mc.put_start("a", size, ReplicateConfig(preferred_segments=("node-a/dram",)))
-            got = await mc.put_commit("a", 0, size, next_size=size)
-            assert got is not None, "no grant"
-            gid, ((sl,),) = got
-            assert sl.segment == "node-b/dram"
-            m.stop(signal.SIGKILL)
-            m2 = start_master(tmp_path, opts, flags, port=port)
-            try:
-                await _wait_for(lambda: _known(mc))
-                with pytest.raises(StoreError) as refused:
-                    await mc.put_start("c", size)
-                assert refused.value.code.name == "STORE_FULL", refused
-                with pytest.raises(StoreError) as stale:
-                    await mc.put_commit("c", gid, size)
-                assert stale.value.code.name == "STALE", stale
-                assert await _all_keys(mc) == ["a"]
-            finally:
-                m2.stop(signal.SIGKILL)
-        finally:
-            beat.cancel()
+    async with _two_segments(tmp_path, opts, size) as (mc, restart):
+        await mc.put_start("a", size, ReplicateConfig(preferred_segments=("node-a/dram",)))
+        got = await mc.put_commit("a", 0, size, next_size=size)
+        assert got is not None, "no grant"
+        gid, ((sl,),) = got
+        assert sl.segment == "node-b/dram"
+        await restart()
+        await _put_refused_for_lack_of_space(mc, size)
+        with pytest.raises(StoreError) as stale:
+            await mc.put_commit("c", gid, size)
+        assert stale.value.code.name == "STALE", stale
+        assert await _all_keys(mc) == ["a"]

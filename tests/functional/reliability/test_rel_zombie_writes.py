@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from store_client_procs import TEST_MASTER, Cluster, start_cluster
+from store_client_procs import TEST_MASTER, Cluster, make_client, start_cluster
 
-from mooncake_core.config.models import MasterConfig
 from mooncake_core.store import Client, ClientOptions
 from mooncake_core.store.client.data import plan
 from mooncake_core.store.errors import NotFoundError, UnavailableError
@@ -52,11 +51,6 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         c.close()
 
 
-def client(c: Cluster, transport: str) -> Client:
-    cfg = MasterConfig(**MASTER)
-    return Client(ClientOptions(master=c.address, master_config=cfg, transport=transport)).setup()
-
-
 def allocated(c: Cluster) -> int:
     return int(c.snapshot()["allocated_bytes"])
 
@@ -65,7 +59,10 @@ def allocated(c: Cluster) -> int:
 def test_rel_a_stalled_transfer_lands_in_its_own_held_range(
     cluster: Cluster, transport: str
 ) -> None:
-    with client(cluster, transport) as writer, client(cluster, transport) as other:
+    with (
+        make_client(cluster, transport=transport) as writer,
+        make_client(cluster, transport=transport) as other,
+    ):
         # The writer's own two steps, with the stall between them.
         (zombie,) = writer._m.put_start("zombie", SIZE, None)
         time.sleep(3 * PUT_TIMEOUT_S)  # stalled; the master discards the write
@@ -96,7 +93,7 @@ def test_rel_put_never_starts_a_transfer_after_the_put_timeout(cluster: Cluster)
     # using the upstream API is: it goes by the master's 0.3 s, learnt from its readiness.
     own = ClientOptions(master=cluster.address, transport="shm")
     assert own.master_config.put_timeout_s == 30.0
-    with Client(own).setup() as writer, client(cluster, "shm") as other:
+    with Client(own).setup() as writer, make_client(cluster, transport="shm") as other:
         m = writer._m
         real = m.put_start
 

@@ -116,6 +116,9 @@ class Cluster:
     master: Proc
     address: str
     nodes: dict[str, Proc]
+    master_settings: dict[str, object] = field(default_factory=dict)
+    """Master config fields it was started with on top of TEST_MASTER (its clients are
+    configured alike: :func:`make_client`)."""
 
     def start_node(self, name: str, size: str = "64MiB", master: str | None = None) -> Proc:
         """``mooncake store node NAME``; ``master``: the address it dials (default: the
@@ -170,7 +173,7 @@ def start_cluster(
         ["master", "--config", str(cfg), "--port", str(port), "--metrics-port", "0"],
         MASTER_READY,
     )
-    c = Cluster(cfg, master, f"127.0.0.1:{port}", {})
+    c = Cluster(cfg, master, f"127.0.0.1:{port}", {}, dict(master_settings or {}))
     try:
         starters = [threading.Thread(target=c.start_node, args=(n, node_size)) for n in nodes]
         for t in starters:
@@ -186,6 +189,8 @@ def start_cluster(
 
 
 def make_client(c: Cluster, **kw: object) -> Client:
-    """A set-up store Client of ``c`` (hosting nothing unless ``segments=`` is given)."""
-    opts = ClientOptions(master=c.address, master_config=MasterConfig(**TEST_MASTER), **kw)  # type: ignore[arg-type]
+    """A set-up store Client of ``c`` (hosting nothing unless ``segments=`` is given),
+    configured with the master settings ``c`` was started with."""
+    cfg = MasterConfig(**{**TEST_MASTER, **c.master_settings})  # type: ignore[arg-type]
+    opts = ClientOptions(master=c.address, master_config=cfg, **kw)  # type: ignore[arg-type]
     return Client(opts).setup()

@@ -15,10 +15,8 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from store_client_procs import TEST_MASTER, Cluster, start_cluster
+from store_client_procs import TEST_MASTER, Cluster, make_client, start_cluster
 
-from mooncake_core.config.models import MasterConfig
-from mooncake_core.store import Client, ClientOptions
 from mooncake_core.store.errors import ConflictError, ErrorCode
 
 pytestmark = pytest.mark.integration
@@ -36,11 +34,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield c
     finally:
         c.close()
-
-
-def client(c: Cluster, transport: str) -> Client:
-    cfg = MasterConfig(**MASTER)
-    return Client(ClientOptions(master=c.address, master_config=cfg, transport=transport)).setup()
 
 
 def calls(c: Cluster) -> dict[str, float]:
@@ -68,7 +61,10 @@ def test_puts_of_one_size_take_one_exchange_each_and_read_back(
     cluster: Cluster, transport: str
 ) -> None:
     base = allocated(cluster)
-    with client(cluster, transport) as w, client(cluster, transport) as r:
+    with (
+        make_client(cluster, transport=transport) as w,
+        make_client(cluster, transport=transport) as r,
+    ):
         before = calls(cluster)
         keys = [f"{transport}/g{i}" for i in range(5)]
         for i, k in enumerate(keys):
@@ -103,7 +99,10 @@ def test_a_put_above_put_grant_max_bytes_ends_without_a_grant(
 ) -> None:
     # The commit's reply carries no grant then (None): the put is done, not asked again.
     big = 4 << 20  # put_grant_max_bytes
-    with client(cluster, transport) as w, client(cluster, transport) as r:
+    with (
+        make_client(cluster, transport=transport) as w,
+        make_client(cluster, transport=transport) as r,
+    ):
         for i, n in enumerate((big + 1, big + 1)):
             before = calls(cluster)
             w.put(f"{transport}/big{i}", bytes([i + 1]) * n)
@@ -117,7 +116,7 @@ def test_a_put_above_put_grant_max_bytes_ends_without_a_grant(
 def test_a_grant_older_than_half_the_put_timeout_is_not_used(cluster: Cluster) -> None:
     # The transfer window counts from before the grant was asked; a grant too old to
     # finish in it is given back and the put goes the usual way, bytes intact.
-    with client(cluster, "tcp") as w, client(cluster, "tcp") as r:
+    with make_client(cluster, transport="tcp") as w, make_client(cluster, transport="tcp") as r:
         w.put("old/0", b"a" * SIZE)
         time.sleep(PUT_TIMEOUT_S / 2 + 0.1)
         before = calls(cluster)
