@@ -37,9 +37,13 @@ def test_stop_kills_the_whole_group_after_the_grace(tmp_path: Path) -> None:
     rec = _record(
         _spec("trap '' TERM; echo started; sleep 60 & wait"), launcher, tmp_path / "x.log"
     )
-    deadline = time.monotonic() + 5
-    while "started" not in "".join(launcher.tail(rec, 5)) and time.monotonic() < deadline:
+    # Until the shell logs "started" its trap may not be set (a SIGTERM would end it
+    # without the kill). The launcher's header line quotes the command, "echo started"
+    # included: wait for the line itself.
+    deadline = time.monotonic() + 30
+    while "started" not in launcher.tail(rec, 5) and time.monotonic() < deadline:
         time.sleep(0.05)
+    assert launcher.tail(rec, 1) == ["started"], "the shell did not start within 30 s"
     assert launcher.alive(rec) and launcher.group_alive(rec)
     assert launcher.stop(rec, grace_s=0.5) is True  # had to be killed
     assert pid_gone(rec.pid) and group_gone(rec.pgid)
