@@ -1,12 +1,14 @@
 """Latency of one synchronous Transfer Engine request over tcp, and where it goes.
 
-Usage: ``python bench/transfer_latency.py [--block 4096] [--calls 2000] [--profile]``
+Usage: ``python bench/transfer_latency.py [--block 4096] [--calls 2000] [--profile]
+[--slice-size 1048576]``
 
 A target engine (``mooncake bench transfer --mode target``) runs in a second process on
 127.0.0.1; this process reads and writes ``--block`` bytes one request at a time
 (``engine.read`` / ``engine.write``: allocate a batch, submit, wait, free) and prints
 p50/p90 in microseconds. ``--profile`` adds a cProfile of the reads (internal time),
-which shows the cost outside the network round trip.
+which shows the cost outside the network round trip; ``--slice-size`` sets the
+initiator's ``transfer.slice_size``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ def main() -> None:
     ap.add_argument("--block", type=int, default=4096)
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--slice-size", type=int, default=1 << 20)
     args = ap.parse_args()
     target = subprocess.Popen(
         [
@@ -48,7 +51,9 @@ def main() -> None:
     try:
         assert target.stdout is not None
         segment = json.loads(target.stdout.readline())["segment"]
-        eng = TransferEngine(TransferConfig(protocol="tcp"), nics=("127.0.0.1",), port=0)
+        eng = TransferEngine(
+            TransferConfig(protocol="tcp", slice_size=args.slice_size), nics=("127.0.0.1",), port=0
+        )
         eng.start()
         buf = memoryview(mmap.mmap(-1, 1 << 26, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS))
         region = eng.register_memory(buf, location="cpu:0")

@@ -35,7 +35,9 @@ def pair_paths(local: Sequence[str], remote: Sequence[str]) -> list[tuple[str, s
     return [(local[k % len(local)], remote[k % len(remote)]) for k in range(n)]
 
 
-def plan(length: int, slice_size: int, n_paths: int, cursor: int = 0) -> list[SlicePlan]:
+def plan(
+    length: int, slice_size: int, n_paths: int, cursor: int = 0, min_slices: int = 1
+) -> list[SlicePlan]:
     """Cut ``length`` bytes into slices and assign paths round-robin from ``cursor``.
 
     Args:
@@ -43,6 +45,8 @@ def plan(length: int, slice_size: int, n_paths: int, cursor: int = 0) -> list[Sl
         slice_size: Largest slice.
         n_paths: Paths available (>= 1).
         cursor: Path index of the first slice.
+        min_slices: Cut into at least this many slices (none under 4 KiB), so that a
+            lone request keeps several connections of one path busy at once.
 
     Returns:
         Slices in offset order.
@@ -58,6 +62,8 @@ def plan(length: int, slice_size: int, n_paths: int, cursor: int = 0) -> list[Sl
     if count > 1 and count < n_paths:
         # A request bigger than one slice must still use every path: cut it finer.
         count = min(n_paths, -(-length // 4096))
+    if count < min_slices:
+        count = max(count, min(min_slices, -(-length // 4096)))
     if count == 0:
         return []
     base, extra = divmod(length, count)

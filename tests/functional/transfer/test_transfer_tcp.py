@@ -316,3 +316,34 @@ def test_an_inline_request_to_a_dead_target_fails_with_its_reason(start_target, 
     target.kill()
     with pytest.raises(TransferError, match="failed"):
         eng.read(local, 0, seg, 0, 4096)
+
+
+def test_a_lone_large_request_keeps_every_connection_busy(start_target, make_engine):
+    # One 1 MiB request (no larger than a slice) is cut in as many slices as the
+    # endpoint has connections (one connection alone moved it ~30% slower); requests
+    # submitted together are not cut: they already keep the connections busy.
+    target = start_target(size=8 * MiB)
+    eng = make_engine(config={"connections_per_endpoint": 3})
+    seg = eng.open_segment(target.name)
+    local = eng.register_memory(bytearray(2 * MiB))
+    eng.read(local, 0, seg, MiB, MiB)
+    assert bytes(local.view()[:MiB]) == pattern(8 * MiB)[MiB : 2 * MiB]
+    assert eng.snapshot().nic("127.0.0.1").slices_received == 3
+    data = bytes(reversed(pattern(MiB)))
+    local.view()[:MiB] = data
+    eng.write(local, 0, seg, 4 * MiB + 5, MiB)
+    assert target.sha256(4 * MiB + 5, MiB) == hashlib.sha256(data).hexdigest()
+    assert eng.snapshot().nic("127.0.0.1").slices_sent == 3
+
+    batch = eng.allocate_batch(2)
+    eng.submit(
+        batch,
+        [
+            TransferRequest(OpCode.READ, local, 0, seg, 0, MiB),
+            TransferRequest(OpCode.READ, local, MiB, seg, MiB, MiB),
+        ],
+    )
+    assert all(st.state is TransferState.COMPLETED for st in eng.wait(batch, 30))
+    eng.free_batch(batch)
+    assert bytes(local.view()) == pattern(2 * MiB)
+    assert eng.snapshot().nic("127.0.0.1").slices_received == 3 + 2

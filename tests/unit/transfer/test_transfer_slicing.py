@@ -52,3 +52,13 @@ def test_bad_input():
         plan(-1, 4, 1)
     with pytest.raises(ValueError, match="n_paths=0"):
         plan(1, 4, 0)
+
+
+def test_min_slices_cuts_a_lone_request_for_every_connection():
+    assert plan(MiB, MiB, 1, min_slices=2) == [
+        SlicePlan(0, MiB // 2, 0),
+        SlicePlan(MiB // 2, MiB // 2, 0),
+    ]
+    assert len(plan(4 * MiB, MiB, 1, min_slices=2)) == 4  # already enough slices
+    assert len(plan(8192, MiB, 1, min_slices=3)) == 2  # never under a page
+    assert plan(100, MiB, 1, min_slices=2) == [SlicePlan(0, 100, 0)]
