@@ -4,6 +4,8 @@
 #   bash bench/run_store_side_by_side.sh                   # ~10 minutes on 2 vCPUs
 #   OUT=/tmp/st CONFIGS=upstream,ours_shm bash bench/run_store_side_by_side.sh
 #   CAPACITY=10000000 bash bench/run_store_side_by_side.sh # also the master core at 10M objects
+#   ROUNDS=2 CAPACITY=0 bash bench/run_store_side_by_side.sh  # every config twice, in turn:
+#                                                  # ratios as median (lowest-highest)
 #
 # Method: shared/bench/upstream/bench_mooncake.py's process-B suite, run unchanged against
 # upstream (two_proc, TCP) and against ours (shm and forced tcp); see bench/store_bench.py.
@@ -20,6 +22,7 @@ MC_VERSION="${MC_VERSION:-0.3.13.post1}"
 OUT="${OUT:-$HERE/out/store_$(date -u +%Y%m%dT%H%M%SZ)}"
 DURATION="${DURATION:-1}"
 REPEATS="${REPEATS:-3}"
+ROUNDS="${ROUNDS:-1}"
 CONFIGS="${CONFIGS:-upstream,upstream_same_host,ours_shm,ours_tcp}"
 CAPACITY="${CAPACITY:-1000000}"
 UPSTREAM_BENCH="${UPSTREAM_BENCH:-/work/shared/bench/upstream/bench_mooncake.py}"
@@ -53,7 +56,7 @@ cat "$OUT/versions.txt" >&2
 
 cd "$ROOT"
 python bench/store_bench.py run --configs "$CONFIGS" --upstream-venv "$VENV" \
-  --upstream-bench "$UPSTREAM_BENCH" --out "$OUT" --duration "$DURATION" --repeats "$REPEATS" "$@"
+  --upstream-bench "$UPSTREAM_BENCH" --out "$OUT" --duration "$DURATION" --repeats "$REPEATS" --rounds "$ROUNDS" "$@"
 if [ "$CAPACITY" != "0" ]; then
   python bench/store_bench.py capacity --objects "$CAPACITY" --out "$OUT/capacity.json"
 fi

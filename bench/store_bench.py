@@ -21,6 +21,11 @@ Configs (two processes each: A hosts the segment, B hosts nothing and puts/gets)
 
 Each config gets a fresh master (ours: ``mooncake master``). Prints one markdown table
 with ratios ours/anchor and writes ``results.json`` + ``table.md`` to ``--out``.
+``--rounds N`` runs the whole list of configs N times in turn (upstream, ours, upstream,
+ours...), each round in ``--out``/``roundK``: a machine whose speed drifts, or one
+config's unusually fast or slow run, then shows as a spread instead of a verdict. The
+table gives the median over rounds of each config's value and each ratio as
+``median (lowest-highest)`` of the per-round ratios.
 
 ``capacity``: the master core alone (``MasterState`` in this process): RSS per million
 objects and PutStart / GetReplicaList latency percentiles at N objects.
@@ -39,6 +44,7 @@ import os
 import random
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -445,16 +451,16 @@ def fmt_size(n: int) -> str:
     return f"{n // MiB} MiB" if n >= MiB else f"{n // KiB} KiB"
 
 
-def table(results: list[dict[str, Any]]) -> str:
+def table(
+    results: list[dict[str, Any]], spread: dict[tuple[str, int, str], list[float]] | None = None
+) -> str:
     """One row per (size, op): each upstream mode, then each of ours with its ratio to
-    its fair anchor (shm to upstream's same-host mode when it ran, tcp to upstream tcp)."""
+    its fair anchor (shm to upstream's same-host mode when it ran, tcp to upstream tcp).
+    ``spread``: per-round ratios; the ratio column then shows their median and range."""
     by = {r["config"]: {(p["size"], p["op"]): p for p in r["points"]} for r in results}
     anchors = [c for c in ("upstream", "upstream_same_host") if c in by]
     ours = [c for c in ("ours_shm", "ours_tcp") if c in by]
-    ref_of = {
-        "ours_shm": "upstream_same_host" if "upstream_same_host" in by else "upstream",
-        "ours_tcp": "upstream",
-    }
+    ref_of = {c: _anchor(c, by) for c in ours}
     hdr = "| size | op | batch |" + "".join(f" {c} |" for c in anchors)
     hdr += "".join(f" {c} | vs {ref_of[c]} |" for c in ours)
     lines = [hdr, "|" + "---|" * (3 + len(anchors) + 2 * len(ours))]
@@ -478,7 +484,10 @@ def table(results: list[dict[str, Any]]) -> str:
             p = by[c].get((size, op))
             ref = by.get(ref_of[c], {}).get((size, op))
             ratio = "-"
-            if p is not None and ref is not None and ref["median_GBps"] > 0:
+            runs = (spread or {}).get((c, size, op))
+            if runs:
+                ratio = f"{statistics.median(runs):.2f}x ({min(runs):.2f}-{max(runs):.2f})"
+            elif p is not None and ref is not None and ref["median_GBps"] > 0:
                 ratio = f"{p['median_GBps'] / ref['median_GBps']:.2f}x"
             row += f" {val(p)} | {ratio} |"
         lines.append(row)
@@ -488,10 +497,49 @@ def table(results: list[dict[str, Any]]) -> str:
 OPS = ["put", "put_from", "batch_put_from", "get", "get_into", "batch_get_into"]
 
 
-def cmd_run(args: argparse.Namespace) -> None:
-    out = Path(args.out or HERE / "out" / time.strftime("store_%Y%m%dT%H%M%SZ", time.gmtime()))
+def over_rounds(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One result per config whose points hold the median over ``rounds`` of its
+    values; each point's ``ratio_range`` maps ``ours_*`` to the per-round ratios."""
+    merged: dict[str, dict[str, Any]] = {}
+    for results in rounds:
+        for r in results:
+            m = merged.setdefault(r["config"], {"config": r["config"], "points": {}})
+            for p in r["points"]:
+                m["points"].setdefault((p["size"], p["op"]), []).append(p)
+    out = []
+    for m in merged.values():
+        points = []
+        for runs in m["points"].values():
+            med = dict(runs[0])
+            for field in ("median_ops_s", "median_GBps"):
+                med[field] = statistics.median(p[field] for p in runs)
+            points.append(med)
+        out.append({"config": m["config"], "points": points})
+    return out
+
+
+def _round_ratios(rounds: list[list[dict[str, Any]]]) -> dict[tuple[str, int, str], list[float]]:
+    """(our config, size, op) -> its ratio to its anchor in each round."""
+    ratios: dict[tuple[str, int, str], list[float]] = {}
+    for results in rounds:
+        by = {r["config"]: {(p["size"], p["op"]): p for p in r["points"]} for r in results}
+        for c in ("ours_shm", "ours_tcp"):
+            ref_name = _anchor(c, by)
+            for k, p in by.get(c, {}).items():
+                ref = by.get(ref_name, {}).get(k)
+                if ref is not None and ref["median_GBps"] > 0:
+                    ratios.setdefault((c, *k), []).append(p["median_GBps"] / ref["median_GBps"])
+    return ratios
+
+
+def _anchor(config: str, by: dict[str, Any]) -> str:
+    if config == "ours_shm" and "upstream_same_host" in by:
+        return "upstream_same_host"
+    return "upstream"
+
+
+def _one_round(args: argparse.Namespace, out: Path, bm: ModuleType) -> list[dict[str, Any]]:
     out.mkdir(parents=True, exist_ok=True)
-    bm = load_upstream_bench(Path(args.upstream_bench))
     results = []
     for config in args.configs.split(","):
         log(f"== {config} (load {os.getloadavg()[0]:.1f})")
@@ -506,7 +554,27 @@ def cmd_run(args: argparse.Namespace) -> None:
         results.append(r)
         log(f"   {config}: {time.time() - t0:.0f} s, errors {r.get('errors', [])[:3]}")
     (out / "results.json").write_text(json.dumps(results, indent=1))
-    md = table(results)
+    return results
+
+
+def cmd_run(args: argparse.Namespace) -> None:
+    out = Path(args.out or HERE / "out" / time.strftime("store_%Y%m%dT%H%M%SZ", time.gmtime()))
+    out.mkdir(parents=True, exist_ok=True)
+    bm = load_upstream_bench(Path(args.upstream_bench))
+    if args.rounds < 2:
+        results = _one_round(args, out, bm)
+        md = table(results)
+    else:
+        rounds = []
+        for k in range(1, args.rounds + 1):
+            log(f"==== round {k} of {args.rounds}")
+            rounds.append(_one_round(args, out / f"round{k}", bm))
+            for r in rounds[-1]:
+                r["round"] = k
+            (out / f"round{k}" / "table.md").write_text(table(rounds[-1]) + "\n")
+        results = [r for rr in rounds for r in rr]
+        (out / "results.json").write_text(json.dumps(results, indent=1))
+        md = table(over_rounds(rounds), _round_ratios(rounds))
     notes = []
     for r in results:
         ok = all(
@@ -515,8 +583,9 @@ def cmd_run(args: argparse.Namespace) -> None:
         )
         rss = {k: round(v / MiB) for k, v in r.get("max_rss_bytes", {}).items()}
         cpu = {k: round(v, 1) for k, v in r.get("cpu_s", {}).items()}
+        tag = f" (round {r['round']})" if "round" in r else ""
         notes.append(
-            f"- {r['config']}: verify ok={ok}, errors={r.get('errors', [])[:2]}, "
+            f"- {r['config']}{tag}: verify ok={ok}, errors={r.get('errors', [])[:2]}, "
             f"wall {r.get('wall_s', 0):.0f} s, max RSS MiB {rss}, CPU s {cpu}"
         )
     text = md + "\n\n" + "\n".join(notes) + "\n"
@@ -730,6 +799,7 @@ def main() -> None:
     p.add_argument("--segment-size", type=int, default=4 * GiB)
     p.add_argument("--upstream-venv", default="/tmp/mooncake-upstream-venv")
     p.add_argument("--out", default="")
+    p.add_argument("--rounds", type=int, default=1)
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("client", help="process B for our configs")
     common(p)
