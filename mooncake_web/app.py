@@ -61,7 +61,7 @@ def create_app(config: ClusterConfig, options: WebOptions | None = None) -> Fast
     state = WebState(
         backend=backend,
         sessions=SessionStore(token, opts.session_ttl_s),
-        drains=DrainJobs(backend.replica_copier),
+        drains=DrainJobs(backend.replica_copier, refresh=backend.poll_once),
         anonymous_read=anonymous,
     )
 

@@ -139,10 +139,19 @@ class DrainJobs:
             Engine; called in a worker thread, closed when the move ends).
         wait_s: How long a drain waits, after moving, for the node to turn DRAINED.
         poll_s: Pause between those checks.
+        refresh: Called (in a worker thread) when a drain has finished moving and
+            waiting, before its end state is shown: the dashboard's polled view of the
+            cluster is refreshed then, so no reader sees a finished drain beside a row
+            from before it (the nodes page stops polling once no drain runs).
     """
 
     def __init__(
-        self, copier: Callable[[], ReplicaCopier], *, wait_s: float = 60.0, poll_s: float = 0.5
+        self,
+        copier: Callable[[], ReplicaCopier],
+        *,
+        wait_s: float = 60.0,
+        poll_s: float = 0.5,
+        refresh: Callable[[], object] | None = None,
     ) -> None:
         if wait_s < 0:
             raise ValueError(f"wait_s must be >= 0, got {wait_s}")
@@ -150,6 +159,7 @@ class DrainJobs:
         self._copier = copier
         self._wait_s = wait_s
         self._poll_s = poll_s
+        self._refresh = refresh
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stops: dict[str, threading.Event] = {}
         self._copiers: dict[str, _StoppableCopier] = {}
@@ -265,6 +275,11 @@ class DrainJobs:
             if drained or loop.time() >= deadline:
                 break
             await asyncio.sleep(self._poll_s)
+        if self._refresh is not None:
+            # A view that cannot be refreshed now (a target down) is refreshed by the
+            # next poll: the drain's own outcome stands.
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self._refresh)
         self._set(node, state="done" if drained else "incomplete")
 
     async def close(self) -> None:

@@ -25,16 +25,16 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebBackend]:
 @pytest.fixture(scope="session")
 def make_app(backend: WebBackend) -> Callable[..., FastAPI]:
     def make(**kw: object) -> FastAPI:
-        opts = WebOptions(
-            master=backend.master,
-            audit_url=backend.audit_url,
-            targets=backend.target_args(),
-            targets_only=True,
-            interval_s=0.5,
-            poll_timeout_s=0.5,
-            page_cap=100,
-            **kw,  # type: ignore[arg-type]
-        )
+        fields: dict[str, object] = {
+            "master": backend.master,
+            "audit_url": backend.audit_url,
+            "targets": backend.target_args(),
+            "targets_only": True,
+            "interval_s": 0.5,
+            "poll_timeout_s": 0.5,
+            "page_cap": 100,
+        }
+        opts = WebOptions(**{**fields, **kw})  # type: ignore[arg-type]
         return create_app(backend.cfg, opts)
 
     return make
