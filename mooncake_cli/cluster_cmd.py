@@ -120,7 +120,11 @@ def up(
         bool, typer.Option("--skip-check", help="Do not run `cluster check` first.")
     ] = False,
 ) -> None:
-    """Start the cluster in dependency order; foreground shows a live status table."""
+    """Start the cluster in dependency order; foreground shows a live status table.
+
+    In the foreground, Ctrl-C stops every component; once `cluster down` (from another
+    terminal) has stopped them all, it says so and exits.
+    """
     from mooncake_core.cluster import ClusterError
     from mooncake_core.cluster.checks import run_checks
 
@@ -160,9 +164,18 @@ def _foreground(sup: Supervisor) -> None:
     def table() -> RenderableType:
         return fit(_status_table(sup.status()), STATUS_IDS, err.width, err)
 
+    gone = 0  # consecutive checks that found every component stopped
     with Live(table(), console=err, refresh_per_second=2) as live:
         while not stop.wait(1.0):
-            live.update(table())
+            rows = sup.status()
+            live.update(fit(_status_table(rows), STATUS_IDS, err.width, err))
+            # `cluster down` from another terminal stopped everything: nothing to watch.
+            gone = gone + 1 if all(r.state in ("stopped", "skipped") for r in rows) else 0
+            if gone >= 2:
+                break
+    if gone >= 2:
+        err.print("\nevery component stopped (mooncake cluster down?): exiting", highlight=False)
+        return
     err.print("\nshutting down", highlight=False)
     sup.down()
 

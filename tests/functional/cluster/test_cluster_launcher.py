@@ -84,3 +84,40 @@ def test_component_failing_at_start_shows_its_log(tmp_path: Path) -> None:
         assert recs == []
     finally:
         kill_recorded(state)
+
+
+def test_foreground_up_exits_once_cluster_down_ran_elsewhere(tmp_path: Path) -> None:
+    # `cluster up` in the foreground watches its components; `cluster down` from
+    # another terminal stops them all: the watcher says so and exits 0 instead of
+    # showing a table of stopped components until someone presses Ctrl-C.
+    import os
+    import subprocess
+    import sys
+
+    path, cfg = make_config(tmp_path)
+    state = Path(cfg["state_dir"])
+    log_file = tmp_path / "up.log"
+    with open(log_file, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mooncake_cli", "cluster", "up", "-c", str(path),
+             "--only", "master"],
+            stdout=subprocess.DEVNULL, stderr=log, env={**os.environ, "COLUMNS": "100"},
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while cli("cluster", "status", "-c", str(path), "--only", "master").returncode:
+                assert proc.poll() is None, log_file.read_text()[-2000:]
+                assert time.monotonic() < deadline, "the master did not come up"
+                time.sleep(0.5)
+            assert proc.poll() is None  # still watching
+            assert cli("cluster", "down", "-c", str(path)).returncode == 0
+            assert proc.wait(timeout=30) == 0
+            text = log_file.read_text()
+            assert "every component stopped (mooncake cluster down?): exiting" in text
+            assert "shutting down" not in text
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            cli("cluster", "down", "-c", str(path))
+            kill_recorded(state)
