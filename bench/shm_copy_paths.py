@@ -11,6 +11,10 @@ keep the peer's pages out of the client's RSS, side by side in one run:
 - ``mapped``: today's path, one populated mapping of the whole segment, memcpy.
 - ``window``: map only the copied range (populated) per copy, memcpy, unmap.
 - ``syscall``: ``pwrite``/``preadv`` on the segment file, no mapping at all.
+- ``dropped``: the one mapping kept, each copy's range faulted in with one
+  ``madvise(MADV_POPULATE_WRITE/READ)`` before the copy and its pages dropped from this
+  process (``MADV_DONTNEED``; the data stays in the shared file) after it: what keeping
+  only a budget of the peer's pages resident costs once the working set exceeds it.
 
 Prints GB/s (1e9 bytes/s, best of ``--repeats``) for writes and reads per block size,
 and the VmRSS each path leaves in this process after touching the segment once.
@@ -26,6 +30,7 @@ import time
 from collections.abc import Callable
 
 BLOCKS = (4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20)
+_POPULATE_READ, _POPULATE_WRITE = 22, 23  # Linux 5.14+; not in every Python's mmap module
 
 
 def vm_rss_mib() -> float:
@@ -70,6 +75,14 @@ def main() -> None:
         rss_mapped = vm_rss_mib() - rss0
         segmv = memoryview(seg)
 
+        def dropped(off: int, blk: int, write: bool) -> None:
+            seg.madvise(_POPULATE_WRITE if write else _POPULATE_READ, off, blk)
+            if write:
+                segmv[off : off + blk] = mv[:blk]
+            else:
+                mv[:blk] = segmv[off : off + blk]
+            seg.madvise(mmap.MADV_DONTNEED, off, blk)
+
         def window(off: int, blk: int, write: bool) -> None:
             w = mmap.mmap(fd, blk, populate, rw, offset=off)
             if write:
@@ -80,19 +93,21 @@ def main() -> None:
 
         print(f"segment {args.segment_mib} MiB in /dev/shm; GB/s, best of {args.repeats}")
         print(
-            "| block | mapped write | window write | syscall write "
-            "| mapped read | window read | syscall read |"
+            "| block | mapped write | window write | syscall write | dropped write "
+            "| mapped read | window read | syscall read | dropped read |"
         )
-        print("|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|")
         for blk in BLOCKS:
             count = max(4, min(4000, (size // 2) // blk))
             ops: dict[str, Callable[[int], None]] = {
                 "mw": lambda o, b=blk: segmv.__setitem__(slice(o, o + b), mv[:b]),
                 "ww": lambda o, b=blk: window(o, b, True),
                 "sw": lambda o, b=blk: os.pwrite(fd, mv[:b], o) and None,
+                "dw": lambda o, b=blk: dropped(o, b, True),
                 "mr": lambda o, b=blk: mv.__setitem__(slice(0, b), segmv[o : o + b]),
                 "wr": lambda o, b=blk: window(o, b, False),
                 "sr": lambda o, b=blk: os.preadv(fd, [mv[:b]], o) and None,
+                "dr": lambda o, b=blk: dropped(o, b, False),
             }
             rates = [best_rate(op, blk, count, size, args.repeats) / 1e9 for op in ops.values()]
             label = f"{blk >> 10} KiB" if blk < 1 << 20 else f"{blk >> 20} MiB"
@@ -101,7 +116,7 @@ def main() -> None:
         seg.close()
         print(
             f"\nVmRSS added by the populated mapping: {rss_mapped:.0f} MiB; "
-            f"after unmapping it, window and syscall copies over the whole segment "
+            f"after unmapping it, window, syscall and dropped copies over the whole segment "
             f"leave {vm_rss_mib() - rss0:.0f} MiB"
         )
     finally:
