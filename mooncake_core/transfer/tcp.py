@@ -96,7 +96,8 @@ class TcpInitiator:
         cursor = self._cursor
         routes: dict[tuple[str, int], list[Path]] = {}  # paths computed once per submit
         held: dict[Region, int] = {}  # slices per region, counted in flight in one go
-        conns = int(self._cfg.connections_per_endpoint)
+        # A lone request keeps every connection of its endpoint busy.
+        min_slices = int(self._cfg.connections_per_endpoint) if len(states) == 1 else 1
         for st in states:
             req = st.request
             key = (req.local.location, id(req.segment))
@@ -106,7 +107,7 @@ class TcpInitiator:
             seg_id = req.segment.info.segment_id
             op = int(Op.READ if req.op == OpCode.READ else Op.WRITE)
             base = req.local.address + req.local_offset
-            if req.length <= slice_size and (req.length <= INLINE_MAX or len(states) > 1):
+            if req.length <= slice_size and (min_slices == 1 or req.length <= INLINE_MAX):
                 # The common case: one slice, no plan objects.
                 st.pending = 1
                 held[req.local] = held.get(req.local, 0) + 1
@@ -114,14 +115,7 @@ class TcpInitiator:
                 s.path = paths[next(cursor) % len(paths)]
                 per_path[s.path].append(s)
                 continue
-            pieces = plan(
-                req.length,
-                slice_size,
-                len(paths),
-                next(cursor) % len(paths),
-                # A lone request keeps every connection of its endpoint busy.
-                min_slices=conns if len(states) == 1 else 1,
-            )
+            pieces = plan(req.length, slice_size, len(paths), next(cursor) % len(paths), min_slices)
             st.pending = len(pieces)
             held[req.local] = held.get(req.local, 0) + len(pieces)
             for p in pieces:
