@@ -161,18 +161,16 @@ def _foreground(sup: Supervisor) -> None:
     signal.signal(signal.SIGTERM, handler)
     from .tables import fit
 
-    def table() -> RenderableType:
-        return fit(_status_table(sup.status()), STATUS_IDS, err.width, err)
+    def table(rows: list[ComponentStatus]) -> RenderableType:
+        return fit(_status_table(rows), STATUS_IDS, err.width, err)
 
     gone = 0  # consecutive checks that found every component stopped
-    with Live(table(), console=err, refresh_per_second=2) as live:
-        while not stop.wait(1.0):
+    with Live(table(sup.status()), console=err, refresh_per_second=2) as live:
+        while gone < 2 and not stop.wait(1.0):
             rows = sup.status()
-            live.update(fit(_status_table(rows), STATUS_IDS, err.width, err))
+            live.update(table(rows))
             # `cluster down` from another terminal stopped everything: nothing to watch.
             gone = gone + 1 if all(r.state in ("stopped", "skipped") for r in rows) else 0
-            if gone >= 2:
-                break
     if gone >= 2:
         err.print("\nevery component stopped (mooncake cluster down?): exiting", highlight=False)
         return
