@@ -159,6 +159,16 @@ def group_gone(pgid: int) -> bool:
     return True
 
 
+def end_foreground(proc: subprocess.Popen[Any], config: Path, state_dir: Path) -> None:
+    """Teardown of a test that ran ``cluster up`` in the foreground: kill the watcher
+    if it still runs, then ``cluster down`` and :func:`kill_recorded`."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    cli("cluster", "down", "-c", str(config))
+    kill_recorded(state_dir)
+
+
 def kill_recorded(state_dir: Path) -> None:
     """Teardown safety net: SIGKILL every process group recorded under ``state_dir``."""
     import json

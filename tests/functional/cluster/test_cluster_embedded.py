@@ -16,9 +16,9 @@ import httpx
 import pytest
 from cluster_support import (
     cli,
+    end_foreground,
     group_gone,
     has_command,
-    kill_recorded,
     make_config,
     missing_commands,
     pid_gone,
@@ -111,9 +111,5 @@ def test_foreground_cluster_serves_and_ctrl_c_stops_everything(tmp_path: Path) -
                 assert port_in_use("127.0.0.1", port) is None, label
         assert list((state / "run").glob("*.json")) == []
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        cli("cluster", "down", "-c", str(path))
-        kill_recorded(state)
+        end_foreground(proc, path, state)
         log.close()

@@ -8,7 +8,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from cluster_support import cli, group_gone, kill_recorded, make_config, pid_gone
+from cluster_support import (
+    cli,
+    end_foreground,
+    group_gone,
+    kill_recorded,
+    make_config,
+    pid_gone,
+)
 
 from mooncake_core.cluster import ComponentRecord, ComponentSpec, LocalLauncher, Probe
 
@@ -95,7 +102,6 @@ def test_foreground_up_exits_once_cluster_down_ran_elsewhere(tmp_path: Path) -> 
     import sys
 
     path, cfg = make_config(tmp_path)
-    state = Path(cfg["state_dir"])
     log_file = tmp_path / "up.log"
     with open(log_file, "w") as log:
         proc = subprocess.Popen(
@@ -116,8 +122,4 @@ def test_foreground_up_exits_once_cluster_down_ran_elsewhere(tmp_path: Path) -> 
             assert "every component stopped (mooncake cluster down?): exiting" in text
             assert "shutting down" not in text
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            cli("cluster", "down", "-c", str(path))
-            kill_recorded(state)
+            end_foreground(proc, path, Path(cfg["state_dir"]))
