@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from mooncake_core.cluster.drain import MoveStopped
+
 if TYPE_CHECKING:
     from mooncake_core.cluster.replica_copy import ReplicaCopier
     from mooncake_core.store import Replica, SegmentSnapshot
@@ -87,27 +89,17 @@ async def _build(factory: Callable[[], ReplicaCopier]) -> ReplicaCopier:
         raise
 
 
-class _Stopped(Exception):
+class _Stopped(MoveStopped):
     """An undrain (or shutdown) asked the drain to stop between objects."""
 
 
 class _StoppableCopier:
-    """The copier, refusing new copies once a stop is asked.
-
-    A copy runs in a worker thread that task cancellation cannot stop: were the drain
-    cancelled mid-copy, the core would revoke the new replica while the thread still
-    writes into its (freed, perhaps reallocated) space. So stops are cooperative: no
-    copy starts after a stop, and the drain is cancelled only once no object is between
-    its copy and the drop of its old replica (busy from the copy's start until the
-    drain reports that object done): cancelled in that gap, the object kept both
-    replicas, one on the undrained node, for good.
-    """
+    """The copier, refusing new copies once a stop is asked (the move revokes the
+    replica it had started to add, and ends)."""
 
     def __init__(self, inner: ReplicaCopier, stop: threading.Event) -> None:
         self._inner = inner
         self._stop = stop
-        self._idle = threading.Event()
-        self._idle.set()
 
     def set_segments(self, segments: Iterable[SegmentSnapshot]) -> None:
         self._inner.set_segments(segments)
@@ -115,20 +107,7 @@ class _StoppableCopier:
     def copy(self, size: int, source: Replica, target: Replica) -> None:
         if self._stop.is_set():
             raise _Stopped("drain stopped")
-        self._idle.clear()
-        try:
-            self._inner.copy(size, source, target)
-        except BaseException:
-            self._idle.set()  # the core revokes the new replica: nothing half-moved
-            raise
-
-    def object_done(self) -> None:
-        """The drain finished an object (its old replica dropped): a clean point."""
-        self._idle.set()
-
-    def idle(self) -> bool:
-        """No copy is running."""
-        return self._idle.is_set()
+        self._inner.copy(size, source, target)
 
 
 class DrainJobs:
@@ -197,12 +176,21 @@ class DrainJobs:
             del self._tasks[node]
 
     async def cancel(self, node: str, timeout_s: float = 60.0) -> bool:
-        """Stop a running drain of ``node`` between objects: a copy in flight finishes
-        (or fails) first, no new one starts; objects already moved stay moved.
+        """Stop a running drain of ``node`` between objects: the object in hand is
+        finished (or its new replica revoked), no copy starts after; objects already
+        moved stay moved.
+
+        While objects move, the stop is cooperative: the move ends at its next clean
+        point (:class:`~mooncake_core.cluster.drain.MoveStopped`). Cancelling the task
+        there instead could land between a replica addition the master has made and the
+        reply (the addition stays pending, a second replica on another node, until
+        ``put_timeout_s``), or during a copy that a worker thread keeps writing. The
+        task is cancelled outright only while nothing is being moved (the copier being
+        built, or the wait for leases) or once ``timeout_s`` has passed.
 
         Args:
             node: Store node.
-            timeout_s: Longest wait for the copy in flight (one transfer batch).
+            timeout_s: Longest wait for the object in hand (one transfer batch).
 
         Returns:
             Whether one was running.
@@ -214,9 +202,8 @@ class DrainJobs:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while not task.done():
-            copier = self._copiers.get(node)
-            if copier is None or copier.idle() or loop.time() >= deadline:
-                task.cancel()  # between objects, waiting for leases, or long overdue
+            if node not in self._copiers or loop.time() >= deadline:
+                task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(asyncio.shield(task), 0.1)
         self._set(node, state="cancelled")
@@ -242,7 +229,6 @@ class DrainJobs:
 
         def progress(done: int, total: int) -> None:
             self._set(node, done=done, total=total)
-            copier.object_done()
             if stop.is_set():
                 raise _Stopped("drain stopped")  # called between objects: a clean point
 

@@ -173,6 +173,12 @@ async def scan_node(
     )
 
 
+class MoveStopped(Exception):
+    """Raised by a :class:`Copier` or a progress callback to stop :func:`move_off`
+    between objects (an undrain while it runs): it ends the move, it is not counted as
+    the object's failure. Raised by a copier, the new replica is revoked first."""
+
+
 class Copier(Protocol):
     """Moves replica bytes (see :class:`~.replica_copy.ReplicaCopier`)."""
 
@@ -286,8 +292,10 @@ async def move_off(
     Args:
         mc: a connected master client.
         node: store node name.
-        copier: moves the bytes of objects that have no replica elsewhere.
-        progress: called with (objects handled, objects to handle) after each object.
+        copier: moves the bytes of objects that have no replica elsewhere; it may
+            raise :class:`MoveStopped`.
+        progress: called with (objects handled, objects to handle) after each object
+            and before each pause between passes; it may raise :class:`MoveStopped`.
         page: keys per ListSegmentObjects page.
         max_passes: passes over the node's objects before giving up on busy ones.
         busy_wait_s: pause between passes while objects are still being written.
@@ -298,6 +306,7 @@ async def move_off(
     Raises:
         ValueError: no segment belongs to ``node``.
         StoreError: the master could not be reached.
+        MoveStopped: the copier or ``progress`` stopped it.
     """
     snap = await mc.get_snapshot()
     segs = node_segments(snap.segments, node)
@@ -326,6 +335,8 @@ async def move_off(
                         n, wait = await _move_one(mc, info, names, copier)
                     except NotFoundError:
                         continue  # removed meanwhile: nothing to move
+                    except MoveStopped:
+                        raise
                     except Exception as exc:  # one object must not stop the drain
                         failed[entry.key] = f"{type(exc).__name__}: {exc}"
                         continue
@@ -340,6 +351,7 @@ async def move_off(
                 start = res.next_start_after
         if not busy:
             break
+        progress(done, max(total, done))  # a clean point too: the callback may stop here
         await asyncio.sleep(busy_wait_s)
     progress(done, max(done, 1) if total == 0 else max(total, done))
     return MoveReport(
