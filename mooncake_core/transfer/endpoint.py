@@ -34,6 +34,11 @@ MAX_CHUNK = 64
 """Most slices one connection takes from the queue per native call."""
 INLINE_MAX = 256 << 10
 """Chunks of at most this many bytes may run in the submitting thread."""
+FRESH_SHARE_MIN = 4 << 20
+"""Queued bytes from which connection threads still starting get a share of the
+endpoint's first request. Each opens its connection first (~1 ms here): a fresh
+engine's first 1 MiB read took 2.2-2.4 ms on one connection and 2.5-2.6 ms split over
+two, 2 MiB broke even, 4 MiB gained 3-10% and 16 MiB 24% (docs/transfer.md)."""
 
 
 class Slice:
@@ -79,6 +84,7 @@ class Endpoint:
         self._cv = threading.Condition()
         self._closed = False
         self._idle = 0
+        self._arriving = 0  # connection threads started that have not asked for work yet
         self._hard = False
         self._threads: list[threading.Thread] = []
         self._socks: set[socket.socket] = set()
@@ -97,6 +103,7 @@ class Endpoint:
                 return False
             self._queue.extend(slices)
             if not self._threads:
+                self._arriving = self._n
                 for i in range(self._n):
                     t = threading.Thread(
                         target=self._worker,
@@ -198,14 +205,20 @@ class Endpoint:
             if t is not threading.current_thread():
                 t.join(timeout)
 
-    def _take(self) -> list[Slice] | None:
+    def _take(self, first: bool) -> list[Slice] | None:
         with self._cv:
             self._idle += 1
+            if first:
+                self._arriving -= 1
             while not self._queue and not self._closed:
                 self._cv.wait()
             # Share the queue with the other idle connections (a busy one takes its
-            # share when it comes back; halving per taker would leave 1-slice chunks).
+            # share when it comes back; halving per taker would leave 1-slice chunks),
+            # and, for a large first request, with those still starting: it would
+            # otherwise go whole to the first thread that runs.
             idle = self._idle
+            if self._arriving and sum(s.length for s in self._queue) >= FRESH_SHARE_MIN:
+                idle += self._arriving
             self._idle -= 1
             if self._closed:
                 return None
@@ -214,9 +227,11 @@ class Endpoint:
 
     def _worker(self) -> None:
         sock: socket.socket | None = None
+        first = True
         try:
             while True:
-                chunk = self._take()
+                chunk = self._take(first)
+                first = False
                 if chunk is None:
                     return
                 if sock is None:

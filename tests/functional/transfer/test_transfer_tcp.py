@@ -318,6 +318,24 @@ def test_an_inline_request_to_a_dead_target_fails_with_its_reason(start_target, 
         eng.read(local, 0, seg, 0, 4096)
 
 
+def test_the_first_large_request_of_an_endpoint_uses_every_connection(start_target, make_engine):
+    # The endpoint's connection threads start with its first request: were its slices
+    # shared among the threads already waiting, the first to run would take them all
+    # (a short-lived client's one large get would move over one connection).
+    target = start_target(size=8 * MiB)
+    eng = make_engine(config={"connections_per_endpoint": 3})
+    seg = eng.open_segment(target.name)
+    local = eng.register_memory(bytearray(6 * MiB))
+    eng.read(local, 0, seg, 0, 6 * MiB)
+    assert bytes(local.view()) == pattern(8 * MiB)[: 6 * MiB]
+    assert target.snapshot()["nics"][0]["connections"] == 3
+    # Below FRESH_SHARE_MIN (4 MiB) a second connection's setup costs more than it
+    # saves: a first 1 MiB read stays on the first connection to start.
+    small = make_engine(config={"connections_per_endpoint": 3})
+    small.read(small.register_memory(bytearray(MiB)), 0, small.open_segment(target.name), 0, MiB)
+    assert target.snapshot()["nics"][0]["connections"] == 3 + 1
+
+
 def test_a_lone_large_request_keeps_every_connection_busy(start_target, make_engine):
     # One 1 MiB request (no larger than a slice) is cut in as many slices as the
     # endpoint has connections (one connection alone moved it ~30% slower); requests
