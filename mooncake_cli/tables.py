@@ -93,11 +93,32 @@ def fit(table: Table, keep: Collection[str], width: int | None, console: Console
         table.padding = padding
         left = width - _overhead(table) - id_total
         if left >= sum(widths[i][0] for i in others):
-            for i in others:
-                cols[i].no_wrap, cols[i].overflow = False, "fold"
+            # Widths set here, not by rich: it narrows the widest wrapping columns
+            # below their longest word (an address folded as "127.0.0." / "1").
+            for i, w in zip(others, _share(left, [widths[i] for i in others]), strict=True):
+                cols[i].no_wrap, cols[i].overflow, cols[i].width = False, "fold", w
             return table
     table.padding = (0, 1, 0, 0)
     return _two_lines(table, ident, width, console)
+
+
+def _share(room: int, ranges: list[tuple[int, int]]) -> list[int]:
+    """Widths for columns of (longest word, natural width) in ``room`` >= the sum of
+    their longest words: each gets its longest word, then the rest of the room in
+    proportion to what each still lacks (never past its natural width)."""
+    got = [lo for lo, _ in ranges]
+    need = [max(0, hi - lo) for lo, hi in ranges]
+    spare = room - sum(got)
+    total = sum(need)
+    if total <= spare:
+        return [max(lo, hi) for lo, hi in ranges]
+    extra = [spare * n // total for n in need]
+    for i in sorted(range(len(need)), key=lambda j: need[j] - extra[j], reverse=True):
+        if sum(extra) >= spare:
+            break
+        if extra[i] < need[i]:
+            extra[i] += 1
+    return [g + e for g, e in zip(got, extra, strict=True)]
 
 
 def _two_lines(table: Table, ident: list[bool], width: int, console: Console) -> Group:

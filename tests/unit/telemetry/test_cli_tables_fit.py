@@ -53,3 +53,20 @@ def test_too_narrow_folds_rows_into_two_lines() -> None:
 
 def test_no_width_means_natural() -> None:
     assert "…" not in _render(None) and all(rid in _render(None) for rid in IDS)
+
+
+def test_wrapped_columns_keep_every_word_whole() -> None:
+    # The status table of an embedded cluster at 80 columns: rich, left to itself,
+    # narrowed the widest wrapping columns below their longest word and folded the
+    # address ("127.0.0." then "1").
+    t = Table("component", "role", "host", "address", "health", "pid", "version", "ports")
+    for name, ports in (("prefill-0", "50071 17101 9201"), ("conductor", "8000")):
+        t.add_row(name, "prefill", "local", "127.0.0.1", "stopped", "", "", ports)
+        t.add_row(name + "x", "decode", "local", "127.0.0.1", "not running", "", "", ports)
+    buf = io.StringIO()
+    console = Console(file=buf, width=60, color_system=None)
+    console.print(fit(t, ("component",), 60, console))
+    text = buf.getvalue()
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= 60
+    assert text.count("127.0.0.1") == 4, text
+    assert "running" in text and "prefill-0" in text
