@@ -107,16 +107,26 @@ def drain(
 
     Its segments go DRAINING (readable, no new objects); objects with a replica elsewhere
     lose the one here, the others are first copied to other nodes. Exits 0 once DRAINED,
-    3 when something is left (the report says what). Safe to run again.
+    3 when something is left (the report says what). Safe to run again. Ctrl-C stops it
+    after the object in hand (exit 130; the node stays DRAINING); a second one at once.
     """
     import asyncio
     import json
+    import signal
+    import threading
     import time
     from dataclasses import asdict
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from mooncake_core.cluster.drain import MoveReport, drain_node, move_off, node_segments
+    from mooncake_core.cluster.drain import (
+        MoveReport,
+        MoveStopped,
+        StoppableCopier,
+        drain_node,
+        move_off,
+        node_segments,
+    )
     from mooncake_core.cluster.replica_copy import ReplicaCopier
     from mooncake_core.store import StoreError
     from mooncake_core.store.client.async_master import MasterClient
@@ -132,6 +142,19 @@ def drain(
     address, secret = _master(cfg)
     host = cfg.host(cfg.master.host).address
 
+    stop = threading.Event()
+    moved = [0]
+
+    def interrupted() -> None:
+        # The first Ctrl-C stops the move at its next clean point (cancelling it could
+        # strand a replica addition the master made); the next one interrupts at once.
+        stop.set()
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
+        err.print(
+            f"stopping after the object in hand ({moved[0]} handled); Ctrl-C again to abort now",
+            highlight=False,
+        )
+
     async def go() -> tuple[MoveReport, list[str]]:
         async with MasterClient.for_target(
             address, client_id="mooncake-node-cli", secret=secret
@@ -140,22 +163,41 @@ def drain(
             err.print(
                 f"{node}: {', '.join(segs)} DRAINING (readable, no new objects)", highlight=False
             )
-            with ReplicaCopier(cfg.transfer, secret=secret, host=host) as copier:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGINT, interrupted)
+            with ReplicaCopier(cfg.transfer, secret=secret, host=host) as inner:
                 columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
                 with Progress(*columns, console=err, transient=True) as bar:
                     task = bar.add_task(f"moving objects off {node}", total=None)
-                    report = await move_off(mc, node, copier, _progress(bar, task))
+                    update = _progress(bar, task)
+
+                    def progress(done: int, total: int) -> None:
+                        moved[0] = done
+                        update(done, total)
+                        if stop.is_set():
+                            raise MoveStopped("drain stopped")
+
+                    copier = StoppableCopier(inner, stop)
+                    report = await move_off(mc, node, copier, progress)
             deadline = time.monotonic() + wait
             while True:
                 states = [
                     s.state.name for s in node_segments((await mc.get_snapshot()).segments, node)
                 ]
-                if all(s == "DRAINED" for s in states) or time.monotonic() >= deadline:
+                done = all(s == "DRAINED" for s in states)
+                if done or time.monotonic() >= deadline or stop.is_set():
                     return report, states
                 await asyncio.sleep(0.5)
 
     try:
         report, states = asyncio.run(go())
+    except MoveStopped:
+        err.print(
+            f"{node}: drain stopped after {moved[0]} objects; it stays DRAINING. Run "
+            f"'mooncake node drain {node}' again to continue, or 'mooncake node undrain "
+            f"{node}'",
+            highlight=False,
+        )
+        raise typer.Exit(130) from None
     except (StoreError, TransferError, ValueError) as exc:
         fail(str(exc))
     drained = bool(states) and all(s == "DRAINED" for s in states)

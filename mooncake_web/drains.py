@@ -14,15 +14,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from mooncake_core.cluster.drain import MoveStopped
+from mooncake_core.cluster.drain import MoveStopped, StoppableCopier
 
 if TYPE_CHECKING:
     from mooncake_core.cluster.replica_copy import ReplicaCopier
-    from mooncake_core.store import Replica, SegmentSnapshot
     from mooncake_core.store.client.async_master import MasterClient
 
 __all__ = ["DrainJob", "DrainJobs"]
@@ -89,27 +88,6 @@ async def _build(factory: Callable[[], ReplicaCopier]) -> ReplicaCopier:
         raise
 
 
-class _Stopped(MoveStopped):
-    """An undrain (or shutdown) asked the drain to stop between objects."""
-
-
-class _StoppableCopier:
-    """The copier, refusing new copies once a stop is asked (the move revokes the
-    replica it had started to add, and ends)."""
-
-    def __init__(self, inner: ReplicaCopier, stop: threading.Event) -> None:
-        self._inner = inner
-        self._stop = stop
-
-    def set_segments(self, segments: Iterable[SegmentSnapshot]) -> None:
-        self._inner.set_segments(segments)
-
-    def copy(self, size: int, source: Replica, target: Replica) -> None:
-        if self._stop.is_set():
-            raise _Stopped("drain stopped")
-        self._inner.copy(size, source, target)
-
-
 class DrainJobs:
     """The drains of this dashboard process, newest state per node.
 
@@ -141,7 +119,7 @@ class DrainJobs:
         self._refresh = refresh
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stops: dict[str, threading.Event] = {}
-        self._copiers: dict[str, _StoppableCopier] = {}
+        self._copiers: dict[str, StoppableCopier] = {}
 
     def get(self, node: str) -> DrainJob | None:
         """The last drain of ``node`` (``None``: never drained from here)."""
@@ -217,7 +195,7 @@ class DrainJobs:
             await self._move_and_wait(mc, node)
         except asyncio.CancelledError:
             raise
-        except _Stopped:
+        except MoveStopped:
             self._set(node, state="cancelled")
         except Exception as exc:  # shown on the page; the dashboard keeps running
             self._set(node, state="failed", error=f"{type(exc).__name__}: {exc}"[:300])
@@ -230,17 +208,17 @@ class DrainJobs:
         def progress(done: int, total: int) -> None:
             self._set(node, done=done, total=total)
             if stop.is_set():
-                raise _Stopped("drain stopped")  # called between objects: a clean point
+                raise MoveStopped("drain stopped")  # called between objects: a clean point
 
         inner = await _build(self._copier)
-        copier = self._copiers[node] = _StoppableCopier(inner, stop)
+        copier = self._copiers[node] = StoppableCopier(inner, stop)
         try:
             report = await move_off(mc, node, copier, progress)
         finally:
             self._copiers.pop(node, None)
             await asyncio.to_thread(inner.close)
         if stop.is_set():
-            raise _Stopped("drain stopped")
+            raise MoveStopped("drain stopped")
         self._set(
             node,
             phase="waiting",

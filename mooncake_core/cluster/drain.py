@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -187,6 +188,25 @@ class Copier(Protocol):
 
     def copy(self, size: int, source: Replica, target: Replica) -> None:
         """Blocking: read ``source`` and write the bytes into ``target``."""
+
+
+class StoppableCopier:
+    """``inner``, refusing new copies once ``stop`` is set: :class:`MoveStopped` (the
+    move revokes the replica it had started to add, and ends). A copy already running
+    finishes: its thread cannot be stopped mid-write, and cancelling the move instead
+    could strand an addition the master made before its reply."""
+
+    def __init__(self, inner: Copier, stop: threading.Event) -> None:
+        self._inner = inner
+        self._stop = stop
+
+    def set_segments(self, segments: Iterable[SegmentSnapshot]) -> None:
+        self._inner.set_segments(segments)
+
+    def copy(self, size: int, source: Replica, target: Replica) -> None:
+        if self._stop.is_set():
+            raise MoveStopped("drain stopped")
+        self._inner.copy(size, source, target)
 
 
 @dataclass(frozen=True, slots=True)

@@ -145,3 +145,70 @@ def test_drain_while_reading(store_cluster: tuple[Path, dict]) -> None:
     finally:
         stop.set()
         client.close()
+
+
+def test_ctrl_c_stops_a_drain_between_objects(store_cluster: tuple[Path, dict]) -> None:
+    """Ctrl-C during `node drain`: the move stops after the object in hand (exit 130,
+    the node stays DRAINING), no replica addition is left pending at the master, every
+    object keeps its bytes, and a second run finishes the job."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from mooncake_core.store.client import Client
+
+    path, cfg = store_cluster
+    secret = (Path(cfg["state_dir"]) / "secret").read_bytes().strip()
+    address = f"127.0.0.1:{cfg['master']['port']}"
+    client = Client(master=address, secret=secret).setup()
+    try:
+        values = {f"obj/{i:03d}": random.Random(i).randbytes(16 << 10) for i in range(400)}
+        for k, v in values.items():  # every object only on store-0: each one is copied
+            client.put(k, v, ReplicateConfig(preferred_segments=("store-0",)))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mooncake_cli", "node", "drain", "store-0", "-c", str(path)],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "COLUMNS": "250", "PYTHONUNBUFFERED": "1"},
+        )
+        assert proc.stderr is not None
+        assert "DRAINING" in proc.stderr.readline()
+        # Let it copy some objects, then interrupt it.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            listed = asyncio.run(_listed_and_counted(address, secret, "store-1"))[0]
+            if listed >= 5:
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, rest = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+        assert proc.returncode == 130, rest
+        assert "stopping after the object in hand" in rest
+        assert "drain stopped after" in rest and "stays DRAINING" in rest
+        listed, counted = asyncio.run(_listed_and_counted(address, secret, "store-1"))
+        assert 5 <= listed < len(values), rest
+        assert counted == listed, "a replica addition was left pending"
+        for k, v in values.items():
+            assert client.get(k) == v, k
+
+        again = cli("node", "drain", "store-0", "-c", str(path), "--json", "--wait", "30")
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert json.loads(again.stdout)["copied"] == len(values) - listed
+    finally:
+        client.close()
+
+
+async def _listed_and_counted(address: str, secret: bytes, segment: str) -> tuple[int, int]:
+    """(objects listed on ``segment``, keys the master counts there: pending additions
+    included)."""
+    async with MasterClient(address, client_id="test-ls", secret=secret) as mc:
+        listed = await mc.list_segment_objects(segment, limit=1000)
+        snap = await mc.get_snapshot()
+        counted = next(s.keys for s in snap.segments if s.name == segment)
+        return len(listed.entries), counted
