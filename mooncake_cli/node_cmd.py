@@ -122,7 +122,6 @@ def drain(
     from mooncake_core.cluster.drain import (
         MoveReport,
         MoveStopped,
-        StoppableCopier,
         drain_node,
         move_off,
         node_segments,
@@ -143,17 +142,13 @@ def drain(
     host = cfg.host(cfg.master.host).address
 
     stop = threading.Event()
-    moved = [0]
 
     def interrupted() -> None:
         # The first Ctrl-C stops the move at its next clean point (cancelling it could
         # strand a replica addition the master made); the next one interrupts at once.
         stop.set()
         asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
-        err.print(
-            f"stopping after the object in hand ({moved[0]} handled); Ctrl-C again to abort now",
-            highlight=False,
-        )
+        err.print("stopping after the object in hand; Ctrl-C again to abort now", highlight=False)
 
     async def go() -> tuple[MoveReport, list[str]]:
         async with MasterClient.for_target(
@@ -164,20 +159,11 @@ def drain(
                 f"{node}: {', '.join(segs)} DRAINING (readable, no new objects)", highlight=False
             )
             asyncio.get_running_loop().add_signal_handler(signal.SIGINT, interrupted)
-            with ReplicaCopier(cfg.transfer, secret=secret, host=host) as inner:
+            with ReplicaCopier(cfg.transfer, secret=secret, host=host) as copier:
                 columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
                 with Progress(*columns, console=err, transient=True) as bar:
                     task = bar.add_task(f"moving objects off {node}", total=None)
-                    update = _progress(bar, task)
-
-                    def progress(done: int, total: int) -> None:
-                        moved[0] = done
-                        update(done, total)
-                        if stop.is_set():
-                            raise MoveStopped("drain stopped")
-
-                    copier = StoppableCopier(inner, stop)
-                    report = await move_off(mc, node, copier, progress)
+                    report = await move_off(mc, node, copier, _progress(bar, task), stop=stop)
             deadline = time.monotonic() + wait
             while True:
                 states = [
@@ -190,9 +176,9 @@ def drain(
 
     try:
         report, states = asyncio.run(go())
-    except MoveStopped:
+    except MoveStopped as stopped:
         err.print(
-            f"{node}: drain stopped after {moved[0]} objects; it stays DRAINING. Run "
+            f"{node}: drain stopped after {stopped.done} objects; it stays DRAINING. Run "
             f"'mooncake node drain {node}' again to continue, or 'mooncake node undrain "
             f"{node}'",
             highlight=False,

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from mooncake_core.cluster.drain import MoveStopped, StoppableCopier
+from mooncake_core.cluster.drain import MoveStopped
 
 if TYPE_CHECKING:
     from mooncake_core.cluster.replica_copy import ReplicaCopier
@@ -119,7 +119,7 @@ class DrainJobs:
         self._refresh = refresh
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stops: dict[str, threading.Event] = {}
-        self._copiers: dict[str, StoppableCopier] = {}
+        self._moving: set[str] = set()  # nodes whose drain is moving objects
 
     def get(self, node: str) -> DrainJob | None:
         """The last drain of ``node`` (``None``: never drained from here)."""
@@ -180,7 +180,7 @@ class DrainJobs:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while not task.done():
-            if node not in self._copiers or loop.time() >= deadline:
+            if node not in self._moving or loop.time() >= deadline:
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(asyncio.shield(task), 0.1)
@@ -207,18 +207,16 @@ class DrainJobs:
 
         def progress(done: int, total: int) -> None:
             self._set(node, done=done, total=total)
-            if stop.is_set():
-                raise MoveStopped("drain stopped")  # called between objects: a clean point
 
-        inner = await _build(self._copier)
-        copier = self._copiers[node] = StoppableCopier(inner, stop)
+        copier = await _build(self._copier)
+        self._moving.add(node)
         try:
-            report = await move_off(mc, node, copier, progress)
+            report = await move_off(mc, node, copier, progress, stop=stop)
         finally:
-            self._copiers.pop(node, None)
-            await asyncio.to_thread(inner.close)
+            self._moving.discard(node)
+            await asyncio.to_thread(copier.close)
         if stop.is_set():
-            raise MoveStopped("drain stopped")
+            raise MoveStopped(report.dropped)
         self._set(
             node,
             phase="waiting",

@@ -175,9 +175,16 @@ async def scan_node(
 
 
 class MoveStopped(Exception):
-    """Raised by a :class:`Copier` or a progress callback to stop :func:`move_off`
-    between objects (an undrain while it runs): it ends the move, it is not counted as
-    the object's failure. Raised by a copier, the new replica is revoked first."""
+    """:func:`move_off` stopped between objects because its ``stop`` was set (an
+    undrain or a Ctrl-C while it ran).
+
+    Attributes:
+        done: Objects handled before the stop.
+    """
+
+    def __init__(self, done: int) -> None:
+        super().__init__(f"drain stopped after {done} objects")
+        self.done = done
 
 
 class Copier(Protocol):
@@ -190,11 +197,15 @@ class Copier(Protocol):
         """Blocking: read ``source`` and write the bytes into ``target``."""
 
 
-class StoppableCopier:
-    """``inner``, refusing new copies once ``stop`` is set: :class:`MoveStopped` (the
-    move revokes the replica it had started to add, and ends). A copy already running
-    finishes: its thread cannot be stopped mid-write, and cancelling the move instead
-    could strand an addition the master made before its reply."""
+class _Refused(Exception):
+    """A copy refused because the move was stopped (see :class:`_StoppableCopier`)."""
+
+
+class _StoppableCopier:
+    """``inner``, refusing new copies once ``stop`` is set (the move revokes the replica
+    it had started to add, and ends). A copy already running finishes: its thread cannot
+    be stopped mid-write, and cancelling the move instead could strand an addition the
+    master made before its reply."""
 
     def __init__(self, inner: Copier, stop: threading.Event) -> None:
         self._inner = inner
@@ -205,7 +216,7 @@ class StoppableCopier:
 
     def copy(self, size: int, source: Replica, target: Replica) -> None:
         if self._stop.is_set():
-            raise MoveStopped("drain stopped")
+            raise _Refused("drain stopped")
         self._inner.copy(size, source, target)
 
 
@@ -299,6 +310,7 @@ async def move_off(
     copier: Copier,
     progress: Progress = lambda done, total: None,
     *,
+    stop: threading.Event | None = None,
     page: int = 200,
     max_passes: int = 20,
     busy_wait_s: float = 0.5,
@@ -312,10 +324,11 @@ async def move_off(
     Args:
         mc: a connected master client.
         node: store node name.
-        copier: moves the bytes of objects that have no replica elsewhere; it may
-            raise :class:`MoveStopped`.
-        progress: called with (objects handled, objects to handle) after each object
-            and before each pause between passes; it may raise :class:`MoveStopped`.
+        copier: moves the bytes of objects that have no replica elsewhere.
+        progress: called with (objects handled, objects to handle) after each object.
+        stop: once set, the move ends at its next clean point (after the object in
+            hand, or before a pause between passes; no copy starts after it) with
+            :class:`MoveStopped`.
         page: keys per ListSegmentObjects page.
         max_passes: passes over the node's objects before giving up on busy ones.
         busy_wait_s: pause between passes while objects are still being written.
@@ -326,7 +339,7 @@ async def move_off(
     Raises:
         ValueError: no segment belongs to ``node``.
         StoreError: the master could not be reached.
-        MoveStopped: the copier or ``progress`` stopped it.
+        MoveStopped: ``stop`` was set.
     """
     snap = await mc.get_snapshot()
     segs = node_segments(snap.segments, node)
@@ -335,6 +348,9 @@ async def move_off(
         raise ValueError(f"no segment of store node {node!r} is mounted (nodes: {known})")
     names = frozenset(s.name for s in segs)
     total = sum(s.keys for s in segs)
+    if stop is None:
+        stop = threading.Event()
+    copier = _StoppableCopier(copier, stop)
     done = copied = copied_bytes = dropped = waiting = 0
     failed: dict[str, str] = {}
     for _ in range(max_passes):
@@ -355,8 +371,8 @@ async def move_off(
                         n, wait = await _move_one(mc, info, names, copier)
                     except NotFoundError:
                         continue  # removed meanwhile: nothing to move
-                    except MoveStopped:
-                        raise
+                    except _Refused:
+                        raise MoveStopped(done) from None
                     except Exception as exc:  # one object must not stop the drain
                         failed[entry.key] = f"{type(exc).__name__}: {exc}"
                         continue
@@ -366,12 +382,15 @@ async def move_off(
                     dropped += 1
                     waiting += wait
                     progress(done, max(total, done))
+                    if stop.is_set():
+                        raise MoveStopped(done)
                 if res.next_start_after is None:
                     break
                 start = res.next_start_after
         if not busy:
             break
-        progress(done, max(total, done))  # a clean point too: the callback may stop here
+        if stop.is_set():
+            raise MoveStopped(done)
         await asyncio.sleep(busy_wait_s)
     progress(done, max(done, 1) if total == 0 else max(total, done))
     return MoveReport(
