@@ -14,6 +14,7 @@ unique within its first block), so 429s, which carry no request id, are checked 
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import signal
 import sqlite3
@@ -68,9 +69,11 @@ def _post(url: str, prompt: str, max_tokens: int = 3) -> Answer | None:
         with urllib.request.urlopen(req, timeout=60) as r:
             return Answer(_key(prompt), r.status, json.loads(r.read())["id"])
     except urllib.error.HTTPError as exc:
-        exc.read()
+        # The status came; its body may be cut by the kill (IncompleteRead).
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            exc.read()
         return Answer(_key(prompt), exc.code, None)
-    except (OSError, ValueError):
+    except (OSError, ValueError, http.client.HTTPException):  # no answer (cut mid-body too)
         return None
 
 
