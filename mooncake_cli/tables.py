@@ -12,8 +12,10 @@ other columns, in this order until the table fits:
    and wrapped (only a word longer than the line is folded, never an ellipsis); the
    caption follows, wrapped.
 
-A pipe without ``COLUMNS`` gets the natural width (complete, one line per row, stable for
-grep); ``--json`` stays the machine format.
+A pipe without ``COLUMNS`` is fitted to 80 columns like a terminal of that width (a
+person reads it through ``less`` or in a log; names and ids stay whole on a row's first
+line, so ``grep`` still finds them); ``COLUMNS`` widens it, and ``--json`` stays the
+machine format.
 """
 
 from __future__ import annotations
@@ -33,14 +35,16 @@ if TYPE_CHECKING:
 __all__ = ["fit", "print_table", "table_width"]
 
 _NATURAL = 10_000
+PIPE_WIDTH = 80
+"""The width of output to a pipe or file when ``COLUMNS`` does not say."""
 
 
-def table_width(console: Console) -> int | None:
-    """The width tables must fit: the terminal's, or ``COLUMNS`` when set; ``None`` (no
-    limit) for a pipe without ``COLUMNS``."""
+def table_width(console: Console) -> int:
+    """The width tables must fit: the terminal's, or ``COLUMNS`` when set; else (a pipe
+    or a file) :data:`PIPE_WIDTH`."""
     if console.is_terminal or os.environ.get("COLUMNS", "").strip().isdigit():
         return console.width
-    return None
+    return PIPE_WIDTH
 
 
 def _cell_text(console: Console, cell: object) -> Text:
@@ -148,10 +152,4 @@ def _two_lines(table: Table, ident: list[bool], width: int, console: Console) ->
 def print_table(console: Console, table: Table, keep: Collection[str]) -> None:
     """Print ``table`` fitted to the console (see :func:`fit`)."""
     width = table_width(console)
-    fitted = fit(table, keep, width, console)
-    if width is None:
-        # As wide as the table itself: one line per row, no padding out to a huge width.
-        natural = sum(n for _, n in _widths(console, table)) + _overhead(table)
-        Console(width=max(80, natural), file=console.file).print(fitted)
-        return
-    console.print(fitted)
+    console.print(fit(table, keep, width, console), width=width)

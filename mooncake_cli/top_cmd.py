@@ -140,10 +140,4 @@ def _print_once(collector: Collector, interval: float, json_out: bool) -> None:
         from .tables import table_width
 
         width = table_width(out)
-        rendered = render_view(view, width, out)
-        if width is None:
-            from rich.console import Console
-
-            Console(width=1000, file=out.file).print(rendered, crop=False)
-        else:
-            out.print(rendered)
+        out.print(render_view(view, width, out), width=width)

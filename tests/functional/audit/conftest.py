@@ -16,7 +16,9 @@ SCENARIO_T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 
 @pytest.fixture
 def cli() -> CliRunner:
-    return CliRunner()
+    # Wide enough that every table row is one line (a pipe otherwise fits 80 columns,
+    # which tests/unit/telemetry/test_cli_tables_fit.py checks).
+    return CliRunner(env={"COLUMNS": "250"})
 
 
 @pytest.fixture

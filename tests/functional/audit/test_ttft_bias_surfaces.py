@@ -73,7 +73,7 @@ async def test_every_surface_reports_the_same_positive_ttft_bias(tmp_path: Path)
     assert stored.mae_s == pytest.approx(MAE, abs=1e-9)
 
     # 1. mooncake audit stats: JSON and the table.
-    cli = CliRunner()
+    cli = CliRunner(env={"COLUMNS": "250"})  # one line per table row
     res = cli.invoke(cli_app, ["audit", "stats", "--url", url, "--bucket", "1h", "--json"])
     assert res.exit_code == 0, res.output
     total = json.loads(res.stdout)["total"]

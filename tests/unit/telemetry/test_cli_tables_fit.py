@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import io
 
+import pytest
 from rich.console import Console
 from rich.table import Table
 
-from mooncake_cli.tables import fit
+from mooncake_cli.tables import fit, print_table, table_width
 
 IDS = ["cmpl-1a23375f9c0e-1", "cmpl-1a23375f9c0e-2"]
 
@@ -70,3 +71,19 @@ def test_wrapped_columns_keep_every_word_whole() -> None:
     assert max(len(line.rstrip()) for line in text.splitlines()) <= 60
     assert text.count("127.0.0.1") == 4, text
     assert "running" in text and "prefill-0" in text
+
+
+def test_a_pipe_gets_80_columns_unless_columns_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A person reads piped output too (less, a log): without COLUMNS it fits 80
+    # columns, whatever width rich guessed from another stream's terminal.
+    monkeypatch.delenv("COLUMNS", raising=False)
+    t = Table("request", "prefill", "policy", "result")
+    for rid in IDS:
+        t.add_row(rid, "prefill-2", "kvcache_centric", "rejected: " + "decode busy " * 8)
+    buf = io.StringIO()
+    print_table(Console(file=buf, width=200, color_system=None), t, ("request",))
+    lines = buf.getvalue().splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80, lines
+    assert all(any(line.startswith(rid) for line in lines) for rid in IDS)
+    monkeypatch.setenv("COLUMNS", "200")
+    assert table_width(Console(file=io.StringIO(), color_system=None)) == 200
