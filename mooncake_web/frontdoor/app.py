@@ -132,6 +132,9 @@ def _usage(prompt_tokens: int, chunks: list[CompletionChunk]) -> dict[str, Any]:
         "total_tokens": prompt_tokens + len(chunks),
         "cached_tokens": last.reused_tokens,
         "computed_tokens": last.computed_tokens,
+        # Where OpenAI's clients (and vLLM, SGLang) put the prompt tokens served from a
+        # cache; the two fields above stay for our own tools.
+        "prompt_tokens_details": {"cached_tokens": last.reused_tokens},
     }
 
 
@@ -381,7 +384,9 @@ async def _first(gen: CompletionStream) -> CompletionChunk | Any:
 def _add_usage(total: dict[str, Any], one: dict[str, Any]) -> None:
     # Sums the counts of several choices (None, unknown, stays None only if all are).
     for key, v in one.items():
-        if v is None:
+        if isinstance(v, dict):
+            _add_usage(total.setdefault(key, {}), v)
+        elif v is None:
             total.setdefault(key, None)
         else:
             total[key] = (total.get(key) or 0) + v

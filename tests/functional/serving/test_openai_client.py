@@ -139,6 +139,33 @@ def test_chat_answers_like_the_reference(client: openai.OpenAI, reference: Any) 
     assert r.usage is not None and r.usage.completion_tokens >= 1
 
 
+def test_cached_prompt_tokens_where_openai_clients_read_them(client: openai.OpenAI) -> None:
+    # OpenAI's clients (and dashboards built on them) read prompt-cache hits from
+    # usage.prompt_tokens_details.cached_tokens; the repeated system prompt below is
+    # served from the Store on a later request (its blocks are stored after the first
+    # answer, so a few tries are allowed), and every answer's counts add up.
+    system = "Study 7f3a. You are a terse assistant; answer in one line. " * 6
+    seen: list[int] = []
+    for i in range(4):
+        r = client.chat.completions.create(
+            model="smollm2",
+            messages=[
+                {"role": "system", "content": system},
+                {"role": "user", "content": f"Say the number {i}."},
+            ],
+            max_tokens=4,
+        )
+        u = r.usage
+        assert u is not None and u.prompt_tokens_details is not None
+        cached = u.prompt_tokens_details.cached_tokens
+        assert cached is not None and cached == (u.model_extra or {})["cached_tokens"]
+        assert cached + (u.model_extra or {})["computed_tokens"] == u.prompt_tokens
+        seen.append(cached)
+        if cached > 0:
+            break
+    assert seen[0] == 0 and seen[-1] > 0, seen
+
+
 def test_chat_stream_equals_non_stream(client: openai.OpenAI, reference: Any) -> None:
     q = "Write a haiku about the sea."
     stream = client.chat.completions.create(
