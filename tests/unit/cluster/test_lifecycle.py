@@ -4,12 +4,22 @@ end, stop; a failed start is one StartFailed (exact order of the calls)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
+from collections.abc import Iterator
 
 import pytest
 
 from mooncake_core.lifecycle import StartFailed, run_until_signalled
+
+
+@pytest.fixture(autouse=True)
+def _unfrozen() -> Iterator[None]:
+    # run_until_signalled freezes the heap it finds after start; give pytest's back.
+    gc.unfreeze()
+    yield
+    gc.unfreeze()
 
 
 class _Component:
@@ -76,3 +86,20 @@ def test_a_failed_start_is_start_failed_with_its_text() -> None:
     calls.clear()
     with pytest.raises(KeyError):
         _run(_Component(calls, KeyError("x")), start_errors=(OSError,))
+
+
+def test_start_up_objects_are_frozen_before_the_ready_line() -> None:
+    # What start-up allocated leaves the cyclic collector's scans (gc.freeze) once
+    # start succeeded and before the ready line; a failed start freezes nothing.
+    with pytest.raises(StartFailed):
+        _run(_Component([], fail=RuntimeError("no")), start_errors=(RuntimeError,))
+    assert gc.get_freeze_count() == 0
+    frozen: list[int] = []
+    c = _Component([])
+
+    def ready() -> None:
+        frozen.append(gc.get_freeze_count())
+        c.ended.set()
+
+    assert _run(c, on_ready_too=ready, ended=lambda: c.ended)
+    assert frozen and frozen[0] > 1000, frozen
