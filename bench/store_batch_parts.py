@@ -1,11 +1,12 @@
 """Where a 64-key batch of 4 KiB puts and gets spends its time, part by part.
 
-Usage: ``python bench/store_batch_parts.py [--transport auto|tcp] [--batches 100]``
+Usage: ``python bench/store_batch_parts.py [--transport auto|tcp] [--batches 100]
+[--size 4096]``
 
 Starts our master and one store node (``mooncake master``, ``mooncake store node``,
 127.0.0.1, a 1 GiB segment) and, in this process, a client that puts 64 keys of 4 KiB
-with ``batch_put_from`` and reads them back with ``batch_get_into``, ``--batches`` times
-each after a warm-up. It prints the time per batch of each whole call and of its parts:
+(``--size``) with ``batch_put_from`` and reads them back with ``batch_get_into``,
+``--batches`` times each after a warm-up. It prints the time per batch of each whole call and of its parts:
 the master calls (``BatchPutStart``, ``BatchPutEnd``, ``BatchGetReplicaList``: round
 trip and the master's work) and the data path (``start``: the copies submitted, over
 shm the copies themselves; ``finish``: waiting for them), summed over puts and gets.
@@ -27,7 +28,7 @@ from typing import Any
 
 from store_bench import master_and_node
 
-KEYS, SIZE = 64, 4096
+KEYS = 64
 
 
 def _timed(obj: Any, name: str, acc: dict[str, float]) -> None:
@@ -47,6 +48,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--transport", default="auto", choices=["auto", "tcp"])
     ap.add_argument("--batches", type=int, default=100)
+    ap.add_argument("--size", type=int, default=4096, help="bytes per value")
     ap.add_argument("--profile", type=Path, default=None)
     args = ap.parse_args()
     out = Path(tempfile.mkdtemp(prefix="batch_parts_"))
@@ -63,14 +65,15 @@ def _measure(master: str, args: argparse.Namespace) -> dict[str, Any]:
     from mooncake_core.store.client.options import ClientOptions
 
     c = Client(ClientOptions(master=master, transport=args.transport)).setup()
-    buf = ctypes.create_string_buffer(2 * KEYS * SIZE)
+    size = args.size
+    buf = ctypes.create_string_buffer(2 * KEYS * size)
     base = ctypes.addressof(buf)
     for i in range(KEYS):
-        ctypes.memset(base + i * SIZE, i + 1, SIZE)
-    c.register_buffer(base, 2 * KEYS * SIZE)
-    src = [base + i * SIZE for i in range(KEYS)]
-    dst = [base + (KEYS + i) * SIZE for i in range(KEYS)]
-    sizes = [SIZE] * KEYS
+        ctypes.memset(base + i * size, i + 1, size)
+    c.register_buffer(base, 2 * KEYS * size)
+    src = [base + i * size for i in range(KEYS)]
+    dst = [base + (KEYS + i) * size for i in range(KEYS)]
+    sizes = [size] * KEYS
     acc: dict[str, float] = collections.defaultdict(float)
     for name in ("batch_put_start", "batch_put_end", "batch_get_replica_list"):
         _timed(c._m, name, acc)
@@ -86,9 +89,9 @@ def _measure(master: str, args: argparse.Namespace) -> dict[str, Any]:
         t0 = time.perf_counter()
         for r in range(n):
             got = c.batch_get_into([f"{tag}-{r}-{i}" for i in range(KEYS)], dst, sizes)
-            assert all(x == SIZE for x in got), got[:2]
+            assert all(x == size for x in got), got[:2]
         get = (time.perf_counter() - t0) / n
-        assert buf.raw[KEYS * SIZE :] == buf.raw[: KEYS * SIZE], "read back other bytes"
+        assert buf.raw[KEYS * size :] == buf.raw[: KEYS * size], "read back other bytes"
         return {"batch_put_from_us": put * 1e6, "batch_get_into_us": get * 1e6}
 
     run("warm", max(args.batches // 5, 1))
@@ -107,7 +110,7 @@ def _measure(master: str, args: argparse.Namespace) -> dict[str, Any]:
     return {
         "transport": args.transport,
         "keys_per_batch": KEYS,
-        "value_bytes": SIZE,
+        "value_bytes": size,
         "per_batch_us": {k: round(v) for k, v in whole.items()},
         "parts_per_batch_us": parts,
         "note": "start, start_flat and finish are summed over the put and the get batch",

@@ -68,3 +68,42 @@ def test_bounded_copy():
     assert bytes(dst) == b"\0\0abcd\0\0"
     with pytest.raises(ValueError, match="out of bounds"):
         native.copy(dst, 6, src, 0, 4)
+
+
+@pytest.mark.parametrize("shift", [1, 8, 16, 31, 32, 4080])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_copy_many_exact_when_the_destination_sits_just_past_the_source(shift, threads):
+    # Destinations 1-31 bytes past their source (modulo 4 KiB) are copied backwards to
+    # dodge 4K aliasing: every length, tail and split must still land byte-exact, and
+    # nothing around the destination may change.
+    rng = np.random.default_rng(shift)
+    src = mmap.mmap(-1, 1 << 21)
+    src[:] = rng.integers(0, 256, size=1 << 21, dtype=np.uint8).tobytes()
+    dst = mmap.mmap(-1, (1 << 21) + 8192)
+    base = _addr(dst) + shift
+    sizes = [1024, 1025, 4095, 4096, 4097, 65_537, 300_001, 1 << 20]
+    jobs, off = [], 0
+    for n in sizes:
+        jobs.append(COPY_JOB.pack(base + off, _addr(src) + off, n))
+        off += n
+    assert native.copy_many(b"".join(jobs), threads, 0) == off
+    assert dst[shift : shift + off] == src[:off]
+    assert not any(dst[:shift]) and not any(dst[shift + off : shift + off + 4096])
+    out = bytearray(70_000 + 64)
+    native.copy(out, 16, src, 0, 70_000)  # the single copy takes the same path
+    assert bytes(out[16 : 16 + 70_000]) == src[:70_000] and not any(out[:16])
+
+
+@pytest.mark.parametrize("shift", [0, 3, 16])
+def test_copy_many_exact_for_streamed_large_copies(shift):
+    # 8 MiB and more are copied with streaming stores, backwards, from an unaligned
+    # head and tail: byte-exact, split or not, and nothing outside the range written.
+    n = (8 << 20) + 77
+    src = mmap.mmap(-1, n + 4096)
+    src[:] = np.random.default_rng(7).integers(0, 256, size=n + 4096, dtype=np.uint8).tobytes()
+    for threads in (1, 2):
+        dst = mmap.mmap(-1, n + 8192)
+        job = COPY_JOB.pack(_addr(dst) + 4096 + shift, _addr(src) + 5, n)
+        assert native.copy_many(job, threads, 0) == n
+        assert dst[4096 + shift : 4096 + shift + n] == src[5 : 5 + n]
+        assert not any(dst[: 4096 + shift]) and not any(dst[4096 + shift + n :])
