@@ -6,9 +6,9 @@ Usage: ``python bench/store_batch_parts.py [--transport auto|tcp] [--batches 100
 Starts our master and one store node (``mooncake master``, ``mooncake store node``,
 127.0.0.1, a 1 GiB segment) and, in this process, a client that puts 64 keys of 4 KiB
 (``--size``) with ``batch_put_from`` and reads them back with ``batch_get_into``,
-``--batches`` times each after a warm-up. It prints the time per batch of each whole call and of its parts:
-the master calls (``BatchPutStart``, ``BatchPutEnd``, ``BatchGetReplicaList``: round
-trip and the master's work) and the data path (``start``: the copies submitted, over
+``--batches`` times each after a warm-up. It prints the time per batch of each whole
+call and of its parts: the master calls (``BatchPutStart``, ``BatchPutEnd``,
+``BatchGetReplicaList``: round trip and the master's work) and the data path (``start``: the copies submitted, over
 shm the copies themselves; ``finish``: waiting for them), summed over puts and gets.
 Every value read back is checked. ``--profile DIR`` also writes cProfile files of the
 client and the master there.

@@ -218,15 +218,14 @@ static void copy_backward(char *d, const char *s, size_t n) {
 }
 
 #ifdef __SSE2__
-/* Copies of at least this many bytes stream their stores whatever the distance: they
- * overflow the cache anyway, and not reading the destination first measured 12-13 GB/s
- * against memcpy's 8-10 for 16 and 64 MiB from a cold source (docs/benchmarks.md). */
+/* Copies of at least NT_MIN bytes, and aliasing ones of at least NT_ALIASED_MIN, go
+ * backwards with streaming stores: the destination is not read first. 16 and 64 MiB
+ * from a cold source measured 11-13 GB/s against memcpy's 8-10; at 1-4 MiB glibc's own
+ * large-copy path (from 512 KiB on this host, a few MiB on hosts with more cache) was
+ * faster when it applies, so only aliasing copies stream from 1 MiB. */
 #define NT_MIN ((size_t)8 << 20)
+#define NT_ALIASED_MIN ((size_t)1 << 20)
 
-/* copy_backward with non-temporal stores, for 1 MiB and more: the destination is not
- * read first (16 MiB measured 12-13 GB/s against 10 for the cached loop and 9.5-10.4
- * for memcpy, at 1-4 MiB 10-13 against glibc's 14-15 here; its large-copy path starts
- * at 512 KiB on this host, at a few MiB on hosts with a larger cache). */
 static void copy_backward_nt(char *d, const char *s, size_t n) {
     size_t head = (16 - ((uintptr_t)d & 15)) & 15; /* up to the first aligned byte */
     size_t end = head + ((n - head) & ~(size_t)63);
@@ -250,23 +249,15 @@ static void copy_backward_nt(char *d, const char *s, size_t n) {
 /* memcpy, or a backward copy where a forward one would alias (ranges must not overlap). */
 static void copy_range(char *d, const char *s, size_t n) {
     size_t dist = (size_t)((uintptr_t)d - (uintptr_t)s) & 4095;
+    int aliases = n > 1024 && dist != 0 && dist < 32;
 #ifdef __SSE2__
-    if (n >= NT_MIN) {
+    if (n >= NT_MIN || (aliases && n >= NT_ALIASED_MIN)) {
         copy_backward_nt(d, s, n);
         return;
     }
 #endif
-    if (n <= 1024 || dist == 0 || dist >= 32) {
-        memcpy(d, s, n);
-        return;
-    }
-#ifdef __SSE2__
-    if (n >= ((size_t)1 << 20)) {
-        copy_backward_nt(d, s, n);
-        return;
-    }
-#endif
-    copy_backward(d, s, n);
+    if (aliases) copy_backward(d, s, n);
+    else memcpy(d, s, n);
 }
 
 static PyObject *py_copy(PyObject *self, PyObject *args) {
