@@ -56,7 +56,7 @@ def place_replicas(
         if not cands:
             return None
         seg = strategy.choose(cands, length, ctx)
-        return ((Slice(seg.name, _allocate(seg, length), length),),)
+        return ((Slice(seg.name, allocate_in(seg, length), length),),)
     taken: set[str] = set()
     replicas: list[Replica] = []
     done: list[Slice] = []
@@ -74,7 +74,7 @@ def place_replicas(
                 _rollback(segments, done + slices)
                 return None
             seg = strategy.choose(cands, length, ctx)
-            slices.append(Slice(seg.name, _allocate(seg, length), length))
+            slices.append(Slice(seg.name, allocate_in(seg, length), length))
             mine.add(seg.name)
         taken |= mine
         done.extend(slices)
@@ -82,7 +82,9 @@ def place_replicas(
     return tuple(replicas)
 
 
-def _allocate(seg: Segment, length: int) -> int:
+def allocate_in(seg: Segment, length: int) -> int:
+    """Allocate ``length`` bytes in ``seg``, which :meth:`~.allocator.OffsetAllocator.fits`
+    said it can hold; its offset."""
     offset = seg.allocator.allocate(length)
     if offset is None:  # fits() said yes; an allocator that disagrees is a bug
         raise RuntimeError(f"segment {seg.name} refused {length} bytes after fits()")

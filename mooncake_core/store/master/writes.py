@@ -14,9 +14,10 @@ from collections.abc import Collection, Sequence
 
 from .. import events as ev
 from ..errors import ConflictError, ErrorCode, StoreError
-from ..objects import ObjectMeta, ObjectState, PinLevel, Replica
+from ..objects import ObjectMeta, ObjectState, PinLevel, Replica, Slice
+from ..placement import allocate_in, healthy
 from ..results import ReplicateConfig
-from ..validation import each, pin_expiry, validate_put
+from ..validation import MAX_NAME, each, pin_expiry, validate_put
 from . import eviction as evict_ops
 from . import removal as removal_ops
 from . import tier as tier_ops
@@ -67,7 +68,54 @@ def batch_put_start(
     cfg = config or ReplicateConfig()
     segs = ms.segments.allocatable()
     placer = evict_ops.Placer(ms, segs, client_id, cfg) if segs else None
-    return each(items, lambda it: put_start(ms, it[0], it[1], client_id, now, cfg, placer))
+    if placer is None or not _plain(ms, cfg, client_id):
+        return each(items, lambda it: put_start(ms, it[0], it[1], client_id, now, cfg, placer))
+    # The common write, one replica of one slice, placed and installed as put_start
+    # would (the same checks pass, the same one strategy call), without its layers; an
+    # item it is unsure of (a check that may fail, no room without evicting) takes
+    # put_start's path, which raises or evicts as documented.
+    conf = ms.config
+    max_key = conf.max_key_length
+    max_size = min(conf.max_slice_size, conf.max_object_size)
+    by_key = ms.objects
+    pool = healthy(placer.segs, 1, placer.ctx)
+    choose, ctx = placer.strategy.choose, placer.ctx
+    out: list[tuple[Replica, ...] | StoreError] = []
+    for key, size in items:
+        if (
+            type(key) is str
+            and type(size) is int
+            and 0 < len(key) <= max_key
+            and 0 < size <= max_size
+            and key.isascii()
+            and key not in by_key
+        ):
+            cands = [s for s in pool if s.allocator.fits(size)]
+            if cands:
+                seg = choose(cands, size, ctx)
+                replicas = ((Slice(seg.name, allocate_in(seg, size), size),),)
+                by_key.add(key, ObjectMeta(size, replicas, client_id, now), processing_since=now)
+                seg.keys.add(key)
+                out.append(replicas)
+                continue
+        try:
+            out.append(put_start(ms, key, size, client_id, now, cfg, placer))
+        except StoreError as exc:
+            out.append(exc)
+    return out
+
+
+def _plain(ms: MasterCore, cfg: ReplicateConfig, client_id: str) -> bool:
+    """Whether a batch's writes are the common kind: one replica, no pin, a valid
+    writer (what validate_put checks of the batch as a whole passes)."""
+    n = ms.config.default_replica_num if cfg.replica_num is None else cfg.replica_num
+    return (
+        n == 1
+        and not cfg.hard_pin
+        and not cfg.soft_pin
+        and isinstance(client_id, str)
+        and 0 < len(client_id) <= MAX_NAME
+    )
 
 
 def upsert_start(

@@ -245,6 +245,69 @@ def test_a_batch_places_exactly_as_the_same_puts_one_by_one(make_master: MakeMas
     assert fingerprint(many) == fingerprint(one)
 
 
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize(
+    "cfg", [None, ReplicateConfig(replica_num=2), ReplicateConfig(soft_pin=True)]
+)
+def test_a_batch_of_mixed_items_matches_the_puts_one_by_one(
+    make_master: MakeMaster, seed: int, cfg: ReplicateConfig | None
+) -> None:
+    """Every kind of item a batch may carry (fine ones, duplicates, keys present, keys
+    too long, empty, non-ASCII, not strings, bad sizes, sizes of several slices, more
+    than fits) gets the result, the placement and the events that putting the items
+    one by one gives, across segments a seeded random strategy chooses from, one of
+    them suspect."""
+    import random
+
+    rng = random.Random(seed)
+    segs = [("a", "c1", 30_000), ("b", "c2", 30_000), ("c", "c3", 20_000), ("d", "c4", 25_000)]
+    kinds: list[Callable[[int], tuple[object, object]]] = [
+        lambda i: (f"k{i}", rng.choice([1, 640, 3000, 4096])),
+        lambda i: ("k0", 10),  # a duplicate of the first
+        lambda i: ("x/1", 10),  # present
+        lambda i: ("k" * 17, 10),  # longer than max_key_length
+        lambda i: ("", 10),
+        lambda i: (f"ключ{i}", 50),  # UTF-8, not ASCII: 2 bytes per letter
+        lambda i: ("ключ" * 3, 5),  # 24 bytes: too long once encoded
+        lambda i: (f"s{i}\udc80", 5),  # no UTF-8 form
+        lambda i: (7, 10),
+        lambda i: (f"z{i}", 0),
+        lambda i: (f"n{i}", -4),
+        lambda i: (f"t{i}", True),
+        lambda i: (f"m{i}", 9000),  # three slices of max_slice_size 4096
+        lambda i: (f"h{i}", 29_000),  # evicts, or fails
+    ]
+    items = [(f"k{i}", 1000) for i in range(3)]
+    items += [rng.choice(kinds)(i) for i in range(3, 60)]  # type: ignore[misc]
+
+    def build() -> MasterState:
+        m = make_master(segs, seed=seed, max_key_length=16, max_slice_size=4096)
+        for k in ("x/1", "x/2"):
+            m.put_start(k, 100, "c1", 0.0)
+            m.put_end(k, 0.0)
+        m.put_start("w", 10, "c1", 0.5, avoid=["b"])  # b is suspect from now on
+        m.take_events()
+        return m
+
+    one, many = build(), build()
+    expected: list[object] = []
+    for key, size in items:
+        try:
+            expected.append(one.put_start(key, size, "c9", 1.0, cfg))  # type: ignore[arg-type]
+        except StoreError as exc:
+            expected.append((exc.code, exc.message))
+    got = [
+        (r.code, r.message) if isinstance(r, StoreError) else r
+        for r in many.batch_put_start(items, "c9", 1.0, cfg)  # type: ignore[arg-type]
+    ]
+    assert got == expected
+    assert many.take_events() == one.take_events()
+    assert fingerprint(many) == fingerprint(one)
+    for name in ("a", "b", "c", "d"):
+        free = [m.segments.get(name).allocator.free_list() for m in (many, one)]
+        assert free[0] == free[1]
+
+
 def test_list_keys_pages_in_key_order(make_master: MakeMaster) -> None:
     m = make_master([("a", "c1", 100_000)])
     for k in ["p/3", "p/1", "q/1", "p/2", "o", "p/10", "p"]:
