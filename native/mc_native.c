@@ -217,15 +217,18 @@ static void copy_backward(char *d, const char *s, size_t n) {
     }
 }
 
-#ifdef __SSE2__
 /* Copies of at least NT_MIN bytes, and aliasing ones of at least NT_ALIASED_MIN, go
  * backwards with streaming stores: the destination is not read first. 16 and 64 MiB
  * from a cold source measured 11-13 GB/s against memcpy's 8-10; at 1-4 MiB glibc's own
  * large-copy path (from 512 KiB on this host, a few MiB on hosts with more cache) was
- * faster when it applies, so only aliasing copies stream from 1 MiB. */
+ * faster when it applies, so only aliasing copies stream from 1 MiB. A caller that
+ * will not read the destination soon lowers the bar (copy_many's stream_min): writes
+ * into a store segment of 64 KiB and 1 MiB pieces measured 11-12 -> 15-16 and 12 ->
+ * 14.5 GB/s streamed (docs/benchmarks.md, "Puts stream into the segment"). */
 #define NT_MIN ((size_t)8 << 20)
 #define NT_ALIASED_MIN ((size_t)1 << 20)
 
+#ifdef __SSE2__
 static void copy_backward_nt(char *d, const char *s, size_t n) {
     size_t head = (16 - ((uintptr_t)d & 15)) & 15; /* up to the first aligned byte */
     size_t end = head + ((n - head) & ~(size_t)63);
@@ -246,15 +249,19 @@ static void copy_backward_nt(char *d, const char *s, size_t n) {
 }
 #endif
 
-/* memcpy, or a backward copy where a forward one would alias (ranges must not overlap). */
-static void copy_range(char *d, const char *s, size_t n) {
+/* memcpy, or a backward copy where a forward one would alias (ranges must not overlap).
+ * Copies of at least `stream_min` bytes stream (NT_MIN unless the caller knows this
+ * process will not read the destination soon: a put into a store segment). */
+static void copy_range(char *d, const char *s, size_t n, size_t stream_min) {
     size_t dist = (size_t)((uintptr_t)d - (uintptr_t)s) & 4095;
     int aliases = n > 1024 && dist != 0 && dist < 32;
 #ifdef __SSE2__
-    if (n >= NT_MIN || (aliases && n >= NT_ALIASED_MIN)) {
+    if (n >= stream_min || (aliases && n >= NT_ALIASED_MIN)) {
         copy_backward_nt(d, s, n);
         return;
     }
+#else
+    (void)stream_min;
 #endif
     if (aliases) copy_backward(d, s, n);
     else memcpy(d, s, n);
@@ -276,7 +283,7 @@ static PyObject *py_copy(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     char *d = (char *)dst.buf + dst_off;
     const char *sp = (const char *)src.buf + src_off;
-    if (d + n <= sp || sp + n <= d) copy_range(d, sp, (size_t)n);
+    if (d + n <= sp || sp + n <= d) copy_range(d, sp, (size_t)n, NT_MIN);
     else memmove(d, sp, (size_t)n);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&dst);
@@ -286,7 +293,7 @@ static PyObject *py_copy(PyObject *self, PyObject *args) {
 
 /* One copy job: 3 x u64 (dst address, src address, length). */
 typedef struct { uint64_t dst, src, n; } cjob_t;
-typedef struct { const cjob_t *jobs; size_t count; uint64_t skip, take; } cpart_t;
+typedef struct { const cjob_t *jobs; size_t count; uint64_t skip, take; size_t stream_min; } cpart_t;
 
 /* Copy `take` bytes of the job list starting `skip` bytes into it. */
 static void run_part(const cpart_t *p) {
@@ -296,7 +303,7 @@ static void run_part(const cpart_t *p) {
         if (skip >= n) { skip -= n; continue; }
         uint64_t k = n - skip < take ? n - skip : take;
         copy_range((char *)(uintptr_t)p->jobs[i].dst + skip,
-                   (const char *)(uintptr_t)p->jobs[i].src + skip, (size_t)k);
+                   (const char *)(uintptr_t)p->jobs[i].src + skip, (size_t)k, p->stream_min);
         take -= k;
         skip = 0;
     }
@@ -304,19 +311,21 @@ static void run_part(const cpart_t *p) {
 
 static void *part_thread(void *arg) { run_part((const cpart_t *)arg); return NULL; }
 
-/* copy_many(jobs: bytes of packed cjob_t, threads: int, split_min: int). Raw addresses:
- * the caller (shm transport) has bounds-checked every job against mapped regions. The
- * total is cut into `threads` equal byte ranges when it is at least split_min bytes. */
+/* copy_many(jobs: bytes of packed cjob_t, threads: int, split_min: int, stream_min: int
+ * = 0). Raw addresses: the caller (shm transport) has bounds-checked every job against
+ * mapped regions. The total is cut into `threads` equal byte ranges when it is at least
+ * split_min bytes. Ranges of at least stream_min bytes (0: NT_MIN) stream. */
 static PyObject *py_copy_many(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer jb;
     int threads;
-    Py_ssize_t split_min;
-    if (!PyArg_ParseTuple(args, "y*in", &jb, &threads, &split_min)) return NULL;
-    if (jb.len % (Py_ssize_t)sizeof(cjob_t) != 0 || threads < 1 || threads > 16) {
+    Py_ssize_t split_min, stream_min = 0;
+    if (!PyArg_ParseTuple(args, "y*in|n", &jb, &threads, &split_min, &stream_min)) return NULL;
+    if (jb.len % (Py_ssize_t)sizeof(cjob_t) != 0 || threads < 1 || threads > 16 || stream_min < 0) {
         PyBuffer_Release(&jb);
-        PyErr_Format(PyExc_ValueError, "copy_many: bad job buffer (%zd bytes) or threads=%d", jb.len,
-                     threads);
+        PyErr_Format(PyExc_ValueError,
+                     "copy_many: bad job buffer (%zd bytes), threads=%d or stream_min=%zd", jb.len,
+                     threads, stream_min);
         return NULL;
     }
     const cjob_t *jobs = (const cjob_t *)jb.buf;
@@ -336,6 +345,7 @@ static PyObject *py_copy_many(PyObject *self, PyObject *args) {
         parts[t].count = count;
         parts[t].skip = skip;
         parts[t].take = skip >= total ? 0 : (total - skip < share ? total - skip : share);
+        parts[t].stream_min = stream_min ? (size_t)stream_min : NT_MIN;
     }
     for (int t = 1; t < threads; t++)
         if (parts[t].take) started[t] = pthread_create(&tids[t], NULL, part_thread, &parts[t]) == 0;
@@ -710,7 +720,8 @@ static PyMethodDef methods[] = {
     {"copy", py_copy, METH_VARARGS,
      "copy(dst, dst_off, src, src_off, n): bounds-checked memmove without the GIL."},
     {"copy_many", py_copy_many, METH_VARARGS,
-     "copy_many(jobs, threads, split_min) -> bytes copied: raw-address copies over pthreads."},
+     "copy_many(jobs, threads, split_min, stream_min=0) -> bytes copied: raw-address copies "
+     "over pthreads."},
     {"buffer_address", py_buffer_address, METH_O,
      "buffer_address(obj) -> (address, length, readonly) of a contiguous buffer."},
     {"parse_header", py_parse_header, METH_VARARGS,

@@ -52,6 +52,12 @@ _COPY_THREADS = 2
 """Threads for a large local copy (two cores on the reference machine)."""
 _SPLIT_MIN = 4 << 20
 """Local copies below this use one thread: starting a thread costs more."""
+_STREAM_WRITES = 4096
+"""A put's copies into a segment of at least this many bytes use streaming stores: this
+process does not read them back, and the destination's lines are not fetched first
+(64 KiB pieces 12-13 -> 17-18 GB/s, 1 MiB 9-11 -> 14-17; docs/benchmarks.md, "Puts stream
+into the segment"). A read's destination is the caller's buffer, which it is about to
+use: those stay cached (the engine's own bar, 8 MiB)."""
 _SHM_OWNER = re.compile(r"^mooncake-(\d+)-[0-9a-f]+$")
 """Name of a Transfer Engine's /dev/shm segment file: ``mooncake-<pid>-<token>``."""
 
@@ -427,6 +433,7 @@ class DataPath:
         errors: list[str | None] = [None] * len(groups)
         failed: list[set[str]] = [set() for _ in groups]
         jobs: list[bytes] = []
+        reads = False
         reqs: list[TransferRequest] = []
         owners: list[int] = []
         for g, ops in enumerate(groups):
@@ -443,6 +450,7 @@ class DataPath:
                     if o.op == OpCode.WRITE:
                         jobs.append(_JOB.pack(seg_addr, buf_addr, o.length))
                     else:
+                        reads = True
                         jobs.append(_JOB.pack(buf_addr, seg_addr, o.length))
                     continue
                 try:
@@ -457,7 +465,8 @@ class DataPath:
         batch = self._submit(reqs, owners, errors) if reqs else None
         if jobs:
             # Runs while the engine moves the remote slices; GIL released in C.
-            _native.copy_many(b"".join(jobs), _COPY_THREADS, _SPLIT_MIN)
+            stream = 0 if reads else _STREAM_WRITES
+            _native.copy_many(b"".join(jobs), _COPY_THREADS, _SPLIT_MIN, stream)
         return Pending(batch, reqs, owners, errors, failed)
 
     def start_flat(self, op: OpCode, items: Sequence[Flat]) -> Pending | None:
@@ -507,7 +516,10 @@ class DataPath:
             for region, k in pins.items():
                 region.acquire(k)  # raises if it was unregistered meanwhile
                 held.append((region, k))
-            _native.copy_many(struct.pack(f"<{len(flat)}Q", *flat), _COPY_THREADS, _SPLIT_MIN)
+            stream = _STREAM_WRITES if write else 0
+            _native.copy_many(
+                struct.pack(f"<{len(flat)}Q", *flat), _COPY_THREADS, _SPLIT_MIN, stream
+            )
         except TransferError:
             return None
         finally:

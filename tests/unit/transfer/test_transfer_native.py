@@ -107,3 +107,31 @@ def test_copy_many_exact_for_streamed_large_copies(shift):
         assert native.copy_many(job, threads, 0) == n
         assert dst[4096 + shift : 4096 + shift + n] == src[5 : 5 + n]
         assert not any(dst[: 4096 + shift]) and not any(dst[4096 + shift + n :])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_copy_many_streams_small_pieces_when_asked_and_stays_exact(threads):
+    # A put's copies into a segment stream from stream_min bytes (4 KiB for the store
+    # client): pieces below it, at it and above, unaligned heads and tails, byte-exact
+    # and nothing between or around the pieces written.
+    rng = np.random.default_rng(11)
+    src = mmap.mmap(-1, 1 << 21)
+    src[:] = rng.integers(0, 256, size=1 << 21, dtype=np.uint8).tobytes()
+    dst = mmap.mmap(-1, (1 << 21) + (1 << 16))
+    sizes = [100, 4095, 4096, 4097, 65_536 + 3, 300_001, 1 << 20]
+    jobs, spans, src_off, dst_off = [], [], 0, 7
+    for n in sizes:
+        jobs.append(COPY_JOB.pack(_addr(dst) + dst_off, _addr(src) + src_off, n))
+        spans.append((dst_off, src_off, n))
+        src_off += n
+        dst_off += n + 64  # a gap that must stay zero
+    assert native.copy_many(b"".join(jobs), threads, 0, 4096) == src_off
+    for d, s, n in spans:
+        assert dst[d : d + n] == src[s : s + n]
+        assert not any(dst[d + n : d + n + 64])
+    assert not any(dst[:7])
+
+
+def test_copy_many_refuses_a_negative_stream_min():
+    with pytest.raises(ValueError, match="stream_min=-1"):
+        native.copy_many(b"", 1, 0, -1)
