@@ -356,6 +356,8 @@ class DataPath:
         self._remote: dict[str, tuple[RemoteSegment, tuple[str, str]]] = {}
         self._lock = threading.Lock()
         self._owners = OwnerWatch()
+        self._all_here: bool | None = None
+        """:meth:`copies_all_here`'s answer (None: ask again)."""
 
     def close(self) -> None:
         """Release what the data path holds (the owners' pidfds)."""
@@ -373,6 +375,31 @@ class DataPath:
         with self._lock:
             self._remote.pop(segment, None)
             self._where.pop(segment, None)
+            self._all_here = None
+
+    def copies_all_here(self) -> bool:
+        """Whether every segment this process has opened is one it copies to and from
+        itself (its own, or a same-host node's mapped through shm). Then a batch's
+        copies are made in the caller's thread (:meth:`start_flat`) and nothing overlaps
+        them: cutting the batch into parts would only add round trips. False while
+        nothing is opened; segments not opened yet do not count (deciding opens
+        nothing: a dead node would stall it). Asked again whenever a segment is opened
+        or dropped.
+        """
+        known = self._all_here
+        if known is None:
+            with self._lock:
+                handles = [seg for seg, _ in self._remote.values()]
+            known = bool(handles or self.local) and not any(map(self._engine_only, handles))
+            self._all_here = known
+        return known
+
+    def _engine_only(self, seg: RemoteSegment) -> bool:
+        # Whether an opened segment is reached through the engine alone (no mapping here).
+        try:
+            return self.engine.shm_mapping(seg) is None
+        except TransferError:
+            return True
 
     def refresh(self) -> None:
         """Re-read the segment table; drop handles whose address or owner changed.
@@ -387,6 +414,7 @@ class DataPath:
             for name, (_, ident) in list(self._remote.items()):
                 if where.get(name) != ident:
                     del self._remote[name]
+                    self._all_here = None
 
     def _open(self, segment: str) -> RemoteSegment:
         hit = self._remote.get(segment)
@@ -404,6 +432,7 @@ class DataPath:
         seg = self.engine.open_segment(f"{ident[0]}/{segment}")
         with self._lock:
             self._remote[segment] = (seg, ident)
+            self._all_here = None
         return seg
 
     def run(self, groups: Sequence[Sequence[Op]]) -> list[str | None]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from mooncake_core.config.models import MasterConfig
 from mooncake_core.store.client import Client
@@ -135,6 +136,18 @@ class Cluster:
         port = int(self.master.match.group(3))
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/snapshot", timeout=10) as r:
             return dict(json.loads(r.read()))
+
+    def rpc_calls(self) -> dict[str, float]:
+        """Calls the master has served so far, by RPC (``master_rpc_requests_total``)."""
+        port = int(self.master.match.group(3))
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        return {
+            s.labels["rpc"]: s.value
+            for fam in text_string_to_metric_families(text)
+            for s in fam.samples
+            if s.name == "master_rpc_requests_total"
+        }
 
     def close(self) -> None:
         for p in self.nodes.values():

@@ -9,12 +9,10 @@ back by another client, so a put that landed in the wrong range would show.
 from __future__ import annotations
 
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from store_client_procs import TEST_MASTER, Cluster, make_client, start_cluster
 
 from mooncake_core.store.errors import ConflictError, ErrorCode
@@ -36,18 +34,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         c.close()
 
 
-def calls(c: Cluster) -> dict[str, float]:
-    port = int(c.master.match.group(3))
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    return {
-        s.labels["rpc"]: s.value
-        for fam in text_string_to_metric_families(text)
-        for s in fam.samples
-        if s.name == "master_rpc_requests_total"
-    }
-
-
 def allocated(c: Cluster) -> int:
     return int(c.snapshot()["allocated_bytes"])
 
@@ -65,11 +51,11 @@ def test_puts_of_one_size_take_one_exchange_each_and_read_back(
         make_client(cluster, transport=transport) as w,
         make_client(cluster, transport=transport) as r,
     ):
-        before = calls(cluster)
+        before = cluster.rpc_calls()
         keys = [f"{transport}/g{i}" for i in range(5)]
         for i, k in enumerate(keys):
             w.put(k, bytes([i + 1]) * SIZE)
-        d = delta(before, calls(cluster))
+        d = delta(before, cluster.rpc_calls())
         # The first put is PutStart + PutCommit (its PutEnd, asking for a grant); the
         # four after it only PutCommit, each granted the next.
         assert (d.get("PutStart"), d.get("PutCommit")) == (1, 5), d
@@ -81,9 +67,9 @@ def test_puts_of_one_size_take_one_exchange_each_and_read_back(
             w.put(keys[0], b"x" * SIZE)
         assert e.value.code == ErrorCode.OBJECT_ALREADY_EXISTS
         assert r.get(keys[0]) == bytes([1]) * SIZE
-        before = calls(cluster)
+        before = cluster.rpc_calls()
         w.put(f"{transport}/g5", b"\x07" * SIZE)
-        assert delta(before, calls(cluster)).get("PutStart") is None
+        assert delta(before, cluster.rpc_calls()).get("PutStart") is None
         # A grant rides only on a put's end (whose reply waits for durable records).
         assert w._m.put_commit("", next_size=SIZE) is None
         # Another size: the usual way; the unused grant is given back with that put.
@@ -104,9 +90,9 @@ def test_a_put_above_put_grant_max_bytes_ends_without_a_grant(
         make_client(cluster, transport=transport) as r,
     ):
         for i, n in enumerate((big + 1, big + 1)):
-            before = calls(cluster)
+            before = cluster.rpc_calls()
             w.put(f"{transport}/big{i}", bytes([i + 1]) * n)
-            d = delta(before, calls(cluster))
+            d = delta(before, cluster.rpc_calls())
             assert (d.get("PutStart"), d.get("PutCommit")) == (1, 1), d
             assert r.get(f"{transport}/big{i}") == bytes([i + 1]) * n
             assert cluster.snapshot()["grant_count"] == 0
@@ -119,8 +105,8 @@ def test_a_grant_older_than_half_the_put_timeout_is_not_used(cluster: Cluster) -
     with make_client(cluster, transport="tcp") as w, make_client(cluster, transport="tcp") as r:
         w.put("old/0", b"a" * SIZE)
         time.sleep(PUT_TIMEOUT_S / 2 + 0.1)
-        before = calls(cluster)
+        before = cluster.rpc_calls()
         w.put("old/1", b"b" * SIZE)
-        d = delta(before, calls(cluster))
+        d = delta(before, cluster.rpc_calls())
         assert (d.get("PutStart"), d.get("PutCommit")) == (1, 1), d
         assert (r.get("old/0"), r.get("old/1")) == (b"a" * SIZE, b"b" * SIZE)

@@ -169,21 +169,32 @@ def test_bad_inputs_are_refused_and_nothing_stored_changes(client: Client) -> No
     client.remove_by_prefix("keep/", force=True)
 
 
-def test_pipelined_batches_of_1mib_round_trip(client: Client, tcp_client: Client) -> None:
-    n, size = 12, 1 * MiB  # 12 MiB: cut into 3 chunks whose round trips overlap copies
+def test_pipelined_batches_of_1mib_round_trip(
+    cluster: Cluster, client: Client, tcp_client: Client
+) -> None:
+    # 12 MiB: over tcp cut into 3 parts whose round trips overlap the engine's
+    # transfers; over shm (every copy made in the caller's thread, nothing to overlap)
+    # one part, one BatchPutStart and one BatchGetReplicaList, once the client has
+    # opened the nodes' segments (a put of two replicas opens both).
+    n, size = 12, 1 * MiB
     src = np.frombuffer(bytearray(blob(n * size, 12)), dtype=np.uint8)
-    for c in (client, tcp_client):
+    for c, parts in ((client, 1), (tcp_client, 3)):
+        c.put(f"pipe/{id(c)}/warm", b"w", ReplicateConfig(replica_num=2))
         dst = np.zeros_like(src)
         a, b = c.register_buffer(src), c.register_buffer(dst)
         keys = [f"pipe/{id(c)}/{i}" for i in range(n)]
         offs = [i * size for i in range(n)]
+        before = cluster.rpc_calls()
         assert c.batch_put_from(keys, [a + o for o in offs], [size] * n) == [None] * n
         got = c.batch_get_into([*keys, "pipe/none"], [b + o for o in offs] + [b], [size] * (n + 1))
+        after = cluster.rpc_calls()
+        for rpc in ("BatchPutStart", "BatchPutEnd", "BatchGetReplicaList"):
+            assert after.get(rpc, 0) - before.get(rpc, 0) == parts, rpc
         assert got[:n] == [size] * n and isinstance(got[n], NotFoundError)
         assert sha(dst) == sha(src)
         c.unregister_buffer(a)
         c.unregister_buffer(b)
-    assert client.remove_by_prefix("pipe/", force=True).removed == 2 * n
+    assert client.remove_by_prefix("pipe/", force=True).removed == 2 * n + 2
 
 
 def test_a_remembered_location_is_read_only_under_the_version_the_master_confirms(
