@@ -12,6 +12,10 @@ call and of its parts: the master calls (``BatchPutStart``, ``BatchPutEnd``,
 shm the copies themselves; ``finish``: waiting for them), summed over puts and gets.
 Every value read back is checked. ``--profile DIR`` also writes cProfile files of the
 client and the master there.
+
+``--compare-parts N``: instead, N rounds of one batch put and get each way, alternating
+in the same client: the batch cut into pipelined parts as over tcp, and in one part as
+a same-host client moves it (``DataPath.copies_all_here``); prints the medians.
 """
 
 from __future__ import annotations
@@ -50,14 +54,70 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=100)
     ap.add_argument("--size", type=int, default=4096, help="bytes per value")
     ap.add_argument("--profile", type=Path, default=None)
+    ap.add_argument("--compare-parts", type=int, default=0, metavar="ROUNDS")
     args = ap.parse_args()
     out = Path(tempfile.mkdtemp(prefix="batch_parts_"))
     prof: tuple[str, ...] = ()
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
         prof = ("-m", "cProfile", "-o", str(args.profile / "master.prof"))
+    if args.compare_parts:
+        # Every round's keys stay (a removed object's range waits for its readers'
+        # leases): the segment holds them all.
+        need = 2 * args.compare_parts * 2 * KEYS * args.size + (256 << 20)
+        with master_and_node(out, node_bytes=max(1 << 30, need)) as master:
+            print(json.dumps(_compare_parts(master, args), indent=1))
+        return
     with master_and_node(out, master_prefix=prof) as master:
         print(json.dumps(_measure(master, args), indent=1))
+
+
+def _compare_parts(master: str, args: argparse.Namespace) -> dict[str, Any]:
+    import statistics
+
+    from mooncake_core.store.client import Client
+    from mooncake_core.store.client.data import DataPath
+    from mooncake_core.store.client.options import ClientOptions
+
+    c = Client(ClientOptions(master=master, transport=args.transport)).setup()
+    size = args.size
+    buf = ctypes.create_string_buffer(2 * KEYS * size)
+    base = ctypes.addressof(buf)
+    for i in range(KEYS):
+        ctypes.memset(base + i * size, i + 1, size)
+    c.register_buffer(base, 2 * KEYS * size)
+    src = [base + i * size for i in range(KEYS)]
+    dst = [base + (KEYS + i) * size for i in range(KEYS)]
+    sizes = [size] * KEYS
+    one_part = DataPath.copies_all_here
+    times: dict[str, tuple[list[float], list[float]]] = {"parts": ([], []), "one": ([], [])}
+    try:
+        for r in range(args.compare_parts):
+            for way in ("parts", "one") if r % 2 else ("one", "parts"):
+                DataPath.copies_all_here = one_part if way == "one" else lambda self: False  # type: ignore[method-assign]
+                keys = [f"{way}-{r}-{i}" for i in range(KEYS)]
+                t0 = time.perf_counter()
+                assert all(x is None for x in c.batch_put_from(keys, src, sizes))
+                t1 = time.perf_counter()
+                assert all(x == size for x in c.batch_get_into(keys, dst, sizes))
+                t2 = time.perf_counter()
+                assert buf.raw[KEYS * size :] == buf.raw[: KEYS * size], "read back other bytes"
+                ctypes.memset(base + KEYS * size, 0, KEYS * size)
+                times[way][0].append(t1 - t0)
+                times[way][1].append(t2 - t1)
+    finally:
+        DataPath.copies_all_here = one_part  # type: ignore[method-assign]
+        c.close()
+    total = KEYS * size
+    return {
+        way: {
+            "put_ms": round(statistics.median(p) * 1e3, 2),
+            "get_ms": round(statistics.median(g) * 1e3, 2),
+            "put_gbps": round(total / statistics.median(p) / 1e9, 2),
+            "get_gbps": round(total / statistics.median(g) / 1e9, 2),
+        }
+        for way, (p, g) in times.items()
+    }
 
 
 def _measure(master: str, args: argparse.Namespace) -> dict[str, Any]:
