@@ -30,6 +30,7 @@ from .data import (
     Flat,
     Op,
     Pending,
+    bytes_of,
     lease_outlasted_error,
     outlasted,
     plan,
@@ -279,9 +280,8 @@ class BatchOps:
                 pos += n
             idx = list(range(len(keys)))
             got = self._read_items(keys, where, sizes, [idx], dict(enumerate(metas)), asked)
-            mem = st.view()
             return [
-                g if isinstance(g, StoreError) else bytes(mem[w[1] : w[1] + g])  # type: ignore[index]
+                g if isinstance(g, StoreError) else bytes_of(st, w[1], g)  # type: ignore[index]
                 for g, w in zip(got, where, strict=True)
             ]
 

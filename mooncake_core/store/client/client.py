@@ -50,6 +50,7 @@ from .data import (
     LEASE_TRIES,
     Buffers,
     DataPath,
+    bytes_of,
     lease_outlasted_error,
     outlasted,
     plan,
@@ -578,13 +579,13 @@ class Client(BatchOps):
         for _ in range(LEASE_TRIES):
             asked = time.monotonic()
             out.clear()
-            got = self._early(key, OVERLAP_MAX, lambda st, n: out.append(bytes(st.view()[:n])))
+            got = self._early(key, OVERLAP_MAX, lambda st, n: out.append(bytes_of(st, 0, n)))
             res = self._m.get_replica_list(key) if got is None else got[0]
             if not out:
                 with self._staging_lock:
                     st = self._stage(res.size)
                     self._read(res, st, 0)
-                    out.append(bytes(st.view()[: res.size]))
+                    out.append(bytes_of(st, 0, res.size))
             took = time.monotonic() - asked
             if not outlasted(asked, res.lease_ttl_s, asked + took):
                 return out[0]

@@ -300,6 +300,12 @@ class OwnerWatch:
                 os.close(fd)
 
 
+def bytes_of(region: Region, off: int, n: int) -> bytes:
+    """A new bytes object holding ``n`` bytes of ``region`` from ``off`` (a staged read's
+    result): one copy, a large one onto huge pages (``_native.bytes_of``)."""
+    return _native.bytes_of(region.view(), off, n)
+
+
 @dataclass(slots=True)
 class Pending:
     """Transfers started by :meth:`DataPath.start`, not yet waited for."""

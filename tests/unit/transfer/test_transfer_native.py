@@ -135,3 +135,20 @@ def test_copy_many_streams_small_pieces_when_asked_and_stays_exact(threads):
 def test_copy_many_refuses_a_negative_stream_min():
     with pytest.raises(ValueError, match="stream_min=-1"):
         native.copy_many(b"", 1, 0, -1)
+
+
+@pytest.mark.parametrize("n", [0, 1, 4095, (4 << 20) + 13, (9 << 20) + 1])
+def test_bytes_of_copies_exactly_what_it_is_asked_for(n):
+    # A staged read's bytes: from an offset, of any length; from 4 MiB the new object's
+    # pages are asked for as huge pages first (a hint that changes no byte).
+    src = mmap.mmap(-1, n + 8192)
+    src[:] = np.random.default_rng(n).integers(0, 256, size=n + 8192, dtype=np.uint8).tobytes()
+    got = native.bytes_of(memoryview(src), 4099, n)
+    assert type(got) is bytes and got == src[4099 : 4099 + n]
+
+
+def test_bytes_of_refuses_a_range_outside_its_source():
+    src = bytearray(100)
+    for off, n in ((0, 101), (1, 100), (-1, 5), (0, -1), (101, 0)):
+        with pytest.raises(ValueError, match="bytes_of out of bounds"):
+            native.bytes_of(src, off, n)
