@@ -224,8 +224,9 @@ static void copy_backward(char *d, const char *s, size_t n) {
  * large-copy path (from 512 KiB on this host, a few MiB on hosts with more cache) was
  * faster when it applies, so only aliasing copies stream from 1 MiB. A caller that
  * will not read the destination soon lowers the bar (copy_many's stream_min): writes
- * into a store segment of 64 KiB and 1 MiB pieces measured 11-12 -> 15-16 and 12 ->
- * 14.5 GB/s streamed (docs/benchmarks.md, "Puts stream into the segment"). */
+ * into a store segment of 64 KiB and 1 MiB pieces measured 11.5 -> 15.6 and 11.4 ->
+ * 16.4 GB/s streamed (bench/copy_streams.py; docs/benchmarks.md, "Three steps for the
+ * batches"). */
 #define NT_MIN ((size_t)8 << 20)
 #define NT_ALIASED_MIN ((size_t)1 << 20)
 

@@ -55,9 +55,9 @@ _SPLIT_MIN = 4 << 20
 _STREAM_WRITES = 4096
 """A put's copies into a segment of at least this many bytes use streaming stores: this
 process does not read them back, and the destination's lines are not fetched first
-(64 KiB pieces 12-13 -> 17-18 GB/s, 1 MiB 9-11 -> 14-17; docs/benchmarks.md, "Puts stream
-into the segment"). A read's destination is the caller's buffer, which it is about to
-use: those stay cached (the engine's own bar, 8 MiB)."""
+(64 KiB pieces 11.5 -> 15.6 GB/s, 1 MiB 11.4 -> 16.4: ``bench/copy_streams.py``,
+docs/benchmarks.md, "Three steps for the batches"). A read's destination is the caller's
+buffer, which it is about to use: those stay cached (the engine's own bar, 8 MiB)."""
 _SHM_OWNER = re.compile(r"^mooncake-(\d+)-[0-9a-f]+$")
 """Name of a Transfer Engine's /dev/shm segment file: ``mooncake-<pid>-<token>``."""
 
