@@ -124,13 +124,7 @@ class BatchOps:
         return chunks(idx, sizes)
 
     def _find_all(self, ptrs: Sequence[int], sizes: Sequence[int]) -> list[Where]:
-        where: list[Where] = []
-        for p, n in zip(ptrs, sizes, strict=True):
-            try:
-                where.append(self._buffers.find(p, n))
-            except StoreError as exc:
-                where.append(exc)
-        return where
+        return self._buffers.find_many(ptrs, sizes)
 
     # ------------------------------------------------------------------ writes
     def put_batch(

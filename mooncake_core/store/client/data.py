@@ -199,6 +199,31 @@ class Buffers:
         with self._lock:
             return list(self._regions.values())
 
+    def find_many(
+        self, addresses: Sequence[int], sizes: Sequence[int]
+    ) -> list[tuple[Region, int] | StoreError]:
+        """:meth:`find` for each ``(address, size)`` under one lock; for a range it
+        refuses, the error :meth:`find` raises."""
+        out: list[tuple[Region, int] | StoreError | None] = []
+        with self._lock:
+            starts, regions = self._starts, self._regions
+            for a, n in zip(addresses, sizes, strict=True):
+                if type(a) is int and type(n) is int and a > 0 and n >= 0:
+                    i = bisect.bisect_right(starts, a) - 1
+                    if i >= 0:
+                        region = regions[starts[i]]
+                        if a + n <= region.address + region.length:
+                            out.append((region, a - region.address))
+                            continue
+                out.append(None)  # find says why, below
+        for k, hit in enumerate(out):
+            if hit is None:
+                try:
+                    out[k] = self.find(addresses[k], sizes[k])
+                except StoreError as exc:
+                    out[k] = exc
+        return out  # type: ignore[return-value]
+
     def find(self, address: int, size: int) -> tuple[Region, int]:
         """The region holding ``[address, address + size)`` and the offset inside it.
 

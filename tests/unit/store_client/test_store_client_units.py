@@ -16,7 +16,7 @@ from mooncake_core.store.client.options import ClientOptions, SegmentSpec
 from mooncake_core.store.client.tensor import decode, encode
 from mooncake_core.store.errors import ErrorCode, InvalidArgumentError
 from mooncake_core.store.objects import Slice
-from mooncake_core.transfer import OpCode, TransferEngine
+from mooncake_core.transfer import OpCode, Region, TransferEngine
 
 
 @pytest.fixture
@@ -52,6 +52,40 @@ def test_buffers_find_checks_bounds(engine: TransferEngine) -> None:
     assert bufs.remove(r2.address) is r2
     with pytest.raises(InvalidArgumentError, match="no buffer registered"):
         bufs.remove(r2.address)
+
+
+def test_buffers_find_many_answers_as_find_does_range_by_range(engine: TransferEngine) -> None:
+    # A batch looks its ranges up under one lock: each answer (region and offset, or the
+    # error and its message) is find's, overlapping registrations and odd types included.
+    bufs = Buffers()
+    outer = engine.register_memory(bytearray(8192))
+    bufs.add(outer)
+    inner = Region(outer.address + 4096, 1024, "cpu:0", "inner", None)  # inside outer
+    bufs.add(inner)
+    base = outer.address
+    ranges = [
+        (base, 4096),
+        (base + 4096, 1024),  # the later start wins, as in find
+        (base + 5000, 200),  # past inner's end: find refuses it too
+        (base + 100, 0),
+        (base - 1, 1),
+        (0, 1),
+        (True, 1),
+        (base, True),
+        (float(base), 1),
+        (base, -1),
+        (base + 8191, 2),
+    ]
+    got = bufs.find_many([a for a, _ in ranges], [n for _, n in ranges])
+    for (a, n), g in zip(ranges, got, strict=True):
+        try:
+            want: object = bufs.find(a, n)  # type: ignore[arg-type]
+        except InvalidArgumentError as exc:
+            assert isinstance(g, InvalidArgumentError) and g.message == exc.message
+        else:
+            assert g == want
+    assert got[1] == (inner, 0) and got[0] == (outer, 0)
+    assert sum(isinstance(g, InvalidArgumentError) for g in got) == 8
 
 
 def test_local_segment_copies_and_unknown_segment_fails_its_group(engine: TransferEngine) -> None:
