@@ -33,6 +33,8 @@ from typing import Any
 from store_bench import master_and_node
 
 KEYS = 64
+Batch = tuple[list[int], list[int], list[int]]
+"""The values' addresses, the read-back addresses and the sizes of one batch."""
 
 
 def _timed(obj: Any, name: str, acc: dict[str, float]) -> None:
@@ -72,11 +74,10 @@ def main() -> None:
         print(json.dumps(_measure(master, args), indent=1))
 
 
-def _compare_parts(master: str, args: argparse.Namespace) -> dict[str, Any]:
-    import statistics
-
+def _client_and_buffer(master: str, args: argparse.Namespace) -> tuple[Any, Any, Batch]:
+    """A client of ``master`` and one registered buffer: ``KEYS`` values of ``--size``
+    bytes (value i filled with i + 1), then as much room to read them back into."""
     from mooncake_core.store.client import Client
-    from mooncake_core.store.client.data import DataPath
     from mooncake_core.store.client.options import ClientOptions
 
     c = Client(ClientOptions(master=master, transport=args.transport)).setup()
@@ -88,7 +89,17 @@ def _compare_parts(master: str, args: argparse.Namespace) -> dict[str, Any]:
     c.register_buffer(base, 2 * KEYS * size)
     src = [base + i * size for i in range(KEYS)]
     dst = [base + (KEYS + i) * size for i in range(KEYS)]
-    sizes = [size] * KEYS
+    return c, buf, (src, dst, [size] * KEYS)
+
+
+def _compare_parts(master: str, args: argparse.Namespace) -> dict[str, Any]:
+    import statistics
+
+    from mooncake_core.store.client.data import DataPath
+
+    c, buf, (src, dst, sizes) = _client_and_buffer(master, args)
+    size = args.size
+    base = ctypes.addressof(buf)
     one_part = DataPath.copies_all_here
     times: dict[str, tuple[list[float], list[float]]] = {"parts": ([], []), "one": ([], [])}
     try:
@@ -121,19 +132,8 @@ def _compare_parts(master: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _measure(master: str, args: argparse.Namespace) -> dict[str, Any]:
-    from mooncake_core.store.client import Client
-    from mooncake_core.store.client.options import ClientOptions
-
-    c = Client(ClientOptions(master=master, transport=args.transport)).setup()
+    c, buf, (src, dst, sizes) = _client_and_buffer(master, args)
     size = args.size
-    buf = ctypes.create_string_buffer(2 * KEYS * size)
-    base = ctypes.addressof(buf)
-    for i in range(KEYS):
-        ctypes.memset(base + i * size, i + 1, size)
-    c.register_buffer(base, 2 * KEYS * size)
-    src = [base + i * size for i in range(KEYS)]
-    dst = [base + (KEYS + i) * size for i in range(KEYS)]
-    sizes = [size] * KEYS
     acc: dict[str, float] = collections.defaultdict(float)
     for name in ("batch_put_start", "batch_put_end", "batch_get_replica_list"):
         _timed(c._m, name, acc)
