@@ -252,6 +252,39 @@ class PutCommitResponse(_message.Message):
     replicas: _containers.RepeatedCompositeFieldContainer[Replica]
     def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ..., grant_id: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[Replica, _Mapping]]] = ...) -> None: ...
 
+class BatchPutCommitRequest(_message.Message):
+    __slots__ = ("client_id", "keys", "grant_ids", "size", "next_count", "config", "release_grant_ids")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    GRANT_IDS_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    NEXT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_GRANT_IDS_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    grant_ids: _containers.RepeatedScalarFieldContainer[int]
+    size: int
+    next_count: int
+    config: ReplicateConfig
+    release_grant_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, client_id: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., grant_ids: _Optional[_Iterable[int]] = ..., size: _Optional[int] = ..., next_count: _Optional[int] = ..., config: _Optional[_Union[ReplicateConfig, _Mapping]] = ..., release_grant_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class BatchPutCommitResponse(_message.Message):
+    __slots__ = ("errors", "grants")
+    class Granted(_message.Message):
+        __slots__ = ("grant_id", "replicas")
+        GRANT_ID_FIELD_NUMBER: _ClassVar[int]
+        REPLICAS_FIELD_NUMBER: _ClassVar[int]
+        grant_id: int
+        replicas: _containers.RepeatedCompositeFieldContainer[Replica]
+        def __init__(self, grant_id: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[Replica, _Mapping]]] = ...) -> None: ...
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    GRANTS_FIELD_NUMBER: _ClassVar[int]
+    errors: _containers.RepeatedCompositeFieldContainer[Error]
+    grants: _containers.RepeatedCompositeFieldContainer[BatchPutCommitResponse.Granted]
+    def __init__(self, errors: _Optional[_Iterable[_Union[Error, _Mapping]]] = ..., grants: _Optional[_Iterable[_Union[BatchPutCommitResponse.Granted, _Mapping]]] = ...) -> None: ...
+
 class KeyRequest(_message.Message):
     __slots__ = ("client_id", "key")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]

@@ -5,7 +5,7 @@ import warnings
 
 from mooncake_core.rpc import store_pb2 as mooncake__core_dot_rpc_dot_store__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.85.4'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -143,6 +143,11 @@ class MasterServiceStub:
                 '/mooncake.store.v1.MasterService/BatchPutRevoke',
                 request_serializer=mooncake__core_dot_rpc_dot_store__pb2.BatchKeysRequest.SerializeToString,
                 response_deserializer=mooncake__core_dot_rpc_dot_store__pb2.BatchKeyResponse.FromString,
+                _registered_method=True)
+        self.BatchPutCommit = channel.unary_unary(
+                '/mooncake.store.v1.MasterService/BatchPutCommit',
+                request_serializer=mooncake__core_dot_rpc_dot_store__pb2.BatchPutCommitRequest.SerializeToString,
+                response_deserializer=mooncake__core_dot_rpc_dot_store__pb2.BatchPutCommitResponse.FromString,
                 _registered_method=True)
         self.GetReplicaList = channel.unary_unary(
                 '/mooncake.store.v1.MasterService/GetReplicaList',
@@ -368,6 +373,12 @@ class MasterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BatchPutCommit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetReplicaList(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -583,6 +594,11 @@ def add_MasterServiceServicer_to_server(servicer, server):
                     servicer.BatchPutRevoke,
                     request_deserializer=mooncake__core_dot_rpc_dot_store__pb2.BatchKeysRequest.FromString,
                     response_serializer=mooncake__core_dot_rpc_dot_store__pb2.BatchKeyResponse.SerializeToString,
+            ),
+            'BatchPutCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.BatchPutCommit,
+                    request_deserializer=mooncake__core_dot_rpc_dot_store__pb2.BatchPutCommitRequest.FromString,
+                    response_serializer=mooncake__core_dot_rpc_dot_store__pb2.BatchPutCommitResponse.SerializeToString,
             ),
             'GetReplicaList': grpc.unary_unary_rpc_method_handler(
                     servicer.GetReplicaList,
@@ -1264,6 +1280,33 @@ class MasterService:
             '/mooncake.store.v1.MasterService/BatchPutRevoke',
             mooncake__core_dot_rpc_dot_store__pb2.BatchKeysRequest.SerializeToString,
             mooncake__core_dot_rpc_dot_store__pb2.BatchKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BatchPutCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake.store.v1.MasterService/BatchPutCommit',
+            mooncake__core_dot_rpc_dot_store__pb2.BatchPutCommitRequest.SerializeToString,
+            mooncake__core_dot_rpc_dot_store__pb2.BatchPutCommitResponse.FromString,
             options,
             channel_credentials,
             insecure,

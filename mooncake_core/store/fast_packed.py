@@ -39,10 +39,12 @@ from .objects import Replica, Slice
 from .results import GetResult, ReadRow
 
 __all__ = [
+    "pack_batch_commit",
     "pack_errors",
     "pack_placements",
     "pack_read_versioned",
     "pack_reads",
+    "unpack_batch_commit",
     "unpack_errors",
     "unpack_placements",
     "unpack_read_versioned",
@@ -61,6 +63,7 @@ _READ_ONE = struct.Struct("<BQdBHHQQ")
 _PUT_ONE = struct.Struct("<BBHHQQ")
 _VERSION = struct.Struct("<QQ")  # master run id, object version
 _GRANT = struct.Struct("<Q")  # grant id (0: none)
+_RUN = struct.Struct("<QQQQ")  # a run of grants: first id, start, step, size
 _MAX_U16 = 0xFFFF
 _CODES = frozenset(int(c) for c in ErrorCode if c)
 
@@ -158,6 +161,8 @@ def unpack_read_versioned(key: str, buf: bytes) -> GetResult | StoreError:
 
 def pack_errors(results: Sequence[StoreError | None]) -> bytes:
     """A per-key outcome reply (``BatchPutEnd``): ``None`` (done, code 0) or the error."""
+    if not any(results):  # all done: the common case
+        return _Table().header(len(results)) + bytes(len(results))
     body = bytearray()
     for r in results:
         if r is None:
@@ -214,6 +219,96 @@ def unpack_commit(buf: bytes) -> tuple[int, tuple[Replica, ...]] | StoreError | 
     if isinstance(r, StoreError) == bool(gid):
         raise ValueError(f"commit reply with grant {gid} and {r!r}")
     return r if isinstance(r, StoreError) else (gid, r)
+
+
+def pack_batch_commit(
+    errors: Sequence[StoreError | None], grants: Sequence[tuple[int, tuple[Replica, ...]]]
+) -> bytes:
+    """A BatchPutCommit reply: ``u32`` length of the per-key outcomes (as
+    :func:`pack_errors`), those outcomes, ``u32`` grants and, when there are any, a
+    ``u8`` form: 1, a run (consecutive ids, one slice each on one segment at a fixed
+    step: ``u64`` first id, start, step, size, ``u16`` length and name of the segment);
+    0, their ``u64`` ids then their replicas (as :func:`pack_placements`)."""
+    head = pack_errors(errors)
+    out = bytearray(_U32.pack(len(head)) + head + _U32.pack(len(grants)))
+    if not grants:
+        return bytes(out)
+    run = _run(grants)
+    if run is not None:
+        name = run[4].encode()
+        out += _U8.pack(1) + _RUN.pack(*run[:4]) + _U16.pack(len(name)) + name
+        return bytes(out)
+    out += _U8.pack(0) + struct.pack(f"<{len(grants)}Q", *(g for g, _ in grants))
+    out += pack_placements([r for _, r in grants])
+    return bytes(out)
+
+
+def _run(
+    grants: Sequence[tuple[int, tuple[Replica, ...]]],
+) -> tuple[int, int, int, int, str] | None:
+    """``(first id, start, step, size, segment)`` when ``grants`` form a run."""
+    first, reps = grants[0]
+    if len(reps) != 1 or len(reps[0]) != 1:
+        return None
+    s0 = reps[0][0]
+    step = 0
+    if len(grants) > 1:
+        r1 = grants[1][1]
+        if len(r1) != 1 or len(r1[0]) != 1:
+            return None
+        step = r1[0][0].offset - s0.offset
+    if step < 0:
+        return None
+    seg, at, size = s0.segment, s0.offset, s0.length
+    for k, (gid, r) in enumerate(grants):
+        if gid != first + k or len(r) != 1 or len(r[0]) != 1:
+            return None
+        sl = r[0][0]
+        if sl.offset != at + k * step or sl.length != size or sl.segment != seg:
+            return None
+    return first, s0.offset, step, s0.length, s0.segment
+
+
+def unpack_batch_commit(
+    count: int, buf: bytes
+) -> tuple[list[StoreError | None], list[tuple[int, tuple[Replica, ...]]]]:
+    """What :func:`pack_batch_commit` packed for ``count`` keys.
+
+    Raises:
+        ValueError: the reply does not parse.
+    """
+    rd = _Reader(buf)
+    (n,) = rd.take(_U32)
+    end = rd.pos + int(n)
+    if end + _U32.size > len(buf):
+        raise ValueError(f"batch commit reply of {len(buf)} bytes, outcomes of {n}")
+    errors = unpack_errors(count, buf[rd.pos : end])
+    rd.pos = end
+    (grants,) = rd.take(_U32)
+    if not grants:
+        rd.done()
+        return errors, []
+    (form,) = rd.take(_U8)
+    if form == 1:
+        first, start, step, size = (int(x) for x in rd.take(_RUN))
+        name = rd.text(int(rd.take(_U16)[0]))
+        rd.done()
+        return errors, [
+            (first + k, ((Slice(name, start + k * step, size),),)) for k in range(int(grants))
+        ]
+    if form != 0:
+        raise ValueError(f"batch commit reply of form {form}")
+    ids_end = rd.pos + 8 * int(grants)
+    if ids_end > len(buf):
+        raise ValueError(f"batch commit reply of {len(buf)} bytes for {grants} grants")
+    ids = struct.unpack_from(f"<{grants}Q", buf, rd.pos)
+    placed = unpack_placements(int(grants), buf[ids_end:])
+    out: list[tuple[int, tuple[Replica, ...]]] = []
+    for gid, r in zip(ids, placed, strict=True):
+        if isinstance(r, StoreError) or not gid:
+            raise ValueError(f"batch commit reply: grant {gid} with {r!r}")
+        out.append((gid, r))
+    return errors, out
 
 
 class _Reader:

@@ -36,6 +36,7 @@ from mooncake_core.rpc import store_pb2 as pb
 from . import convert as cv
 from .errors import ErrorCode, StoreError, UnavailableError
 from .fast_packed import (
+    unpack_batch_commit,
     unpack_commit,
     unpack_errors,
     unpack_placements,
@@ -179,6 +180,28 @@ def _committed(r: Any, q: Any, resent: bool) -> tuple[int, tuple[Replica, ...]] 
     return int(r.grant_id), cv.replicas_from_pb(r.replicas)
 
 
+def _batch_committed(
+    r: Any, q: Any, resent: bool
+) -> tuple[list[StoreError | None], list[tuple[int, tuple[Replica, ...]]]]:
+    errs = _errors(r, q, resent)
+    if resent and q.grant_ids:
+        # The first copy may have stored a key (and used up its grant).
+        unknown = (ErrorCode.STALE, ErrorCode.OBJECT_ALREADY_EXISTS)
+        errs = [
+            UnavailableError(
+                ErrorCode.UNAVAILABLE,
+                f"put {k!r}: resent after a leader switch and answered {e.code.name}; "
+                "the first attempt may have taken effect (outcome unknown)",
+            )
+            if e is not None and e.code in unknown
+            else e
+            for k, e in zip(q.keys, errs, strict=True)
+        ]
+    elif resent:
+        errs = _ended_many(r, q, resent)
+    return errs, [(int(g.grant_id), cv.replicas_from_pb(g.replicas)) for g in r.grants]
+
+
 def _removed(r: Any, q: Any, resent: bool) -> None:
     _raise_unless_own(r.error, ErrorCode.OBJECT_NOT_FOUND, "remove", q.key, resent)
 
@@ -265,6 +288,27 @@ def _put_commit(
         next_size=next_size,
         config=cv.config_to_pb(config),
         release_grant_id=release,
+    )
+
+
+def _batch_put_commit(
+    client_id: str,
+    keys: Sequence[str],
+    grant_ids: Sequence[int] = (),
+    size: int = 0,
+    *,
+    next_count: int = 0,
+    config: ReplicateConfig | None = None,
+    release: Sequence[int] = (),
+) -> pb.BatchPutCommitRequest:
+    return pb.BatchPutCommitRequest(
+        client_id=client_id,
+        keys=list(keys),
+        grant_ids=list(grant_ids),
+        size=size,
+        next_count=next_count,
+        config=cv.config_to_pb(config),
+        release_grant_ids=list(release),
     )
 
 
@@ -501,6 +545,17 @@ BATCH_PUT_END = Unary(
     fast=11,
     packed=Packed("BatchPutEndPacked", 21, lambda q, b: unpack_errors(len(q.keys), b)),
 )  # fmt: skip
+BATCH_PUT_COMMIT = Unary(
+    "BatchPutCommit", _batch_put_commit, _batch_committed,
+    "End a batch's puts: no ``grant_ids``, ``keys`` were started by ``batch_put_start`` "
+    "(as ``batch_put_end``); else store each key at its grant's replicas (``size`` "
+    "bytes, written by this client). ``next_count``: also grant this client's next "
+    "batch of that many puts of ``size`` bytes. Returns the per-key outcomes (``None`` "
+    "where stored) and the grants (``(grant id, replicas)``, all or none); "
+    "``release``: grants it will not use.",
+    fast=25,
+    packed=Packed("BatchPutCommitPacked", 26, lambda q, b: unpack_batch_commit(len(q.keys), b)),
+)  # fmt: skip
 BATCH_PUT_REVOKE = Unary("BatchPutRevoke", _keys, _errors, "``put_revoke`` for each key.", fast=12)
 GET_REPLICA_LIST = Unary(
     "GetReplicaList", _get, _read, "Where to read ``key``; grants a read lease.", fast=3,
@@ -561,7 +616,7 @@ SURFACE: tuple[Unary[Any, Any], ...] = (
     ADD_REPLICA_START, ADD_REPLICA_END, ADD_REPLICA_REVOKE, DROP_REPLICA,
     TIER_OFFLOAD_DONE, TIER_STAGE_DONE, TIER_DROPPED,
     PUT_START, UPSERT, PUT_END, PUT_REVOKE, PUT_COMMIT,
-    BATCH_PUT_START, BATCH_UPSERT, BATCH_PUT_END, BATCH_PUT_REVOKE,
+    BATCH_PUT_START, BATCH_UPSERT, BATCH_PUT_END, BATCH_PUT_COMMIT, BATCH_PUT_REVOKE,
     GET_REPLICA_LIST, BATCH_GET_REPLICA_LIST, EXIST, BATCH_EXIST, STAT, LIST_KEYS,
     REMOVE, BATCH_REMOVE, REMOVE_BY_PREFIX, REMOVE_BY_REGEX, REMOVE_ALL,
     PIN, UNPIN, LIST_PINS, GET_SNAPSHOT,

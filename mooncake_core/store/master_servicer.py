@@ -18,6 +18,7 @@ from mooncake_core.rpc import store_pb2_grpc as pb_grpc
 from . import convert as cv
 from .errors import ErrorCode, StoreError
 from .fast_packed import (
+    pack_batch_commit,
     pack_commit,
     pack_errors,
     pack_placements,
@@ -327,6 +328,58 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
             )
         )
 
+    async def BatchPutCommit(
+        self, request: pb.BatchPutCommitRequest, context: Ctx
+    ) -> pb.BatchPutCommitResponse:
+        errors, grants = await self._batch_put_commit(request)
+        return pb.BatchPutCommitResponse(
+            errors=cv.batch_errors_to_pb(errors),
+            grants=[
+                pb.BatchPutCommitResponse.Granted(grant_id=g, replicas=cv.replicas_to_pb(r))
+                for g, r in grants
+            ],
+        )
+
+    async def BatchPutCommitPacked(self, request: pb.BatchPutCommitRequest, context: Ctx) -> bytes:
+        """BatchPutCommit with a packed reply (fast channel only, :mod:`.fast_packed`)."""
+        return pack_batch_commit(*await self._batch_put_commit(request))
+
+    async def _batch_put_commit(self, request: pb.BatchPutCommitRequest) -> _Committed:
+        cid, keys, gids = request.client_id, list(request.keys), list(request.grant_ids)
+        if gids and len(gids) != len(keys):
+            bad = StoreError(
+                ErrorCode.INVALID_PARAMS,
+                f"{len(keys)} keys but {len(gids)} grant ids; they must match one to one",
+            )
+            return [bad for _ in keys], []
+        cfg = cv.config_from_pb(request.config)
+
+        def commit(now: float) -> _Committed:
+            for gid in request.release_grant_ids:
+                self._st.release_grant(cid, gid)
+            if gids:
+                errors = self._st.batch_put_commit(cid, keys, gids, request.size, now)
+            else:
+                errors = self._st.batch_put_end(keys, now)
+            if not request.next_count or all(e is not None for e in errors):
+                # A grant only rides on a put's end: that reply waits for the durable
+                # ``stored`` records, and with them for the grants' hold records.
+                return errors, []
+            return errors, self._st.grant_batch(cid, request.size, request.next_count, cfg, now)
+
+        r = await self._svc.call(
+            "BatchPutCommit",
+            commit,
+            # Journaled as writer holds, as a single grant is (docs/store.md, "Grants").
+            started=lambda res: [
+                h for _, reps in res[1] for rep in reps for h in writer_hold_records(rep)
+            ],
+        )
+        if isinstance(r, StoreError):
+            return [r for _ in keys], []
+        self._svc.count_item_failures("BatchPutCommit", r[0])
+        return r
+
     async def _batch_keys(self, rpc: str, keys: list[str], fn: Any) -> pb.BatchKeyResponse:
         outcomes = await self._batch_outcomes(rpc, keys, fn)
         return pb.BatchKeyResponse(errors=cv.batch_errors_to_pb(outcomes))
@@ -563,6 +616,10 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
                 yield item
         finally:
             self._svc.unsubscribe(q)
+
+
+_Committed = tuple[list[StoreError | None], list[tuple[int, tuple[Replica, ...]]]]
+"""A batch commit's outcome per key and the grants of the writer's next batch."""
 
 
 def _err(r: object) -> pb.Error:

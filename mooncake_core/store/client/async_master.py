@@ -264,6 +264,7 @@ class MasterClient:
     batch_put_start = AsyncCall(rpc.BATCH_PUT_START)
     batch_upsert = AsyncCall(rpc.BATCH_UPSERT)
     batch_put_end = AsyncCall(rpc.BATCH_PUT_END)
+    batch_put_commit = AsyncCall(rpc.BATCH_PUT_COMMIT)
     batch_put_revoke = AsyncCall(rpc.BATCH_PUT_REVOKE)
     get_replica_list = AsyncCall(rpc.GET_REPLICA_LIST)
     batch_get_replica_list = AsyncCall(rpc.BATCH_GET_REPLICA_LIST)

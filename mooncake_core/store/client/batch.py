@@ -36,12 +36,15 @@ from .data import (
     plan,
     write_too_late,
 )
+from .grants import GrantPocket, HeldBatch
 
 if TYPE_CHECKING:
     from .options import ClientOptions
     from .sync_master import SyncMaster
 
 _MAX_CHUNKS = 4
+MAX_BATCH_GRANTS = 256
+"""Puts in a batch that may be granted its next batch (the master's ``MAX_BATCH``)."""
 _PIPELINE_MIN = 8 << 20
 """Batches below this many bytes are not cut (a round trip costs more than the copy)."""
 
@@ -92,6 +95,7 @@ class BatchOps:
 
     if TYPE_CHECKING:
         _buffers: Buffers
+        _grants: GrantPocket
         _staging_lock: threading.Lock
         options: ClientOptions
 
@@ -185,6 +189,18 @@ class BatchOps:
         parts = self._parts(todo, sizes)
         if not parts:
             return out
+        # A batch of one part whose puts are all of one size may be granted its next
+        # batch (one exchange with the master for that one, docs/store.md "Grants").
+        size, count = sizes[parts[0][0]], len(parts[0])
+        ask = (
+            len(parts) == 1
+            and len(parts[0]) <= MAX_BATCH_GRANTS
+            and all(sizes[i] == size for i in parts[0])
+        )
+        if ask:
+            parts = [self._put_granted_many(keys, where, size, config, parts[0], out)]
+            if not parts[0]:
+                return out
 
         def reserve(part: list[int]) -> tuple[list[tuple[int, tuple[Replica, ...]]], float]:
             asked = time.monotonic()
@@ -209,16 +225,7 @@ class BatchOps:
                     out[i] = write_too_late(keys[i], asked, timeout, now)
                 got = []
             idx = [i for i, _ in got]
-            if all(len(reps) == 1 for _, reps in got):
-                items = _flat(idx, where, [reps[0] for _, reps in got])
-                flat = self._dp.start_flat(OpCode.WRITE, items)
-                if flat is not None:
-                    return idx, flat
-            groups: list[list[Op]] = []
-            for i, reps in got:
-                region, off = where[i]  # type: ignore[misc]
-                groups.append([o for r in reps for o in plan(OpCode.WRITE, region, off, r)])
-            return idx, self._dp.start(groups)
+            return idx, self._start_writes(idx, where, [reps for _, reps in got])
 
         retry: list[tuple[int, set[str]]] = []
 
@@ -237,9 +244,15 @@ class BatchOps:
             return [i for i, e in zip(idx, errors, strict=True) if e is None]
 
         def complete(done: list[int]) -> None:
-            if done:
-                for i, e in zip(done, self._m.batch_put_end([keys[i] for i in done]), strict=True):
+            if not done:
+                return
+            if ask and self._grants.wants_batch(size, count, config):
+                got = self._commit_many(keys, done, (), size, count, config)
+                for i, e in zip(done, got, strict=True):
                     out[i] = e
+                return
+            for i, e in zip(done, self._m.batch_put_end([keys[i] for i in done]), strict=True):
+                out[i] = e
 
         cur = write(reserve(parts[0]))
         for step in range(len(parts)):
@@ -258,6 +271,89 @@ class BatchOps:
             except StoreError as exc:
                 out[i] = exc
         return out
+
+    def _start_writes(
+        self, idx: list[int], where: Sequence[Where], replicas: Sequence[tuple[Replica, ...]]
+    ) -> Pending:
+        """Start writing item ``idx[n]`` (at ``where``) into ``replicas[n]``."""
+        if all(len(reps) == 1 for reps in replicas):
+            flat = self._dp.start_flat(OpCode.WRITE, _flat(idx, where, [r[0] for r in replicas]))
+            if flat is not None:
+                return flat
+        groups: list[list[Op]] = []
+        for i, reps in zip(idx, replicas, strict=True):
+            region, off = where[i]  # type: ignore[misc]
+            groups.append([o for r in reps for o in plan(OpCode.WRITE, region, off, r)])
+        return self._dp.start(groups)
+
+    def _commit_many(
+        self,
+        keys: Sequence[str],
+        idx: list[int],
+        grant_ids: Sequence[int],
+        size: int,
+        count: int,
+        config: ReplicateConfig | None,
+    ) -> list[StoreError | None]:
+        """BatchPutCommit of ``idx``'s keys (at ``grant_ids``, or ended after their
+        BatchPutStart when empty), keeping the grants it gets for a next batch of
+        ``count`` puts of ``size`` bytes; the outcome per key."""
+        asked = time.monotonic()  # the grants' transfer window counts from here
+        errors, grants = self._m.batch_put_commit(
+            [keys[i] for i in idx],
+            grant_ids,
+            size,
+            next_count=count,
+            config=config,
+            release=self._grants.to_release_batch(),
+        )
+        if grants:
+            ids = tuple(g for g, _ in grants)
+            self._grants.keep_batch(
+                HeldBatch(ids, size, config, tuple(r for _, r in grants), asked)
+            )
+        return errors
+
+    def _put_granted_many(
+        self,
+        keys: Sequence[str],
+        where: Sequence[Where],
+        size: int,
+        config: ReplicateConfig | None,
+        idx: list[int],
+        out: list[StoreError | None],
+    ) -> list[int]:
+        """Put ``idx``'s items through the grants held for such a batch, if any: write
+        them, then commit their keys in one exchange. Returns the items to put the
+        usual way: all when no grants fit, else those whose transfer failed or whose
+        grant the master no longer knows (STALE: expired, or another master's)."""
+        window = self._m.write_window(self.options.master_config.put_timeout_s)
+        g = self._grants.take_batch(size, len(idx), config, time.monotonic(), window)
+        if g is None:
+            return idx
+        n = len(idx)
+        ids = g.grant_ids[:n]
+        self._grants.drop_batch(g.grant_ids[n:])
+        if write_too_late(keys[idx[0]], g.asked, window, time.monotonic()) is not None:
+            self._grants.drop_batch(ids)
+            return idx
+        errors = self._dp.finish(self._start_writes(idx, where, g.replicas[:n]))
+        sent = [k for k, e in enumerate(errors) if e is None]
+        again = [idx[k] for k, e in enumerate(errors) if e is not None]
+        self._grants.drop_batch([ids[k] for k in range(n) if errors[k] is not None])
+        if not sent:
+            return again
+        got = self._commit_many(
+            keys, [idx[k] for k in sent], [ids[k] for k in sent], size, n, config
+        )
+        for k, e in zip(sent, got, strict=True):
+            if e is not None and e.code == ErrorCode.STALE:
+                again.append(idx[k])
+                continue
+            if e is not None:
+                self._grants.drop_batch([ids[k]])  # refused: the grant stays, unused
+            out[idx[k]] = e
+        return sorted(again)
 
     # ------------------------------------------------------------------- reads
     def get_batch(self, keys: Sequence[str]) -> list[bytes | StoreError]:

@@ -181,6 +181,10 @@ class Client(BatchOps):
             for gid in self._grants.take_all():  # else held until put_release_s
                 with contextlib.suppress(StoreError):
                     self._master.put_commit("", release=gid)
+            batch = self._grants.take_all_batch()
+            if batch:
+                with contextlib.suppress(StoreError):
+                    self._master.batch_put_commit([], release=batch)
         if self._heartbeat is not None:
             self._heartbeat.stop(unmount=True)
         if self._engine is not None:

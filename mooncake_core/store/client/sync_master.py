@@ -410,6 +410,7 @@ class SyncMaster:
     batch_put_start = SyncCall(rpc.BATCH_PUT_START)
     batch_upsert = SyncCall(rpc.BATCH_UPSERT)
     batch_put_end = SyncCall(rpc.BATCH_PUT_END)
+    batch_put_commit = SyncCall(rpc.BATCH_PUT_COMMIT)
     batch_put_revoke = SyncCall(rpc.BATCH_PUT_REVOKE)
     get_replica_list = SyncCall(rpc.GET_REPLICA_LIST)
     batch_get_replica_list = SyncCall(rpc.BATCH_GET_REPLICA_LIST)

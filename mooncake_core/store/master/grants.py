@@ -24,8 +24,12 @@ The rules that keep a grant as safe as a PutStart:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from .. import events as ev
 from ..errors import ConflictError, ErrorCode, StoreError
-from ..objects import Replica
+from ..objects import ObjectMeta, ObjectState, Replica, Slice
+from ..placement import allocate_in, healthy
 from ..results import ReplicateConfig
 from ..validation import check_key, validate_put
 from . import space
@@ -36,6 +40,9 @@ from .tables import Grant
 
 MAX_PER_CLIENT = 4
 """Grants one client may hold at once (one per thread that puts, for a few threads)."""
+
+MAX_BATCH = 256
+"""Objects the batch grants of one client may cover at once (its next batch)."""
 
 
 def grant(
@@ -60,6 +67,119 @@ def grant(
     if replicas is None:
         return None
     return ms.grants.add(Grant(client_id, size, replicas, cfg, now)), replicas
+
+
+def grant_batch(
+    ms: MasterCore, client_id: str, size: int, count: int, cfg: ReplicateConfig, now: float
+) -> list[tuple[int, tuple[Replica, ...]]]:
+    """Body of :meth:`GrantsApi.grant_batch`."""
+    limit = ms.config.put_grant_max_bytes
+    if not (0 < size <= limit and 0 < count <= MAX_BATCH) or size * count > MAX_PER_CLIENT * limit:
+        return []
+    if ms.grants.count(client_id, batch=True) + count > MAX_BATCH:
+        return []
+    segs = ms.segments.allocatable()
+    if not segs:
+        return []
+    try:
+        n = validate_put(ms.config, "grant", size, client_id, cfg, len(segs))
+    except StoreError:
+        return []
+    total = ms.segments.capacity()
+    if ms.segments.used() + size * n * count > ms.config.eviction_high_watermark * total:
+        return []  # grants never make anything be evicted
+    placer = Placer(ms, segs, client_id, cfg)
+    placed: list[tuple[Replica, ...]] = []
+    plain = write_ops.plain(ms, cfg, client_id) and size <= ms.config.max_slice_size
+    if plain and (extent := _extent(placer, size, count)) is not None:
+        placed = extent
+    elif plain:
+        place = write_ops.plain_place(placer)
+        for _ in range(count):
+            p = place(size)
+            if p is None:
+                break
+            placed.append(p[1])
+    else:
+        for _ in range(count):
+            r = placer.place(size, n)
+            if r is None:
+                break
+            placed.append(r)
+    grants = [Grant(client_id, size, r, cfg, now, batch=True) for r in placed]
+    if len(grants) < count:  # all or none: a batch is written as one
+        for g in grants:
+            space.free_grant(ms, g, None)
+        return []
+    return [(ms.grants.add(g), g.replicas) for g in grants]
+
+
+def _extent(placer: Placer, size: int, count: int) -> list[tuple[Replica, ...]] | None:
+    """A batch's plain grants cut from one free range of a segment the strategy picks
+    for all of them (one allocation instead of ``count``; the allocator tracks no
+    allocated ranges, so each object's range is freed alone later). None when no
+    usable segment has such a range (then they are placed one by one)."""
+    pool = healthy(placer.segs, 1, placer.ctx)
+    cands = [s for s in pool if s.allocator.fits(s.allocator.rounded(size) * count)]
+    if not cands:
+        return None
+    seg = placer.strategy.choose(cands, size * count, placer.ctx)
+    step = seg.allocator.rounded(size)
+    start = allocate_in(seg, step * count)
+    name = seg.name
+    return [((Slice(name, start + k * step, size),),) for k in range(count)]
+
+
+def batch_commit(
+    ms: MasterCore,
+    client_id: str,
+    keys: Sequence[str],
+    grant_ids: Sequence[int],
+    size: int,
+    now: float,
+) -> list[StoreError | None]:
+    """Body of :meth:`GrantsApi.batch_put_commit`."""
+    # The common commit (an unpinned grant of one replica of one slice, a key whose
+    # checks surely pass, no SSD tier) stored as commit() would, without its layers;
+    # any other item takes commit()'s path, which raises as documented.
+    grants, objects, tier = ms.grants, ms.objects, ms.tier
+    max_key = ms.config.max_key_length
+    fast = not ms.segments.any_ssd
+    out: list[StoreError | None] = []
+    for key, gid in zip(keys, grant_ids, strict=True):
+        g = grants.get(gid)
+        if (
+            fast
+            and g is not None
+            and g.client_id == client_id
+            and g.size == size
+            and len(g.replicas) == 1
+            and len(g.replicas[0]) == 1
+            and not g.config.hard_pin
+            and not g.config.soft_pin
+            and type(key) is str
+            and 0 < len(key) <= max_key
+            and key.isascii()
+            and key not in objects
+        ):
+            seg = ms.segments.find(g.replicas[0][0].segment)
+            if seg is not None:
+                grants.pop(gid)
+                obj = ObjectMeta(size, g.replicas, client_id, now)
+                obj.state = ObjectState.COMPLETE
+                obj.token = tier.new_token()
+                objects.add(key, obj)
+                seg.keys.add(key)
+                tier.changes += 1
+                ms.events.append(ev.ObjectStored(now, key, size, g.replicas))
+                out.append(None)
+                continue
+        try:
+            commit(ms, client_id, key, gid, size, now)
+            out.append(None)
+        except StoreError as exc:
+            out.append(exc)
+    return out
 
 
 def commit(ms: MasterCore, client_id: str, key: str, grant_id: int, size: int, now: float) -> None:
@@ -127,6 +247,27 @@ class GrantsApi(MasterCore):
             InvalidArgumentError: a bad key (the grant stays).
         """
         commit(self, client_id, key, grant_id, size, now)
+
+    def grant_batch(
+        self, client_id: str, size: int, count: int, config: ReplicateConfig | None, now: float
+    ) -> list[tuple[int, tuple[Replica, ...]]]:
+        """Allocate the replicas of ``client_id``'s next batch: ``count`` puts of
+        ``size`` bytes, one grant each, as :meth:`grant_put` would.
+
+        Returns:
+            ``count`` ``(grant id, replicas)``, or ``[]`` when not all of them can be
+            given: the grant rules of :meth:`grant_put` for each, at most
+            :data:`MAX_BATCH` objects in a client's batch grants and ``size x count``
+            within :data:`MAX_PER_CLIENT` times ``put_grant_max_bytes``. Never raises.
+        """
+        return grant_batch(self, client_id, size, count, config or ReplicateConfig(), now)
+
+    def batch_put_commit(
+        self, client_id: str, keys: Sequence[str], grant_ids: Sequence[int], size: int, now: float
+    ) -> list[StoreError | None]:
+        """:meth:`put_commit` of each key at its grant (``grant_ids`` pairs with
+        ``keys``); ``None`` where it was stored, else its error (that grant stays)."""
+        return batch_commit(self, client_id, keys, grant_ids, size, now)
 
     def release_grant(self, client_id: str, grant_id: int) -> bool:
         """Free grant ``grant_id`` of ``client_id`` now (its writer will not write it);

@@ -194,9 +194,10 @@ _GRANT_BASE = (RUN_ID & 0x7FFF_FFFF) << 32
 _GRANT_IDS = itertools.count(1)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Grant:
-    """Replicas allocated for a writer's next put, before it names the key."""
+    """Replicas allocated for a writer's next put, before it names the key (never
+    changed once made; not frozen, which makes a batch's 64 cost 3x as much)."""
 
     client_id: str
     size: int
@@ -205,6 +206,8 @@ class Grant:
     started: float
     """When it was handed out (the master's clock): its writer starts no transfer into
     it after ``put_timeout_s``, and the master holds it until ``put_release_s``."""
+    batch: bool = False
+    """One of the grants of a writer's next batch (counted apart from single grants)."""
 
     @property
     def slices(self) -> list[Slice]:
@@ -265,9 +268,9 @@ class GrantTable:
         """Forget and return what :meth:`remember_released` kept for ``segment``."""
         return self._released.pop(segment, [])
 
-    def count(self, client_id: str) -> int:
-        """How many grants ``client_id`` holds."""
-        return sum(1 for g in self._by_id.values() if g.client_id == client_id)
+    def count(self, client_id: str, *, batch: bool = False) -> int:
+        """How many single grants (``batch``: batch grants) ``client_id`` holds."""
+        return sum(1 for g in self._by_id.values() if g.client_id == client_id and g.batch == batch)
 
     def pop_started_before(self, limit: float) -> list[Grant]:
         """Forget and return the grants handed out at or before ``limit``."""

@@ -10,13 +10,14 @@ behaviour.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from .. import events as ev
 from ..errors import ConflictError, ErrorCode, StoreError
 from ..objects import ObjectMeta, ObjectState, PinLevel, Replica, Slice
 from ..placement import allocate_in, healthy
 from ..results import ReplicateConfig
+from ..segment import Segment
 from ..validation import MAX_NAME, each, pin_expiry, validate_put
 from . import eviction as evict_ops
 from . import removal as removal_ops
@@ -68,7 +69,7 @@ def batch_put_start(
     cfg = config or ReplicateConfig()
     segs = ms.segments.allocatable()
     placer = evict_ops.Placer(ms, segs, client_id, cfg) if segs else None
-    if placer is None or not _plain(ms, cfg, client_id):
+    if placer is None or not plain(ms, cfg, client_id):
         return each(items, lambda it: put_start(ms, it[0], it[1], client_id, now, cfg, placer))
     # The common write, one replica of one slice, placed and installed as put_start
     # would (the same checks pass, the same one strategy call), without its layers; an
@@ -78,8 +79,7 @@ def batch_put_start(
     max_key = conf.max_key_length
     max_size = min(conf.max_slice_size, conf.max_object_size)
     by_key = ms.objects
-    pool = healthy(placer.segs, 1, placer.ctx)
-    choose, ctx = placer.strategy.choose, placer.ctx
+    place = plain_place(placer)
     out: list[tuple[Replica, ...] | StoreError] = []
     for key, size in items:
         if (
@@ -90,10 +90,9 @@ def batch_put_start(
             and key.isascii()
             and key not in by_key
         ):
-            cands = [s for s in pool if s.allocator.fits(size)]
-            if cands:
-                seg = choose(cands, size, ctx)
-                replicas = ((Slice(seg.name, allocate_in(seg, size), size),),)
+            placed = place(size)
+            if placed is not None:
+                seg, replicas = placed
                 by_key.add(key, ObjectMeta(size, replicas, client_id, now), processing_since=now)
                 seg.keys.add(key)
                 out.append(replicas)
@@ -105,7 +104,27 @@ def batch_put_start(
     return out
 
 
-def _plain(ms: MasterCore, cfg: ReplicateConfig, client_id: str) -> bool:
+def plain_place(
+    placer: evict_ops.Placer,
+) -> Callable[[int], tuple[Segment, tuple[Replica, ...]] | None]:
+    """Place one replica of one slice of a given size in the free space as it is (the
+    candidates and the one strategy call of :meth:`~.eviction.Placer.place`, set up
+    once for a batch): its segment and replicas, or None when it does not fit. Only for
+    writes that are :func:`plain` and sizes within ``max_slice_size``."""
+    pool = healthy(placer.segs, 1, placer.ctx)
+    choose, ctx = placer.strategy.choose, placer.ctx
+
+    def place(size: int) -> tuple[Segment, tuple[Replica, ...]] | None:
+        cands = [s for s in pool if s.allocator.fits(size)]
+        if not cands:
+            return None
+        seg = choose(cands, size, ctx)
+        return seg, ((Slice(seg.name, allocate_in(seg, size), size),),)
+
+    return place
+
+
+def plain(ms: MasterCore, cfg: ReplicateConfig, client_id: str) -> bool:
     """Whether a batch's writes are the common kind: one replica, no pin, a valid
     writer (what validate_put checks of the batch as a whole passes)."""
     n = ms.config.default_replica_num if cfg.replica_num is None else cfg.replica_num

@@ -261,3 +261,38 @@ async def test_range_of_a_grant_stays_held_across_a_restart(tmp_path: Path) -> N
             await mc.put_commit("c", gid, size)
         assert stale.value.code.name == "STALE", stale
         assert await _all_keys(mc) == ["a"]
+
+
+async def test_a_batch_committed_through_grants_and_the_next_batch_s_ranges_survive_a_restart(
+    tmp_path: Path,
+) -> None:
+    # A batch is committed through its grants (acknowledged: durable) while the grants
+    # of the next batch are out, their writer maybe writing them, when the master is
+    # killed. The restarted master has every committed key where it was, refuses the
+    # outstanding grants STALE and places nothing in their ranges meanwhile.
+    opts = {"client_ttl_s": 5.0, "lease_ttl_s": 30.0, "eviction_high_watermark": 1.0}
+    size, part = 1 << 20, 1 << 18
+    on_b = ReplicateConfig(preferred_segments=("node-b/dram",))
+    async with _two_segments(tmp_path, opts, size) as (mc, restart):
+        first = [f"a{i}" for i in range(4)]
+        on_a = ReplicateConfig(preferred_segments=("node-a/dram",))
+        assert all(
+            not isinstance(r, StoreError)
+            for r in await mc.batch_put_start([(k, part) for k in first], on_a)
+        )
+        errors, g1 = await mc.batch_put_commit(first, (), part, next_count=2, config=on_b)
+        assert errors == [None] * 4 and len(g1) == 2, (errors, g1)
+        errors, g2 = await mc.batch_put_commit(
+            ["b0", "b1"], [g for g, _ in g1], part, next_count=2, config=on_b
+        )
+        assert errors == [None, None] and len(g2) == 2, (errors, g2)
+        acked = {k: (await mc.stat(k)).replicas for k in [*first, "b0", "b1"]}
+        assert {acked[k][0][0].segment for k in ("b0", "b1")} == {"node-b/dram"}
+        await restart()
+        assert {k: (await mc.stat(k)).replicas for k in acked} == acked
+        errors, _ = await mc.batch_put_commit(["c0", "c1"], [g for g, _ in g2], part)
+        assert [e.code.name if e else None for e in errors] == ["STALE", "STALE"]
+        with pytest.raises(StoreError) as refused:
+            await mc.put_start("c", part)
+        assert refused.value.code.name == "STORE_FULL", refused
+        assert sorted(await _all_keys(mc)) == sorted(acked)

@@ -12,9 +12,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from store_client_procs import TEST_MASTER, Cluster, make_client, start_cluster
 
+from mooncake_core.store.client import Client
 from mooncake_core.store.errors import ConflictError, ErrorCode
 
 pytestmark = pytest.mark.integration
@@ -110,3 +112,92 @@ def test_a_grant_older_than_half_the_put_timeout_is_not_used(cluster: Cluster) -
         d = delta(before, cluster.rpc_calls())
         assert (d.get("PutStart"), d.get("PutCommit")) == (1, 1), d
         assert (r.get("old/0"), r.get("old/1")) == (b"a" * SIZE, b"b" * SIZE)
+
+
+def _batch(w: Client, keys: list[str], src: np.ndarray, size: int) -> list[object]:
+    base = w.register_buffer(src)
+    try:
+        return list(
+            w.batch_put_from(keys, [base + i * size for i in range(len(keys))], [size] * len(keys))
+        )
+    finally:
+        w.unregister_buffer(base)
+
+
+def _values(n: int, size: int, seed: int) -> np.ndarray:
+    return np.frombuffer(np.random.default_rng(seed).bytes(n * size), dtype=np.uint8).copy()
+
+
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+def test_batches_of_one_size_take_one_exchange_each_and_read_back(
+    cluster: Cluster, transport: str
+) -> None:
+    n, size = 16, 4096
+    base = allocated(cluster)
+    with (
+        make_client(cluster, transport=transport) as w,
+        make_client(cluster, transport=transport) as r,
+    ):
+        for b in range(3):
+            src = _values(n, size, b)
+            keys = [f"{transport}/batch{b}/{i}" for i in range(n)]
+            before = cluster.rpc_calls()
+            assert _batch(w, keys, src, size) == [None] * n
+            d = delta(before, cluster.rpc_calls())
+            # The first batch is BatchPutStart + BatchPutCommit (its end, asking for the
+            # next batch's grants); the two after it only BatchPutCommit.
+            assert (d.get("BatchPutStart"), d.get("BatchPutCommit")) == (
+                1 if b == 0 else None,
+                1,
+            ), d
+            for i, k in enumerate(keys):
+                assert r.get(k) == src[i * size : (i + 1) * size].tobytes(), k
+        assert cluster.snapshot()["grant_count"] == n  # the next batch's, held
+        # A key that exists is refused alone; the others are stored through their grants.
+        src = _values(n, size, 9)
+        keys = [f"{transport}/batch3/{i}" for i in range(n)]
+        keys[5] = f"{transport}/batch0/5"
+        got = _batch(w, keys, src, size)
+        assert isinstance(got[5], ConflictError) and got[5].code == ErrorCode.OBJECT_ALREADY_EXISTS
+        assert got[:5] + got[6:] == [None] * (n - 1)
+        assert r.get(keys[5]) == _values(n, size, 0)[5 * size : 6 * size].tobytes()
+        assert r.get(keys[6]) == src[6 * size : 7 * size].tobytes()
+    # Closed: the grants it held and the refused one are given back.
+    assert cluster.snapshot()["grant_count"] == 0
+    assert allocated(cluster) - base == (4 * n - 1) * size
+
+
+def test_a_batch_grant_the_master_no_longer_knows_is_put_again_the_usual_way(
+    cluster: Cluster,
+) -> None:
+    # The master answers STALE for each key (its grant released behind the client's
+    # back, as after a failover); those keys go PutStart, transfer, PutEnd again, and
+    # every value reads back as written.
+    n, size = 8, 4096
+    with make_client(cluster, transport="tcp") as w, make_client(cluster, transport="tcp") as r:
+        assert _batch(w, [f"stale/a{i}" for i in range(n)], _values(n, size, 1), size) == [None] * n
+        held = w._grants._batch
+        assert held is not None and len(held.grant_ids) == n
+        w._m.batch_put_commit([], release=list(held.grant_ids))
+        assert cluster.snapshot()["grant_count"] == 0
+        src = _values(n, size, 2)
+        keys = [f"stale/b{i}" for i in range(n)]
+        before = cluster.rpc_calls()
+        assert _batch(w, keys, src, size) == [None] * n
+        d = delta(before, cluster.rpc_calls())
+        assert (d.get("BatchPutCommit"), d.get("BatchPutStart")) == (2, 1), d
+        for i, k in enumerate(keys):
+            assert r.get(k) == src[i * size : (i + 1) * size].tobytes(), k
+
+
+def test_a_batch_grant_older_than_half_the_put_timeout_is_not_used(cluster: Cluster) -> None:
+    n, size = 4, 4096
+    with make_client(cluster, transport="shm") as w, make_client(cluster, transport="shm") as r:
+        assert _batch(w, [f"oldb/a{i}" for i in range(n)], _values(n, size, 3), size) == [None] * n
+        time.sleep(PUT_TIMEOUT_S / 2 + 0.1)
+        src = _values(n, size, 4)
+        before = cluster.rpc_calls()
+        assert _batch(w, [f"oldb/b{i}" for i in range(n)], src, size) == [None] * n
+        d = delta(before, cluster.rpc_calls())
+        assert (d.get("BatchPutStart"), d.get("BatchPutCommit")) == (1, 1), d
+        assert r.get("oldb/b3") == src[3 * size :].tobytes()

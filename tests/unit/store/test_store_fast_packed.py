@@ -9,11 +9,13 @@ import pytest
 
 from mooncake_core.store.errors import ConflictError, ErrorCode, NotFoundError, StoreError
 from mooncake_core.store.fast_packed import (
+    pack_batch_commit,
     pack_commit,
     pack_errors,
     pack_placements,
     pack_read_versioned,
     pack_reads,
+    unpack_batch_commit,
     unpack_commit,
     unpack_errors,
     unpack_placements,
@@ -169,3 +171,68 @@ def test_a_commit_reply_is_the_grant_id_then_its_placement_or_the_error() -> Non
     ):
         with pytest.raises(ValueError):
             unpack_commit(bad)
+
+
+def test_a_batch_commit_reply_packs_a_run_of_grants_in_one_record() -> None:
+    run = [(70 + k, ((Slice("seg-a", 8192 + 4096 * k, 4000),),)) for k in range(3)]
+    got = pack_batch_commit([None, None], run)
+    outcomes = pack_errors([None, None])
+    want = (
+        struct.pack("<I", len(outcomes)) + outcomes
+        + struct.pack("<IB", 3, 1)  # three grants, form 1: a run
+        + struct.pack("<QQQQ", 70, 8192, 4096, 4000)  # first id, start, step, size
+        + struct.pack("<H", 5) + b"seg-a"
+    )  # fmt: skip
+    assert got == want
+    assert unpack_batch_commit(2, got) == ([None, None], run)
+    assert unpack_batch_commit(2, pack_batch_commit([None, None], [])) == ([None, None], [])
+    one = run[:1]
+    assert unpack_batch_commit(0, pack_batch_commit([], one)) == ([], one)
+
+
+@pytest.mark.parametrize(
+    "grants",
+    [
+        # not consecutive ids; another segment; an uneven step; two replicas; going down
+        [(1, ((A0,),)), (3, ((Slice("seg-a", 4096, 4096),),))],
+        [(1, ((A0,),)), (2, ((Slice("seg-b", 4096, 4096),),))],
+        [
+            (1, ((A0,),)),
+            (2, ((Slice("seg-a", 4096, 4096),),)),
+            (3, ((Slice("seg-a", 9000, 4096),),)),
+        ],
+        [(1, ((A0,), (Slice("seg-b", 0, 4096),))), (2, ((Slice("seg-a", 4096, 4096),),))],
+        [(1, ((Slice("seg-a", 4096, 4096),),)), (2, ((A0,),))],
+        [(1, ((A0, Slice("seg-a", 4096, 1)),))],
+    ],
+)
+def test_batch_commit_grants_that_are_no_run_go_one_by_one(
+    grants: list[tuple[int, tuple[tuple[Slice, ...], ...]]],
+) -> None:
+    err = ConflictError(ErrorCode.STALE, "grant 4 is gone")
+    b = pack_batch_commit([err, None], grants)
+    outcomes = pack_errors([err, None])
+    assert b[4 + len(outcomes) : 4 + len(outcomes) + 5] == struct.pack("<IB", len(grants), 0)
+    errors, back = unpack_batch_commit(2, b)
+    assert back == grants and errors[1] is None
+    assert isinstance(errors[0], ConflictError) and errors[0].message == "grant 4 is gone"
+
+
+def test_a_batch_commit_reply_that_does_not_parse_is_refused() -> None:
+    run = [(70 + k, ((Slice("seg-a", 4096 * k, 4000),),)) for k in range(3)]
+    good = pack_batch_commit([None], run)
+    loose = pack_batch_commit([None], [run[0], (99, ((A0,),))])
+    n = len(pack_errors([None]))
+    for bad, words in (
+        (good[:-1], "truncated"),
+        (good + b"\0", "after the last item"),
+        (good[:2], "truncated"),
+        (struct.pack("<I", 999) + good[4:], "outcomes of 999"),
+        (good[: 4 + n + 4] + b"\x07" + good[4 + n + 5 :], "form 7"),
+        (loose[: 4 + n + 5 + 8] + struct.pack("<Q", 0) + loose[4 + n + 5 + 16 :], "grant 0"),
+        (loose[:-3], "truncated"),
+    ):
+        with pytest.raises(ValueError, match=words):
+            unpack_batch_commit(1, bad)
+    with pytest.raises(ValueError, match="1 results for 2 keys"):
+        unpack_batch_commit(2, good)

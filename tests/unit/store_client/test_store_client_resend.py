@@ -56,7 +56,39 @@ def test_resent_put_end_answered_already_complete_is_success() -> None:
     assert isinstance(rpc.BATCH_PUT_END.reply(reply, batch, False)[0], ConflictError)
 
 
+def test_resent_batch_commit_reads_as_its_end_or_its_grants_unknown() -> None:
+    stale = pb.Error(code=pb.STALE, message="put 'k': grant 5 is not held by this client")
+    ok = pb.Error(code=pb.OK)
+    reply = pb.BatchPutCommitResponse(errors=[DONE, EXISTS, stale, ok, MISSING])
+    keys = ["k", "j", "i", "h", "g"]
+    # Ending started puts (no grants): "already complete" after a resend is success.
+    ended = rpc.BATCH_PUT_COMMIT.request("c", keys)
+    got, grants = rpc.BATCH_PUT_COMMIT.reply(reply, ended, True)
+    assert got[0] is None and grants == []
+    assert [type(e) for e in got[1:]] == [ConflictError, ConflictError, type(None), NotFoundError]
+    # Through grants: "exists" or STALE after a resend may be the first copy's doing.
+    granted = rpc.BATCH_PUT_COMMIT.request("c", keys, [1, 2, 3, 4, 5], 10)
+    got, _ = rpc.BATCH_PUT_COMMIT.reply(reply, granted, True)
+    assert [type(e) for e in got] == [
+        ConflictError,
+        UnavailableError,
+        UnavailableError,
+        type(None),
+        NotFoundError,
+    ]
+    assert "put 'j': resent after a leader switch" in str(got[1])
+    first, _ = rpc.BATCH_PUT_COMMIT.reply(reply, granted, False)
+    assert [type(e) for e in first[:3]] == [ConflictError] * 3
+
+
 def test_both_clients_take_these_calls_from_the_surface() -> None:
     for client in (SyncMaster, MasterClient):
-        for name in ("put_start", "upsert", "put_end", "batch_put_end", "remove"):
+        for name in (
+            "put_start",
+            "upsert",
+            "put_end",
+            "batch_put_end",
+            "batch_put_commit",
+            "remove",
+        ):
             assert vars(client)[name].call is getattr(rpc, name.upper())
