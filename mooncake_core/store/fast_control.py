@@ -89,10 +89,12 @@ def _types(method: str) -> tuple[type[Message], type[Message]]:
 
 
 KEPT_OPS: tuple[Op, ...] = (
+    Op(15, "BatchGetReplicaListPacked", pb.BatchKeysRequest, None, "BatchGetReplicaList"),
     Op(20, "GetReplicaListPacked", pb.GetReplicaListRequest, None, "GetReplicaList"),
 )
 """Ops no call of this version sends, still answered for clients of an earlier one
-(GetReplicaList's packed op is now ``GetReplicaListVersioned``, 22)."""
+(GetReplicaList's packed op is now ``GetReplicaListVersioned``, 22; BatchGetReplicaList's
+``BatchGetReplicaListRun``, 27)."""
 
 OPS: tuple[Op, ...] = tuple(
     sorted(

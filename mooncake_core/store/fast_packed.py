@@ -42,11 +42,13 @@ __all__ = [
     "pack_batch_commit",
     "pack_errors",
     "pack_placements",
+    "pack_read_batch",
     "pack_read_versioned",
     "pack_reads",
     "unpack_batch_commit",
     "unpack_errors",
     "unpack_placements",
+    "unpack_read_batch",
     "unpack_read_versioned",
     "unpack_reads",
 ]
@@ -64,6 +66,7 @@ _PUT_ONE = struct.Struct("<BBHHQQ")
 _VERSION = struct.Struct("<QQ")  # master run id, object version
 _GRANT = struct.Struct("<Q")  # grant id (0: none)
 _RUN = struct.Struct("<QQQQ")  # a run of grants: first id, start, step, size
+_READ_RUN = struct.Struct("<QdQQ")  # a run of reads: size, lease, start, step
 _MAX_U16 = 0xFFFF
 _CODES = frozenset(int(c) for c in ErrorCode if c)
 
@@ -133,6 +136,71 @@ def pack_reads(results: Sequence[ReadRow | StoreError]) -> bytes:
         body += _READ_HEAD.pack(0, size, lease, len(reps))
         _pack_replicas(body, reps, seg)
     return seg.header(len(results)) + body
+
+
+def pack_read_batch(results: Sequence[ReadRow | StoreError]) -> bytes:
+    """A batch's replica-list reply: ``u8`` form 1 when every key's result is one
+    slice of one size and lease on one segment at a fixed step (a batch written through
+    its grants is: "Grants"), then ``u64`` size, ``f64`` lease, ``u64`` start and step,
+    ``u16`` length and name of the segment; else form 0 and :func:`pack_reads`'s reply."""
+    run = _read_run(results)
+    if run is None:
+        return b"\0" + pack_reads(results)
+    name = run[4].encode()
+    return _U8.pack(1) + _READ_RUN.pack(*run[:4]) + _U16.pack(len(name)) + name
+
+
+def _read_run(results: Sequence[ReadRow | StoreError]) -> tuple[int, float, int, int, str] | None:
+    """``(size, lease, start, step, segment)`` when ``results`` form a run."""
+    if not results or isinstance(results[0], StoreError):
+        return None
+    size, reps, lease, _ = results[0]
+    if len(reps) != 1 or len(reps[0]) != 1:
+        return None
+    s0 = reps[0][0]
+    seg, start = s0.segment, s0.offset
+    step = 0
+    if len(results) > 1:
+        second = results[1]
+        if isinstance(second, StoreError) or len(second[1]) != 1 or len(second[1][0]) != 1:
+            return None
+        step = second[1][0][0].offset - start
+    if step < 0 or s0.length != size:
+        return None
+    for k, r in enumerate(results):
+        if isinstance(r, StoreError) or r[0] != size or r[2] != lease:
+            return None
+        rr = r[1]
+        if len(rr) != 1 or len(rr[0]) != 1:
+            return None
+        sl = rr[0][0]
+        if sl.offset != start + k * step or sl.length != size or sl.segment != seg:
+            return None
+    return size, lease, start, step, seg
+
+
+def unpack_read_batch(keys: Sequence[str], buf: bytes) -> list[GetResult | StoreError]:
+    """The results :func:`pack_read_batch` packed, for ``keys`` (the request's, in order).
+
+    Raises:
+        ValueError: the reply does not parse.
+    """
+    if not buf:
+        raise ValueError("empty batch read reply")
+    if buf[0] == 0:
+        return unpack_reads(keys, buf[1:])
+    if buf[0] != 1:
+        raise ValueError(f"batch read reply of form {buf[0]}")
+    rd = _Reader(buf)
+    rd.pos = 1
+    size, lease, start, step = rd.take(_READ_RUN)
+    name = rd.text(int(rd.take(_U16)[0]))
+    rd.done()
+    n, first, at = int(size), int(start), int(step)
+    return [
+        GetResult(key, n, ((Slice(name, first + k * at, n),),), float(lease))
+        for k, key in enumerate(keys)
+    ]
 
 
 def pack_read_versioned(result: ReadRow | StoreError, run_id: int) -> bytes:

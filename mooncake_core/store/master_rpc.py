@@ -40,8 +40,8 @@ from .fast_packed import (
     unpack_commit,
     unpack_errors,
     unpack_placements,
+    unpack_read_batch,
     unpack_read_versioned,
-    unpack_reads,
 )
 from .objects import Replica
 from .pins import Pin
@@ -566,7 +566,7 @@ GET_REPLICA_LIST = Unary(
 BATCH_GET_REPLICA_LIST = Unary(
     "BatchGetReplicaList", _keys, _reads, "``get_replica_list`` for each key; errors per item.",
     fast=4,
-    packed=Packed("BatchGetReplicaListPacked", 15, lambda q, b: unpack_reads(q.keys, b)),
+    packed=Packed("BatchGetReplicaListRun", 27, lambda q, b: unpack_read_batch(q.keys, b)),
 )  # fmt: skip
 EXIST = Unary(
     "Exist", _exist, _exists, "Whether ``key`` is readable (no lease, no recency update).",

@@ -22,6 +22,7 @@ from .fast_packed import (
     pack_commit,
     pack_errors,
     pack_placements,
+    pack_read_batch,
     pack_read_versioned,
     pack_reads,
 )
@@ -429,6 +430,12 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
         keys = list(request.keys)
         r = await self._read("BatchGetReplicaList", keys)
         return pack_reads(r)
+
+    async def BatchGetReplicaListRun(self, request: pb.BatchKeysRequest, context: Ctx) -> bytes:
+        """BatchGetReplicaList with a packed reply that may be one run (fast channel
+        only, :func:`~.fast_packed.pack_read_batch`)."""
+        keys = list(request.keys)
+        return pack_read_batch(await self._read("BatchGetReplicaList", keys))
 
     async def _read(self, rpc: str, keys: list[str]) -> list[ReadRow | StoreError]:
         """Replica lists of ``keys`` (as ``MasterState.read_rows`` gives them), waiting

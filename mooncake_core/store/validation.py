@@ -37,6 +37,15 @@ def check_key(key: str, max_len: int) -> None:
         )
 
 
+def plain_keys(keys: Sequence[object], max_len: int) -> bool:
+    """Whether every key surely passes :func:`check_key`: a non-empty ASCII string of
+    at most ``max_len`` characters (one byte each). False says nothing: check each."""
+    for k in keys:
+        if type(k) is not str or not 0 < len(k) <= max_len or not k.isascii():
+            return False
+    return True
+
+
 def utf8_of(what: str, text: str, code: ErrorCode = ErrorCode.INVALID_PARAMS) -> bytes:
     """``text`` encoded as UTF-8.
 

@@ -24,6 +24,7 @@ from mooncake_core.transfer import OpCode, Region
 from ..errors import ErrorCode, InvalidArgumentError, StoreError, UnavailableError
 from ..objects import Replica
 from ..results import GetResult, ReplicateConfig
+from ..validation import plain_keys
 from .data import (
     Buffers,
     DataPath,
@@ -177,7 +178,16 @@ class BatchOps:
     ) -> list[StoreError | None]:
         out: list[StoreError | None] = [None] * len(keys)
         todo: list[int] = []
+        plain = (
+            plain_keys(keys, self.options.master_config.max_key_length)
+            and all(type(n) is int and n > 0 for n in sizes)
+            and not any(isinstance(w, StoreError) for w in where)
+        )
+        if plain:  # every check below surely passes
+            todo = list(range(len(keys)))
         for i, (k, w, n) in enumerate(zip(keys, where, sizes, strict=True)):
+            if plain:
+                break
             try:
                 self._check_key(k)
                 self._check_size(k, n)
@@ -386,6 +396,8 @@ class BatchOps:
         return self._read_items(keys, where, sizes, self._parts(ok, sizes), None)
 
     def _metas(self, keys: Sequence[str]) -> list[GetResult | StoreError]:
+        if plain_keys(keys, self.options.master_config.max_key_length):
+            return self._m.batch_get_replica_list(list(keys))
         out: list[GetResult | StoreError | None] = []
         ask: list[int] = []
         for i, k in enumerate(keys):
@@ -403,6 +415,49 @@ class BatchOps:
                 out[i] = r
         return out  # type: ignore[return-value]  # every None was replaced
 
+    def _read_plain(
+        self,
+        keys: Sequence[str],
+        where: Sequence[Where],
+        caps: Sequence[int],
+        idx: list[int],
+        out: list[int | StoreError],
+    ) -> tuple[dict[int, GetResult | StoreError], float, list[int]]:
+        """Read ``idx``'s items whose object is one replica of one slice that fits the
+        buffer: one call for every replica list, one copy each (into ``out``, as
+        :meth:`_read_items` would). Returns the replica lists, when they were asked
+        and the items left to :meth:`_read_items`'s general path."""
+        at = time.monotonic()
+        metas = self._metas([keys[i] for i in idx])
+        rest: list[int] = []
+        plain: list[tuple[int, GetResult]] = []
+        items: list[Flat] = []
+        for i, m in zip(idx, metas, strict=True):
+            if type(m) is GetResult and m.size <= caps[i] and len(m.replicas) == 1:
+                (rep,) = m.replicas
+                if len(rep) == 1:
+                    s = rep[0]
+                    region, off = where[i]  # type: ignore[misc]
+                    items.append((region, off, s.segment, s.offset, s.length))
+                    plain.append((i, m))
+                    continue
+            rest.append(i)
+        pending = self._dp.start_flat(OpCode.READ, items) if items else None
+        if pending is None:
+            return dict(zip(idx, metas, strict=True)), at, idx
+        errors = self._dp.finish(pending)
+        now = time.monotonic()
+        for (i, m), err in zip(plain, errors, strict=True):
+            if err is not None:  # its one replica: as the general path words it
+                out[i] = UnavailableError(
+                    ErrorCode.UNAVAILABLE, f"get {keys[i]!r}: none of 1 replicas readable: {err}"
+                )
+            elif outlasted(at, m.lease_ttl_s, now):
+                out[i] = lease_outlasted_error(keys[i], now - at, m.lease_ttl_s, 1)
+            else:
+                out[i] = m.size
+        return dict(zip(idx, metas, strict=True)), at, rest
+
     def _read_items(
         self,
         keys: Sequence[str],
@@ -418,6 +473,9 @@ class BatchOps:
         whose transfer ends after its lease is an UnavailableError (its bytes may have
         been reused)."""
         out: list[int | StoreError] = [w if isinstance(w, StoreError) else 0 for w in where]
+        if known is None and len(parts) == 1:
+            known, known_at, rest = self._read_plain(keys, where, caps, parts[0], out)
+            parts = [rest] if rest else []
         metas: dict[int, GetResult] = {}
         asked: dict[int, float] = {}
         queues: dict[int, list[Replica]] = {}

@@ -6,8 +6,9 @@ which the allocator places on the ranges just freed. Reader threads get whatever
 are live. Every value names its key in every 64-byte row, so a read that raced with a
 reuse of its range is caught: each read must be exactly its own key's bytes or a clean
 StoreError (removed meanwhile, lease outlasted), never another key's bytes. Two
-reader processes are stopped (SIGSTOP) at random moments for 3 leases, so some of their
-transfers end long after their lease, while plain removes free the ranges they read.
+reader processes (one getting over tcp, one batch-reading over shm) are stopped
+(SIGSTOP) at random moments for 3 leases, so some of their transfers end long after
+their lease, while plain removes free the ranges they read.
 """
 
 from __future__ import annotations
@@ -75,11 +76,11 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         c.close()
 
 
-def start_reader(c: Cluster) -> subprocess.Popen[str]:
+def start_reader(c: Cluster, mode: str) -> subprocess.Popen[str]:
     repo = Path(__file__).resolve().parents[3]
     script = str(Path(__file__).with_name("reclaim_reader.py"))
     p = subprocess.Popen(
-        [sys.executable, script, c.address, str(LEASE_S), str(SIZE), str(ROW)],
+        [sys.executable, script, c.address, str(LEASE_S), str(SIZE), str(ROW), mode],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -162,7 +163,8 @@ def test_rel_reads_racing_removal_and_reuse_never_return_other_bytes(cluster: Cl
         # Reader processes stall (SIGSTOP) at random moments for 3 leases, as a process
         # does in a GC pause or under VM steal: some stall between their GetReplicaList
         # and the end of their transfer, while plain removes free the ranges they read.
-        procs = [start_reader(cluster) for _ in range(2)]
+        # One gets over tcp, one batch-reads over shm (copies made in the reader).
+        procs = [start_reader(cluster, mode) for mode in ("get", "batch")]
         end = time.monotonic() + RUN_S
         prng = random.Random(3)
         pauses = 0

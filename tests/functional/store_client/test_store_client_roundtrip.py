@@ -101,6 +101,44 @@ def test_batch_calls_per_item_results(client: Client) -> None:
     client.unregister_buffer(b)
 
 
+@pytest.mark.parametrize("which", ["client", "tcp_client"])
+def test_a_batch_read_of_mixed_items_answers_as_get_into_one_by_one(
+    which: str, request: pytest.FixtureRequest
+) -> None:
+    # Plain items (one replica of one slice) are read in one pass, the others (two
+    # replicas, missing, a buffer too small, a bad key) the general way: every item's
+    # answer and bytes are what get_into gives it alone.
+    c: Client = request.getfixturevalue(which)
+    p = f"mixed/{which}/"
+    n = 8 * KiB
+    vals = {f"{p}a": blob(n, 1), f"{p}b": blob(n, 2)}
+    for k, v in vals.items():
+        c.put(k, v)
+    c.put(f"{p}two", blob(n, 4), ReplicateConfig(replica_num=2))
+    keys = [f"{p}a", f"{p}b", f"{p}two", f"{p}missing", f"{p}b", f"{p}a", ""]
+    caps = [n, n - 1, n, n, n, n, n]
+    offs = [sum(caps[:i]) for i in range(len(caps))]
+    one, many = np.zeros(sum(caps), np.uint8), np.zeros(sum(caps), np.uint8)
+    a1, a2 = c.register_buffer(one), c.register_buffer(many)
+    try:
+        alone: list[object] = []
+        for k, off, cap in zip(keys, offs, caps, strict=True):
+            try:
+                alone.append(c.get_into(k, a1 + off, cap))
+            except StoreError as e:
+                alone.append((e.code, e.message))
+        got = c.batch_get_into(keys, [a2 + o for o in offs], caps)
+        named = [(g.code, g.message) if isinstance(g, StoreError) else g for g in got]
+        assert named == alone
+        assert [type(g) for g in got].count(int) == 4
+        assert sha(many) == sha(one)
+        assert many[offs[2] : offs[2] + n].tobytes() == blob(n, 4)
+    finally:
+        c.unregister_buffer(a1)
+        c.unregister_buffer(a2)
+        c.remove_by_prefix(p, force=True)
+
+
 def test_upsert_replaces_and_tensor_round_trip(client: Client) -> None:
     client.put("up/k", b"old value")
     client.upsert("up/k", b"new")
@@ -246,5 +284,41 @@ def test_a_remembered_location_is_read_only_under_the_version_the_master_confirm
             c.get("k")
     finally:
         c.unregister_buffer(addr)
+        c.close()
+        cluster.close()
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_a_batch_read_stalled_past_its_lease_is_an_error_not_bytes(
+    tmp_path: Path, transport: str
+) -> None:
+    # The reader stalls between its BatchGetReplicaList and the copies for longer than
+    # the lease (as a process paused by a GC or VM steal): the ranges may hold other
+    # keys' bytes by then, so each item is an error, over shm (one copy each, made here)
+    # as over tcp. Unstalled, the same call reads the bytes.
+    lease = 0.3
+    cluster = start_cluster(tmp_path, ("v0",), master_settings={"lease_ttl_s": lease})
+    c = make_client(cluster, transport=transport)
+    n = 4 * KiB
+    dst = np.zeros(2 * n, dtype=np.uint8)
+    try:
+        keys = ["s/0", "s/1"]
+        assert c.put_batch(keys, [blob(n, 1), blob(n, 2)]) == [None, None]
+        a = c.register_buffer(dst)
+        ask = c._m.batch_get_replica_list
+
+        def stalled(names: list[str]) -> object:
+            got = ask(names)
+            time.sleep(lease + 0.05)
+            return got
+
+        c._m.batch_get_replica_list = stalled  # type: ignore[method-assign]
+        got = c.batch_get_into(keys, [a, a + n], [n, n])
+        assert [getattr(g, "code", None) for g in got] == [ErrorCode.UNAVAILABLE] * 2, got
+        assert all("longer than its read lease" in str(g) for g in got)
+        del c._m.batch_get_replica_list
+        assert c.batch_get_into(keys, [a, a + n], [n, n]) == [n, n]
+        assert dst.tobytes() == blob(n, 1) + blob(n, 2)
+    finally:
         c.close()
         cluster.close()

@@ -13,12 +13,14 @@ from mooncake_core.store.fast_packed import (
     pack_commit,
     pack_errors,
     pack_placements,
+    pack_read_batch,
     pack_read_versioned,
     pack_reads,
     unpack_batch_commit,
     unpack_commit,
     unpack_errors,
     unpack_placements,
+    unpack_read_batch,
     unpack_read_versioned,
     unpack_reads,
 )
@@ -236,3 +238,62 @@ def test_a_batch_commit_reply_that_does_not_parse_is_refused() -> None:
             unpack_batch_commit(1, bad)
     with pytest.raises(ValueError, match="1 results for 2 keys"):
         unpack_batch_commit(2, good)
+
+
+def test_a_batch_read_written_through_grants_is_one_run_record() -> None:
+    rows: list[ReadRow | StoreError] = [
+        (4000, ((Slice("seg-a", 8192 + 4096 * k, 4000),),), 5.0, 30 + k) for k in range(3)
+    ]
+    got = pack_read_batch(rows)
+    want = (
+        struct.pack("<B", 1)  # form 1: a run
+        + struct.pack("<QdQQ", 4000, 5.0, 8192, 4096)  # size, lease, start, step
+        + struct.pack("<H", 5) + b"seg-a"
+    )  # fmt: skip
+    assert got == want
+    assert unpack_read_batch(["x", "y", "z"], got) == [
+        GetResult(k, 4000, ((Slice("seg-a", 8192 + 4096 * n, 4000),),), 5.0)
+        for n, k in enumerate(["x", "y", "z"])
+    ]
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        # an error; another lease; another size; an uneven step; two segments; two
+        # replicas; two slices; going down
+        [(10, ((A0,),), 5.0, 1), NotFoundError(ErrorCode.OBJECT_NOT_FOUND, "no 'y'")],
+        [(4096, ((A0,),), 5.0, 1), (4096, ((Slice("seg-a", 4096, 4096),),), 6.0, 2)],
+        [(4096, ((A0,),), 5.0, 1), (4000, ((Slice("seg-a", 4096, 4000),),), 5.0, 2)],
+        [
+            (4096, ((A0,),), 5.0, 1),
+            (4096, ((Slice("seg-a", 4096, 4096),),), 5.0, 2),
+            (4096, ((Slice("seg-a", 9000, 4096),),), 5.0, 3),
+        ],
+        [(4096, ((A0,),), 5.0, 1), (4096, ((Slice("seg-b", 4096, 4096),),), 5.0, 2)],
+        [(4096, ((A0,), (Slice("seg-b", 0, 4096),)), 5.0, 1)],
+        [(4096, ((Slice("seg-a", 0, 2048), Slice("seg-a", 2048, 2048)),), 5.0, 1)],
+        [(4096, ((Slice("seg-a", 4096, 4096),),), 5.0, 1), (4096, ((A0,),), 5.0, 2)],
+        [(10, ((A0,),), 5.0, 1)],  # the slice is not the object's size
+    ],
+)
+def test_a_batch_read_that_is_no_run_is_the_plain_reply(rows: list[ReadRow | StoreError]) -> None:
+    got = pack_read_batch(rows)
+    assert got == b"\0" + pack_reads(rows)
+    keys = [f"k{n}" for n in range(len(rows))]
+    back = unpack_read_batch(keys, got)
+    want = unpack_reads(keys, pack_reads(rows))
+    assert [repr(x) for x in back] == [repr(x) for x in want]
+
+
+def test_a_batch_read_reply_that_does_not_parse_is_refused() -> None:
+    run = pack_read_batch([(4096, ((A0,),), 5.0, 1)])
+    for bad, words in (
+        (b"", "empty"),
+        (b"\x02" + run[1:], "form 2"),
+        (run[:-1], "truncated"),
+        (run + b"x", "after the last item"),
+        (b"\0" + pack_reads([(4096, ((A0,),), 5.0, 1)]), "1 results for 2 keys"),
+    ):
+        with pytest.raises(ValueError, match=words):
+            unpack_read_batch(["x", "y"], bad)

@@ -9,7 +9,7 @@ import pytest
 from mooncake_core.store.client.data import Op, plan_window
 from mooncake_core.store.errors import ErrorCode, InvalidArgumentError
 from mooncake_core.store.objects import Slice
-from mooncake_core.store.validation import MAX_PATTERN, check_key, compile_pattern
+from mooncake_core.store.validation import MAX_PATTERN, check_key, compile_pattern, plain_keys
 from mooncake_core.transfer import OpCode
 
 
@@ -22,6 +22,26 @@ def test_key_without_utf8_form_is_invalid_key() -> None:
     check_key("kv/é", 5)  # 5 UTF-8 bytes
     with pytest.raises(InvalidArgumentError, match="key of 7 bytes exceeds max_key_length 5"):
         check_key("kv/éé", 5)
+
+
+@pytest.mark.parametrize(
+    ("keys", "plain"),
+    [
+        (["a", "kv/0001", "x" * 8], True),
+        ([], True),
+        (["a", "x" * 9], False),  # longer than max_len
+        (["a", ""], False),
+        (["kv/é"], False),  # 5 UTF-8 bytes: check_key decides
+        (["a", 7], False),
+        (["a", b"a"], False),
+        (["s\udc80"], False),  # no UTF-8 form
+    ],
+)
+def test_plain_keys_are_those_check_key_surely_passes(keys: list[object], plain: bool) -> None:
+    assert plain_keys(keys, 8) is plain
+    if plain:
+        for k in keys:
+            check_key(k, 8)  # type: ignore[arg-type]
 
 
 def test_redos_pattern_runs_in_linear_time() -> None:
