@@ -33,12 +33,14 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from typing import overload
 
 from .errors import ErrorCode, StoreError, error_from_code
 from .objects import Replica, Slice
 from .results import GetResult, ReadRow
 
 __all__ = [
+    "ReadRun",
     "pack_batch_commit",
     "pack_errors",
     "pack_placements",
@@ -179,8 +181,52 @@ def _read_run(results: Sequence[ReadRow | StoreError]) -> tuple[int, float, int,
     return size, lease, start, step, seg
 
 
-def unpack_read_batch(keys: Sequence[str], buf: bytes) -> list[GetResult | StoreError]:
-    """The results :func:`pack_read_batch` packed, for ``keys`` (the request's, in order).
+class ReadRun(Sequence["GetResult | StoreError"]):
+    """The results of a batch read that form a run: the object of ``keys[k]`` is
+    ``size`` bytes at ``start + k * step`` of ``segment``, leased for ``lease_ttl_s``.
+    Indexing makes each :class:`GetResult`; a reader that needs only the run reads its
+    fields and makes none."""
+
+    __slots__ = ("keys", "lease_ttl_s", "segment", "size", "start", "step")
+
+    def __init__(
+        self,
+        keys: Sequence[str],
+        size: int,
+        lease_ttl_s: float,
+        segment: str,
+        start: int,
+        step: int,
+    ) -> None:
+        self.keys, self.size, self.lease_ttl_s = keys, size, lease_ttl_s
+        self.segment, self.start, self.step = segment, start, step
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @overload
+    def __getitem__(self, i: int) -> GetResult: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[GetResult]: ...
+    def __getitem__(self, i: int | slice) -> GetResult | list[GetResult]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        k = range(len(self.keys))[i]  # IndexError as a list's
+        n = self.size
+        sl = Slice(self.segment, self.start + k * self.step, n)
+        return GetResult(self.keys[k], n, ((sl,),), self.lease_ttl_s)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def unpack_read_batch(keys: Sequence[str], buf: bytes) -> Sequence[GetResult | StoreError]:
+    """The results :func:`pack_read_batch` packed, for ``keys`` (the request's, in order):
+    a :class:`ReadRun` for a run.
 
     Raises:
         ValueError: the reply does not parse.
@@ -196,11 +242,7 @@ def unpack_read_batch(keys: Sequence[str], buf: bytes) -> list[GetResult | Store
     size, lease, start, step = rd.take(_READ_RUN)
     name = rd.text(int(rd.take(_U16)[0]))
     rd.done()
-    n, first, at = int(size), int(start), int(step)
-    return [
-        GetResult(key, n, ((Slice(name, first + k * at, n),),), float(lease))
-        for k, key in enumerate(keys)
-    ]
+    return ReadRun(keys, int(size), float(lease), name, int(start), int(step))
 
 
 def pack_read_versioned(result: ReadRow | StoreError, run_id: int) -> bytes:

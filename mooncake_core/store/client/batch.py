@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from mooncake_core.transfer import OpCode, Region
 
 from ..errors import ErrorCode, InvalidArgumentError, StoreError, UnavailableError
+from ..fast_packed import ReadRun
 from ..objects import Replica
 from ..results import GetResult, ReplicateConfig
 from ..validation import plain_keys
@@ -395,7 +396,7 @@ class BatchOps:
         ok = [i for i, w in enumerate(where) if not isinstance(w, StoreError)]
         return self._read_items(keys, where, sizes, self._parts(ok, sizes), None)
 
-    def _metas(self, keys: Sequence[str]) -> list[GetResult | StoreError]:
+    def _metas(self, keys: Sequence[str]) -> Sequence[GetResult | StoreError]:
         if plain_keys(keys, self.options.master_config.max_key_length):
             return self._m.batch_get_replica_list(list(keys))
         out: list[GetResult | StoreError | None] = []
@@ -429,6 +430,8 @@ class BatchOps:
         and the items left to :meth:`_read_items`'s general path."""
         at = time.monotonic()
         metas = self._metas([keys[i] for i in idx])
+        if type(metas) is ReadRun:
+            return self._read_run(keys, where, caps, idx, out, metas, at)
         rest: list[int] = []
         plain: list[tuple[int, GetResult]] = []
         items: list[Flat] = []
@@ -458,6 +461,45 @@ class BatchOps:
                 out[i] = m.size
         return dict(zip(idx, metas, strict=True)), at, rest
 
+    def _read_run(
+        self,
+        keys: Sequence[str],
+        where: Sequence[Where],
+        caps: Sequence[int],
+        idx: list[int],
+        out: list[int | StoreError],
+        run: ReadRun,
+        at: float,
+    ) -> tuple[dict[int, GetResult | StoreError], float, list[int]]:
+        """:meth:`_read_plain` for replica lists that form a run (one size, one lease,
+        one segment at a fixed step): no :class:`GetResult` made but for the items
+        left to the general path (a buffer too small, a failed copy)."""
+        size, name, start, step = run.size, run.segment, run.start, run.step
+        fit = [k for k, i in enumerate(idx) if size <= caps[i]]
+        items: list[Flat] = []
+        for k in fit:
+            region, off = where[idx[k]]  # type: ignore[misc]
+            items.append((region, off, name, start + k * step, size))
+        pending = self._dp.start_flat(OpCode.READ, items) if items else None
+        if pending is None:
+            return {i: run[k] for k, i in enumerate(idx)}, at, idx
+        errors = self._dp.finish(pending)
+        late = outlasted(at, run.lease_ttl_s, time.monotonic())
+        took = time.monotonic() - at
+        for k, err in zip(fit, errors, strict=True):
+            i = idx[k]
+            if err is not None:  # its one replica: as the general path words it
+                out[i] = UnavailableError(
+                    ErrorCode.UNAVAILABLE, f"get {keys[i]!r}: none of 1 replicas readable: {err}"
+                )
+            elif late:
+                out[i] = lease_outlasted_error(keys[i], took, run.lease_ttl_s, 1)
+            else:
+                out[i] = size
+        fits = set(fit)
+        rest = [k for k in range(len(idx)) if k not in fits]
+        return {idx[k]: run[k] for k in rest}, at, [idx[k] for k in rest]
+
     def _read_items(
         self,
         keys: Sequence[str],
@@ -483,6 +525,7 @@ class BatchOps:
 
         def fetch(part: list[int]) -> list[int]:
             at = known_at if known is not None else time.monotonic()
+            res: Sequence[GetResult | StoreError]
             if known is not None:
                 res = [known[i] for i in part]
             else:

@@ -9,6 +9,7 @@ import pytest
 
 from mooncake_core.store.errors import ConflictError, ErrorCode, NotFoundError, StoreError
 from mooncake_core.store.fast_packed import (
+    ReadRun,
     pack_batch_commit,
     pack_commit,
     pack_errors,
@@ -251,6 +252,18 @@ def test_a_batch_read_written_through_grants_is_one_run_record() -> None:
         + struct.pack("<H", 5) + b"seg-a"
     )  # fmt: skip
     assert got == want
+    back = unpack_read_batch(["x", "y", "z"], got)
+    assert isinstance(back, ReadRun)
+    assert (back.size, back.lease_ttl_s, back.segment, back.start, back.step) == (
+        4000,
+        5.0,
+        "seg-a",
+        8192,
+        4096,
+    )
+    assert back[-1] == back[2] and back[1:] == [back[1], back[2]] and len(back) == 3
+    with pytest.raises(IndexError):
+        back[3]
     assert unpack_read_batch(["x", "y", "z"], got) == [
         GetResult(k, 4000, ((Slice("seg-a", 8192 + 4096 * n, 4000),),), 5.0)
         for n, k in enumerate(["x", "y", "z"])
