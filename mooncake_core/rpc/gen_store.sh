@@ -5,6 +5,15 @@
 # excludes the generated .py files).
 set -e
 cd "$(dirname "$0")/../.."
+# The stubs refuse a grpcio older than the grpcio-tools that wrote them: write them with
+# the tools of grpcio's floor in pyproject.toml, so every version it allows runs them.
+want=1.85.1
+have=$(python -c 'import importlib.metadata as m; print(m.version("grpcio-tools"))')
+if [ "$have" != "$want" ]; then
+    echo "gen_store.sh: grpcio-tools $have here; the stubs must be written by $want" >&2
+    echo "(pip install grpcio-tools==$want, as pyproject.toml's dev extra pins it)" >&2
+    exit 1
+fi
 python -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. \
     mooncake_core/rpc/store.proto
 pyi=mooncake_core/rpc/store_pb2.pyi

@@ -5,7 +5,7 @@ import warnings
 
 from mooncake_core.rpc import store_pb2 as mooncake__core_dot_rpc_dot_store__pb2
 
-GRPC_GENERATED_VERSION = '1.85.4'
+GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
