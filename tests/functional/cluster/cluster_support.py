@@ -76,6 +76,19 @@ def write_config(path: Path, cfg: dict[str, Any]) -> None:
 _HANDED_OUT: set[int] = set()
 
 
+def free_block(n: int, address: str = "127.0.0.1") -> int:
+    """A base port with ``base .. base + n - 1`` free now and none handed out before
+    by this process (HA masters take ``master.port + i``); all ``n`` are handed out."""
+    from mooncake_core.cluster import port_in_use
+
+    while True:
+        base = free_port(address)
+        block = range(base, base + n)
+        if base + n < 65535 and not any(p in _HANDED_OUT or port_in_use(address, p) for p in block):
+            _HANDED_OUT.update(block)
+            return base
+
+
 def _unique_ports(address: str, n: int) -> list[int]:
     """``n`` free ports, none handed out before by this process: a port is free only
     until someone binds it, so a second call (a worker added to a config that

@@ -23,9 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_support import cli, free_port, has_command, kill_recorded, make_config, write_config
-
-from mooncake_core.cluster import port_in_use
+from cluster_support import cli, free_block, has_command, kill_recorded, make_config, write_config
 
 pytestmark = [
     pytest.mark.integration,
@@ -39,18 +37,10 @@ LEASE_S = 2
 OBJECTS = 5  # each put and get is a CLI process (~1.5 s): 60 of them made this 2 min
 
 
-def _free_block(n: int) -> int:
-    """A base port with ``n`` free ports above it (HA masters take master.port + i)."""
-    while True:
-        base = free_port()
-        if base + n < 65535 and not any(port_in_use("127.0.0.1", base + i) for i in range(n)):
-            return base
-
-
 @pytest.fixture
 def ha_cluster(tmp_path: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
     path, cfg = make_config(tmp_path)
-    base = _free_block(2 * MASTERS)
+    base = free_block(2 * MASTERS)
     cfg["master"].update(
         port=base,
         metrics_port=base + MASTERS,
@@ -60,8 +50,9 @@ def ha_cluster(tmp_path: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
     )
     cfg["etcd"] = {
         "enabled": True,
-        "client_port": free_port(),
-        "peer_port": free_port(),
+        # Never a port make_config gave a component: a port is free only until bound.
+        "client_port": free_block(1),
+        "peer_port": free_block(1),
         "masters": MASTERS,
         "lease_ttl_s": LEASE_S,
     }

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from cluster_support import (
     cli,
-    free_port,
+    free_block,
     group_gone,
     has_command,
     kill_recorded,
@@ -170,14 +170,13 @@ def test_etcd_and_two_ha_masters(cluster: tuple[Path, dict]) -> None:
     path, cfg = cluster
     cfg["etcd"] = {
         "enabled": True,
-        "client_port": free_port(),
-        "peer_port": free_port(),
+        # Never a port make_config gave a component: a port is free only until bound.
+        "client_port": free_block(1),
+        "peer_port": free_block(1),
         "masters": 2,
     }
     # Extra masters take the next ports up: leave room above each of the two.
-    base = free_port()
-    while any(port_in_use("127.0.0.1", p) for p in (base, base + 1, base + 2, base + 3)):
-        base = free_port()
+    base = free_block(4)
     cfg["master"]["port"], cfg["master"]["metrics_port"] = base, base + 2
     write_config(path, cfg)
     only = ["--only", "etcd", "--only", "master", "--only", "store"]
