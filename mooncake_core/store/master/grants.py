@@ -5,7 +5,9 @@ exchanges with the master around the bytes. A writer that puts objects of one si
 (KV cache blocks are) is granted, in the reply that completes a put, the replicas of
 its next put of that size; that put is the transfer, then one :meth:`GrantsApi.
 put_commit` naming the grant and the key, which installs and completes the object at
-once (docs/store.md, "Grants").
+once (docs/store.md, "Grants"). A writer of batches of one size is granted its next
+batch the same way (:meth:`GrantsApi.grant_batch`, all or none, one grant per put)
+and commits it with :meth:`GrantsApi.batch_put_commit`.
 
 The rules that keep a grant as safe as a PutStart:
 

@@ -171,7 +171,8 @@ ROWS = (
         "reads racing removal / reuse of their range; readers stalled past their lease",
         "real master + node, lease_ttl_s 0.2, six live 1 MiB keys; churn removes (half forced) "
         "and re-puts same-size keys onto the freed ranges while 6 reader threads and 2 reader "
-        "processes (SIGSTOPped 0.6 s at random) read for 12 s; every 64-byte row names its key",
+        "processes (one getting over tcp, one batch-reading over shm; SIGSTOPped 0.6 s at "
+        "random) read for 12 s; every 64-byte row names its key",
         "0 reads of another key's bytes (0 of 7255 and 0 of 6015; was 117 of 4753): a forced "
         "remove under a live lease holds its range until the lease ends, restored objects are "
         "read-held for lease_ttl_s, a client whose transfer outlasted its lease reads again or "
@@ -184,6 +185,7 @@ ROWS = (
             "tests/unit/store/test_store_held_ranges.py::test_forced_remove_holds_the_range_until_the_lease_ends",
             "tests/functional/durability/test_durability_restart.py::test_range_held_for_a_reader_stays_held_across_a_restart",
             "tests/unit/store_client/test_store_client_lease.py::test_a_read_is_trusted_only_inside_its_lease_counted_from_the_ask",
+            "tests/functional/store_client/test_store_client_roundtrip.py::test_a_batch_read_stalled_past_its_lease_is_an_error_not_bytes",
         ),
     ),
     Row(
@@ -212,12 +214,15 @@ ROWS = (
         "put, handed out ahead)",
         "real master with a journal; a client ends a put asking for a grant, which lands on "
         "node-b; SIGKILL, restart on the same journal; another write of that size; the writer's "
-        "commit of the grant",
+        "commit of the grant. The same with a batch committed through its grants and the next "
+        "batch's grants out",
         "the restarted master does not hand the granted range out (the other write is refused "
         "STORE_FULL: the range is held for its writer until put_release_s, journaled as a writer "
-        "hold) and refuses the stale commit (STALE: the client puts again the usual way)",
+        "hold) and refuses the stale commit (STALE: the client puts again the usual way); "
+        "every key of the committed batch is where it was",
         (
             "tests/functional/durability/test_durability_restart.py::test_range_of_a_grant_stays_held_across_a_restart",
+            "tests/functional/durability/test_durability_restart.py::test_a_batch_committed_through_grants_and_the_next_batch_s_ranges_survive_a_restart",
             "tests/unit/store/test_store_grants.py::test_released_grant_is_free_at_once_and_unused_one_held_for_its_writer",
             "tests/unit/durability/test_durability_undo.py::test_refused_commit_with_a_new_grant_undoes_both_without_a_rebuild",
         ),
