@@ -36,6 +36,7 @@ from .data import (
     lease_outlasted_error,
     outlasted,
     plan,
+    unreadable_error,
     write_too_late,
 )
 from .grants import GrantPocket, HeldBatch
@@ -186,17 +187,16 @@ class BatchOps:
         )
         if plain:  # every check below surely passes
             todo = list(range(len(keys)))
-        for i, (k, w, n) in enumerate(zip(keys, where, sizes, strict=True)):
-            if plain:
-                break
-            try:
-                self._check_key(k)
-                self._check_size(k, n)
-                if isinstance(w, StoreError):
-                    raise w
-                todo.append(i)
-            except StoreError as exc:
-                out[i] = exc
+        else:
+            for i, (k, w, n) in enumerate(zip(keys, where, sizes, strict=True)):
+                try:
+                    self._check_key(k)
+                    self._check_size(k, n)
+                    if isinstance(w, StoreError):
+                        raise w
+                    todo.append(i)
+                except StoreError as exc:
+                    out[i] = exc
         parts = self._parts(todo, sizes)
         if not parts:
             return out
@@ -433,7 +433,7 @@ class BatchOps:
         if type(metas) is ReadRun:
             return self._read_run(keys, where, caps, idx, out, metas, at)
         rest: list[int] = []
-        plain: list[tuple[int, GetResult]] = []
+        answers: list[tuple[int, int, float]] = []
         items: list[Flat] = []
         for i, m in zip(idx, metas, strict=True):
             if type(m) is GetResult and m.size <= caps[i] and len(m.replicas) == 1:
@@ -442,24 +442,13 @@ class BatchOps:
                     s = rep[0]
                     region, off = where[i]  # type: ignore[misc]
                     items.append((region, off, s.segment, s.offset, s.length))
-                    plain.append((i, m))
+                    answers.append((i, m.size, m.lease_ttl_s))
                     continue
             rest.append(i)
-        pending = self._dp.start_flat(OpCode.READ, items) if items else None
-        if pending is None:
-            return dict(zip(idx, metas, strict=True)), at, idx
-        errors = self._dp.finish(pending)
-        now = time.monotonic()
-        for (i, m), err in zip(plain, errors, strict=True):
-            if err is not None:  # its one replica: as the general path words it
-                out[i] = UnavailableError(
-                    ErrorCode.UNAVAILABLE, f"get {keys[i]!r}: none of 1 replicas readable: {err}"
-                )
-            elif outlasted(at, m.lease_ttl_s, now):
-                out[i] = lease_outlasted_error(keys[i], now - at, m.lease_ttl_s, 1)
-            else:
-                out[i] = m.size
-        return dict(zip(idx, metas, strict=True)), at, rest
+        known = dict(zip(idx, metas, strict=True))
+        if not self._copy_plain(keys, items, answers, at, out):
+            return known, at, idx
+        return {i: known[i] for i in rest}, at, rest
 
     def _read_run(
         self,
@@ -473,32 +462,44 @@ class BatchOps:
     ) -> tuple[dict[int, GetResult | StoreError], float, list[int]]:
         """:meth:`_read_plain` for replica lists that form a run (one size, one lease,
         one segment at a fixed step): no :class:`GetResult` made but for the items
-        left to the general path (a buffer too small, a failed copy)."""
-        size, name, start, step = run.size, run.segment, run.start, run.step
+        left to the general path (a buffer too small)."""
+        size, name, start, step, lease = run.size, run.segment, run.start, run.step, run.lease_ttl_s
         fit = [k for k, i in enumerate(idx) if size <= caps[i]]
         items: list[Flat] = []
         for k in fit:
             region, off = where[idx[k]]  # type: ignore[misc]
             items.append((region, off, name, start + k * step, size))
-        pending = self._dp.start_flat(OpCode.READ, items) if items else None
-        if pending is None:
+        if not self._copy_plain(keys, items, [(idx[k], size, lease) for k in fit], at, out):
             return {i: run[k] for k, i in enumerate(idx)}, at, idx
-        errors = self._dp.finish(pending)
-        late = outlasted(at, run.lease_ttl_s, time.monotonic())
-        took = time.monotonic() - at
-        for k, err in zip(fit, errors, strict=True):
-            i = idx[k]
-            if err is not None:  # its one replica: as the general path words it
-                out[i] = UnavailableError(
-                    ErrorCode.UNAVAILABLE, f"get {keys[i]!r}: none of 1 replicas readable: {err}"
-                )
-            elif late:
-                out[i] = lease_outlasted_error(keys[i], took, run.lease_ttl_s, 1)
-            else:
-                out[i] = size
         fits = set(fit)
         rest = [k for k in range(len(idx)) if k not in fits]
         return {idx[k]: run[k] for k in rest}, at, [idx[k] for k in rest]
+
+    def _copy_plain(
+        self,
+        keys: Sequence[str],
+        items: list[Flat],
+        answers: list[tuple[int, int, float]],
+        at: float,
+        out: list[int | StoreError],
+    ) -> bool:
+        """Copy ``items`` (one slice each) and answer each in ``out``: ``answers[n]`` is
+        item n's index, object size and lease (asked at ``at``). A failed copy is its
+        one replica failing, an outlasted lease the general path's error. False
+        (nothing done): :meth:`DataPath.start_flat` cannot make these copies here."""
+        pending = self._dp.start_flat(OpCode.READ, items) if items else None
+        if pending is None:
+            return False
+        errors = self._dp.finish(pending)
+        now = time.monotonic()
+        for (i, size, lease), err in zip(answers, errors, strict=True):
+            if err is not None:
+                out[i] = unreadable_error(keys[i], 1, [err])
+            elif outlasted(at, lease, now):
+                out[i] = lease_outlasted_error(keys[i], now - at, lease, 1)
+            else:
+                out[i] = size
+        return True
 
     def _read_items(
         self,
@@ -582,11 +583,8 @@ class BatchOps:
         while queues:  # items whose replica failed: try their next replica
             for i in [i for i, q in queues.items() if not q]:
                 del queues[i]
-                out[i] = UnavailableError(
-                    ErrorCode.UNAVAILABLE,
-                    f"get {keys[i]!r}: none of {len(metas[i].replicas)} replicas readable: "
-                    + "; ".join(reasons[i] or ["no replica listed"]),
-                )
+                n = len(metas[i].replicas)
+                out[i] = unreadable_error(keys[i], n, reasons[i] or ["no replica listed"])
             if queues:
                 settle(*start(list(queues)))
         return out

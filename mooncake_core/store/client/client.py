@@ -55,6 +55,7 @@ from .data import (
     outlasted,
     plan,
     plan_window,
+    unreadable_error,
     write_too_late,
 )
 from .grants import GrantPocket, HeldGrant
@@ -717,11 +718,7 @@ class Client(BatchOps):
                 self._remember(res, replica)
                 return
             reasons.append(err)
-        raise UnavailableError(
-            ErrorCode.UNAVAILABLE,
-            f"get {res.key!r}: none of {len(res.replicas)} replicas readable: "
-            + "; ".join(reasons),
-        )
+        raise unreadable_error(res.key, len(res.replicas), reasons)
 
     def get_size(self, key: str) -> int:
         """Size in bytes of ``key`` (no lease).

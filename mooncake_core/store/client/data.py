@@ -107,6 +107,14 @@ def lease_outlasted_error(key: str, took: float, lease_ttl_s: float, tries: int)
     )
 
 
+def unreadable_error(key: str, replicas: int, reasons: Sequence[str]) -> StoreError:
+    """The error of a read whose every replica failed, naming why each did."""
+    return UnavailableError(
+        ErrorCode.UNAVAILABLE,
+        f"get {key!r}: none of {replicas} replicas readable: " + "; ".join(reasons),
+    )
+
+
 def write_too_late(
     key: str, asked_at: float, put_timeout_s: float, now: float
 ) -> StoreError | None:

@@ -91,20 +91,17 @@ def grant_batch(
     if ms.segments.used() + size * n * count > ms.config.eviction_high_watermark * total:
         return []  # grants never make anything be evicted
     placer = Placer(ms, segs, client_id, cfg)
-    placed: list[tuple[Replica, ...]] = []
     plain = write_ops.plain(ms, cfg, client_id) and size <= ms.config.max_slice_size
-    if plain and (extent := _extent(placer, size, count)) is not None:
-        placed = extent
-    elif plain:
-        place = write_ops.plain_place(placer)
+    placed = _extent(placer, size, count) if plain else None
+    if placed is None:
+        placed = []
+        place_plain = write_ops.plain_place(placer) if plain else None
         for _ in range(count):
-            p = place(size)
-            if p is None:
-                break
-            placed.append(p[1])
-    else:
-        for _ in range(count):
-            r = placer.place(size, n)
+            if place_plain is not None:
+                p = place_plain(size)
+                r = None if p is None else p[1]
+            else:
+                r = placer.place(size, n)
             if r is None:
                 break
             placed.append(r)
