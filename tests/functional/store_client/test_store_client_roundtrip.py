@@ -101,6 +101,23 @@ def test_batch_calls_per_item_results(client: Client) -> None:
     client.unregister_buffer(b)
 
 
+def _batch_read_as_alone(
+    c: Client, keys: list[str], offs: list[int], caps: list[int], alone_at: int, batch_at: int
+) -> list[int | StoreError]:
+    """Read ``keys`` with get_into one by one (at ``alone_at + offs``) and in one
+    batch_get_into (at ``batch_at + offs``); assert each answer is the same; the batch's."""
+    alone: list[object] = []
+    for k, off, cap in zip(keys, offs, caps, strict=True):
+        try:
+            alone.append(c.get_into(k, alone_at + off, cap))
+        except StoreError as e:
+            alone.append((e.code, e.message))
+    got = c.batch_get_into(keys, [batch_at + o for o in offs], caps)
+    named = [(g.code, g.message) if isinstance(g, StoreError) else g for g in got]
+    assert named == alone
+    return got
+
+
 @pytest.mark.parametrize("which", ["client", "tcp_client"])
 def test_a_batch_read_of_mixed_items_answers_as_get_into_one_by_one(
     which: str, request: pytest.FixtureRequest
@@ -121,15 +138,7 @@ def test_a_batch_read_of_mixed_items_answers_as_get_into_one_by_one(
     one, many = np.zeros(sum(caps), np.uint8), np.zeros(sum(caps), np.uint8)
     a1, a2 = c.register_buffer(one), c.register_buffer(many)
     try:
-        alone: list[object] = []
-        for k, off, cap in zip(keys, offs, caps, strict=True):
-            try:
-                alone.append(c.get_into(k, a1 + off, cap))
-            except StoreError as e:
-                alone.append((e.code, e.message))
-        got = c.batch_get_into(keys, [a2 + o for o in offs], caps)
-        named = [(g.code, g.message) if isinstance(g, StoreError) else g for g in got]
-        assert named == alone
+        got = _batch_read_as_alone(c, keys, offs, caps, a1, a2)
         assert [type(g) for g in got].count(int) == 4
         assert sha(many) == sha(one)
         assert many[offs[2] : offs[2] + n].tobytes() == blob(n, 4)
@@ -162,15 +171,7 @@ def test_a_batch_read_of_a_batch_written_through_grants_answers_as_get_into(
     one, many = np.zeros(count * n, np.uint8), np.zeros(count * n, np.uint8)
     a1, a2 = c.register_buffer(one), c.register_buffer(many)
     try:
-        alone: list[object] = []
-        for k, off, cap in zip(keys, offs, caps, strict=True):
-            try:
-                alone.append(c.get_into(k, a1 + off, cap))
-            except StoreError as e:
-                alone.append((e.code, e.message))
-        got = c.batch_get_into(keys, [a2 + o for o in offs], caps)
-        named = [(g.code, g.message) if isinstance(g, StoreError) else g for g in got]
-        assert named == alone
+        got = _batch_read_as_alone(c, keys, offs, caps, a1, a2)
         assert [type(g) for g in got].count(int) == count - 1
         assert sha(many) == sha(one)
         assert many[: 2 * n].tobytes() == src[count * n : (count + 2) * n].tobytes()
