@@ -126,7 +126,9 @@ class MasterConfig(_Strict):
     put of the same size ahead (with the reply that completes a put): that put is one
     transfer and one exchange with the master instead of two (docs/store.md, "Grants").
     A grant unused for ``put_timeout_s`` is held until ``put_release_s``; at most
-    four per client, never past the eviction high watermark. 0: no grants."""
+    four per client, never past the eviction high watermark. A writer of batches of one
+    size is granted its next batch the same way (at most 256 objects and four times
+    this many bytes per client). 0: no grants."""
     unmount_grace_s: Annotated[float, Field(ge=0, le=86_400)] = 5.0
     """After unmount, a segment stays readable (no new allocations) for this long."""
     eviction_high_watermark: Annotated[float, Field(gt=0, le=1)] = 0.90
